@@ -1,0 +1,219 @@
+/*
+ * butter.h — the public API of libbutter, a userspace implementation of the
+ * Linux btrfs filesystem. Front ends (the CLI, the FUSE daemon) include only
+ * this header.
+ *
+ * Conventions:
+ *  - Every function returns 0 (or a non-negative count) on success and a
+ *    negative errno value on failure. -EUCLEAN means the image is corrupt; the
+ *    library has already logged where (through the log callback).
+ *  - Handles are opaque. Files are named by (subvolume id, inode number):
+ *    btrfs repeats inode numbers across subvolumes, so the pair is the identity.
+ *  - Nothing that failed its checksum reaches the caller: a read that cannot
+ *    find a good copy returns -EIO.
+ *  - Read-side functions may be called from several threads at once on one
+ *    handle.
+ */
+#ifndef BUTTER_BUTTER_H
+#define BUTTER_BUTTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct butter_fs;
+
+/* Log levels passed to the log callback. */
+enum butter_log_level {
+	BUTTER_LOG_ERROR = 0,
+	BUTTER_LOG_WARNING = 1,
+	BUTTER_LOG_INFO = 2,
+	BUTTER_LOG_DEBUG = 3,
+};
+
+typedef void (*butter_log_fn)(void *arg, int level, const char *msg);
+
+/* butter_open() flags */
+#define BUTTER_OPEN_RDONLY 0x1u   /* never write to any device */
+#define BUTTER_OPEN_DEGRADED 0x2u /* allow missing devices within the profiles' tolerance */
+
+struct butter_open_opts {
+	const char *const *devices; /* further members of a multi-device filesystem */
+	size_t ndevices;
+	uint64_t cache_bytes;       /* node cache bound; 0 means the default (32 MiB) */
+	unsigned flags;             /* BUTTER_OPEN_* */
+	butter_log_fn log;          /* NULL: messages go to stderr prefixed "butter: " */
+	void *log_arg;
+	int log_level;              /* highest level passed to log; 0 means WARNING */
+};
+
+/*
+ * Open the filesystem on @path (an image file or block device) plus
+ * opts->devices. @opts may be NULL. On success *out holds the handle.
+ * Errors: -ENOENT/-EACCES (a path), -EINVAL (not btrfs), -EOPNOTSUPP (an
+ * unsupported feature, named in the log), -EUCLEAN (corrupt), -ENXIO (a device
+ * is missing and the profile cannot do without it).
+ */
+int butter_open(const char *path, const struct butter_open_opts *opts, struct butter_fs **out);
+
+/* Release everything the handle holds. */
+void butter_close(struct butter_fs *fs);
+
+/* ---- filesystem information --------------------------------------------- */
+
+struct butter_info {
+	char label[257];
+	uint8_t fsid[16];
+	uint8_t metadata_uuid[16];
+	uint64_t generation;
+	uint64_t total_bytes;
+	uint64_t bytes_used;
+	uint64_t num_devices;
+	uint32_t sectorsize;
+	uint32_t nodesize;
+	uint16_t csum_type;
+	const char *csum_name;
+	uint64_t compat_flags;
+	uint64_t compat_ro_flags;
+	uint64_t incompat_flags;
+	uint64_t default_subvol;
+};
+
+int butter_get_info(struct butter_fs *fs, struct butter_info *info);
+
+struct butter_device_info {
+	uint64_t devid;
+	uint64_t total_bytes;
+	uint64_t bytes_used;
+	uint8_t uuid[16];
+	const char *path; /* NULL if the device is missing */
+};
+
+/* Fill @out with the @idx-th device (in devid order); -ENOENT past the end. */
+int butter_get_device(struct butter_fs *fs, size_t idx, struct butter_device_info *out);
+
+struct butter_space_info {
+	uint64_t flags;      /* BTRFS_BLOCK_GROUP_* type and profile bits */
+	uint64_t total;      /* logical bytes of chunks of this kind */
+	uint64_t used;       /* from the block group items */
+};
+
+/* Fill @out with the @idx-th kind of chunk (type+profile); -ENOENT past the end. */
+int butter_get_space(struct butter_fs *fs, size_t idx, struct butter_space_info *out);
+
+/* Names of feature bits: @kind 0 = compat, 1 = compat_ro, 2 = incompat. NULL if unknown. */
+const char *butter_feature_name(int kind, int bit);
+
+/* "single", "dup", "raid0", ... for the profile bits of a chunk type. */
+const char *butter_profile_name(uint64_t flags);
+
+/* ---- files -------------------------------------------------------------- */
+
+typedef struct butter_ino {
+	uint64_t subvol; /* subvolume (tree) id; 5 is the top level */
+	uint64_t ino;    /* inode number inside that subvolume */
+} butter_ino_t;
+
+struct butter_stat {
+	uint64_t subvol;
+	uint64_t ino;
+	uint32_t mode;
+	uint32_t nlink;
+	uint32_t uid;
+	uint32_t gid;
+	uint64_t rdev;
+	uint64_t size;
+	uint64_t blocks;     /* in 512-byte units, as st_blocks */
+	uint64_t generation;
+	uint64_t transid;
+	uint64_t flags;      /* btrfs inode flags */
+	struct timespec atime, mtime, ctime, otime;
+};
+
+/* The root directory of subvolume @subvolid (5: top level; 0: the default subvolume). */
+int butter_root(struct butter_fs *fs, uint64_t subvolid, butter_ino_t *out);
+
+/*
+ * Look @name up in directory @dir. Entries naming a subvolume give that
+ * subvolume's root directory. -ENOENT if absent, -ENOTDIR if @dir is not one.
+ */
+int butter_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		  butter_ino_t *out);
+
+/*
+ * Resolve an absolute or relative @path from the top-level subvolume's root,
+ * without following symlinks in the last component (lstat semantics);
+ * symlinks in earlier components are followed inside the image.
+ */
+int butter_resolve(struct butter_fs *fs, const char *path, butter_ino_t *out);
+
+int butter_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st);
+
+/*
+ * Directory iteration callback: return 0 to continue, anything else to stop
+ * (butter_readdir then returns that value). @next_pos resumes after this entry.
+ * @dtype is a DT_* value. "." and ".." are not reported.
+ */
+typedef int (*butter_dirent_fn)(void *arg, const char *name, size_t namelen, butter_ino_t ino,
+				unsigned dtype, uint64_t next_pos);
+
+/* Iterate @dir in DIR_INDEX order from position @pos (0: the start). */
+int butter_readdir(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, butter_dirent_fn fn,
+		   void *arg);
+
+/*
+ * Read up to @len bytes at @off. Returns the bytes read (short only at end of
+ * file), or -EIO if any part of the range has no good copy, -EISDIR, ...
+ */
+ssize_t butter_read(struct butter_fs *fs, butter_ino_t ino, void *buf, size_t len, uint64_t off);
+
+/*
+ * Find the next data or hole at or after @off, as lseek(2) SEEK_DATA (@whence
+ * 3) and SEEK_HOLE (@whence 4) do. Prealloc extents count as holes. -ENXIO if
+ * there is no data at or after @off (SEEK_DATA) or @off is past the end.
+ */
+int butter_seek(struct butter_fs *fs, butter_ino_t ino, uint64_t off, int whence, uint64_t *result);
+
+/* Copy a symlink's target into @buf (NUL-terminated if room); returns its length. */
+ssize_t butter_readlink(struct butter_fs *fs, butter_ino_t ino, char *buf, size_t size);
+
+/* As listxattr(2): NUL-separated names; @size 0 returns the size needed. */
+ssize_t butter_listxattr(struct butter_fs *fs, butter_ino_t ino, char *buf, size_t size);
+
+/* As getxattr(2): -ENODATA if absent, -ERANGE if @size is too small (0 asks the size). */
+ssize_t butter_getxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, void *buf,
+			size_t size);
+
+/* ---- subvolumes --------------------------------------------------------- */
+
+struct butter_subvol_info {
+	uint64_t id;
+	uint64_t parent_id;   /* subvolume holding its directory entry (0 for id 5) */
+	uint64_t dirid;       /* directory inode in the parent holding the entry */
+	uint64_t generation;
+	uint64_t ctransid;
+	uint64_t otransid;
+	uint64_t flags;       /* BTRFS_ROOT_SUBVOL_RDONLY (1) when read-only */
+	uint8_t uuid[16];
+	uint8_t parent_uuid[16];
+	uint8_t received_uuid[16];
+	struct timespec otime;
+	char path[4096];      /* from the top level, no leading slash ("" for id 5) */
+};
+
+/* Call @fn for every subvolume except the top level, in id order. */
+int butter_subvol_list(struct butter_fs *fs,
+		       int (*fn)(void *arg, const struct butter_subvol_info *info), void *arg);
+
+int butter_subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_info *info);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BUTTER_BUTTER_H */

@@ -1,0 +1,350 @@
+/*
+ * fs.c — opening and closing a filesystem, and what it says about itself
+ * (info, devices, space).
+ *
+ * Open sequence (each step needs the one before):
+ *   1. open every device; read and validate superblocks; pick the newest
+ *      (volumes_open), refuse unknown incompat features by name;
+ *   2. load the sys_chunk_array, then the chunk tree (chunks + device items),
+ *      then check missing devices against each chunk's tolerance;
+ *   3. read the root tree; locate the extent, csum and block group trees and
+ *      the default subvolume.
+ * Any failure releases everything acquired so far and returns the error.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/checksum.h"
+#include "fs/fs.h"
+
+#define DEFAULT_CACHE_BYTES (32ULL << 20)
+
+static int load_chunk_tree(struct butter_fs *fs)
+{
+	struct tree_path path;
+	struct btrfs_key key = { 0, 0, 0 };
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_forward(&fs->cache, &fs->chunk_tree, &key, &path);
+	while (ret == 0) {
+		const u8 *item;
+		u32 size;
+
+		path_key(&path, &key);
+		item = path_item(&path, &size);
+		if (key.type == BTRFS_DEV_ITEM_KEY && key.objectid == BTRFS_DEV_ITEMS_OBJECTID) {
+			if (size < sizeof(struct btrfs_dev_item)) {
+				ret = BLOG_CORRUPT(&fs->log, "chunk tree: short dev item for devid %llu",
+						   (unsigned long long)key.offset);
+				break;
+			}
+			ret = volumes_add_dev_item(&fs->vol, (const struct btrfs_dev_item *)item);
+		} else if (key.type == BTRFS_CHUNK_ITEM_KEY) {
+			ret = volumes_add_chunk(&fs->vol, key.offset, (const struct btrfs_chunk *)item,
+						size);
+		}
+		if (ret)
+			break;
+		ret = tree_next_item(&fs->cache, &path);
+	}
+	tree_path_release(&fs->cache, &path);
+	return ret < 0 ? ret : 0;
+}
+
+int fs_read_root_item(struct butter_fs *fs, u64 objectid, struct btrfs_root_item *item,
+		      struct btrfs_key *found_key)
+{
+	struct btrfs_key key = { objectid, BTRFS_ROOT_ITEM_KEY, 0 };
+	struct tree_path path;
+	const u8 *data;
+	u32 size;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_forward(&fs->cache, &fs->root_tree, &key, &path);
+	if (ret == 0) {
+		path_key(&path, &key);
+		if (key.objectid != objectid || key.type != BTRFS_ROOT_ITEM_KEY) {
+			ret = -ENOENT;
+		} else {
+			data = path_item(&path, &size);
+			if (size < BTRFS_ROOT_ITEM_V1_SIZE) {
+				ret = BLOG_CORRUPT(&fs->log, "root item %llu: size %u too small",
+						   (unsigned long long)objectid, size);
+			} else {
+				memset(item, 0, sizeof(*item));
+				memcpy(item, data, size < sizeof(*item) ? size : sizeof(*item));
+				if (size < sizeof(*item))
+					btrfs_set_root_generation_v2(item, 0);
+				if (found_key)
+					*found_key = key;
+			}
+		}
+	} else if (ret == 1) {
+		ret = -ENOENT;
+	}
+	tree_path_release(&fs->cache, &path);
+	return ret;
+}
+
+static int root_from_item(struct butter_fs *fs, u64 objectid, struct tree_root *root)
+{
+	struct btrfs_root_item item;
+	int ret = fs_read_root_item(fs, objectid, &item, NULL);
+
+	if (ret)
+		return ret;
+	if (item.level >= BTRFS_MAX_LEVEL)
+		return BLOG_CORRUPT(&fs->log, "root item %llu: level %u",
+				    (unsigned long long)objectid, item.level);
+	root->objectid = objectid;
+	root->bytenr = btrfs_root_bytenr(&item);
+	root->generation = btrfs_root_generation(&item);
+	root->level = item.level;
+	return 0;
+}
+
+/* The default subvolume: the "default" entry of the root tree directory. */
+static int load_default_subvol(struct butter_fs *fs)
+{
+	static const char name[] = "default";
+	struct btrfs_key key = { BTRFS_ROOT_TREE_DIR_OBJECTID, BTRFS_DIR_ITEM_KEY,
+				 btrfs_name_hash(name, sizeof(name) - 1) };
+	u8 buf[256];
+	int ret;
+
+	fs->default_subvol = BTRFS_FS_TREE_OBJECTID;
+	ret = tree_lookup_item(&fs->cache, &fs->root_tree, &key, buf, sizeof(buf));
+	if (ret == -ENOENT)
+		return 0;
+	if (ret < 0)
+		return ret;
+	if ((size_t)ret < sizeof(struct btrfs_dir_item) || (size_t)ret > sizeof(buf))
+		return 0;
+	{
+		const struct btrfs_dir_item *di = (const struct btrfs_dir_item *)buf;
+		struct btrfs_key loc;
+
+		btrfs_disk_to_cpu_key(&loc, &di->location);
+		if (loc.objectid)
+			fs->default_subvol = loc.objectid;
+	}
+	return 0;
+}
+
+int butter_open(const char *path, const struct butter_open_opts *opts, struct butter_fs **out)
+{
+	struct butter_open_opts none = { 0 };
+	struct blockdev **bdevs = NULL;
+	struct butter_fs *fs;
+	size_t i, n;
+	int ret, readonly;
+
+	if (!opts)
+		opts = &none;
+	fs = calloc(1, sizeof(*fs));
+	if (!fs)
+		return -ENOMEM;
+	fs->log.fn = opts->log;
+	fs->log.arg = opts->log_arg;
+	fs->log.level = opts->log_level ? opts->log_level : BUTTER_LOG_WARNING;
+	fs->open_flags = opts->flags;
+	pthread_mutex_init(&fs->subvol_lock, NULL);
+	readonly = 1; /* the write path is not there yet: never open for writing */
+	(void)(opts->flags & BUTTER_OPEN_RDONLY);
+
+	n = 1 + opts->ndevices;
+	bdevs = calloc(n, sizeof(*bdevs));
+	if (!bdevs) {
+		ret = -ENOMEM;
+		goto fail_early;
+	}
+	for (i = 0; i < n; i++) {
+		const char *p = i == 0 ? path : opts->devices[i - 1];
+
+		ret = blockdev_open_file(p, readonly, &bdevs[i]);
+		if (ret) {
+			blog_err(&fs->log, "%s: %s", p, strerror(-ret));
+			while (i--)
+				blockdev_close(bdevs[i]);
+			free(bdevs);
+			goto fail_early;
+		}
+	}
+	ret = volumes_open(&fs->vol, bdevs, n, &fs->log, !!(opts->flags & BUTTER_OPEN_DEGRADED));
+	free(bdevs);
+	if (ret)
+		goto fail_early;
+	ret = node_cache_init(&fs->cache, &fs->vol,
+			      opts->cache_bytes ? opts->cache_bytes : DEFAULT_CACHE_BYTES);
+	if (ret)
+		goto fail_vol;
+
+	fs->chunk_tree.objectid = BTRFS_CHUNK_TREE_OBJECTID;
+	fs->chunk_tree.bytenr = btrfs_super_chunk_root(&fs->vol.super);
+	fs->chunk_tree.generation = btrfs_super_chunk_root_generation(&fs->vol.super);
+	fs->chunk_tree.level = fs->vol.super.chunk_root_level;
+	ret = load_chunk_tree(fs);
+	if (ret) {
+		blog_err(&fs->log, "%s: cannot read the chunk tree", path);
+		goto fail_cache;
+	}
+	ret = volumes_check_devices(&fs->vol);
+	if (ret)
+		goto fail_cache;
+
+	fs->root_tree.objectid = BTRFS_ROOT_TREE_OBJECTID;
+	fs->root_tree.bytenr = btrfs_super_root(&fs->vol.super);
+	fs->root_tree.generation = btrfs_super_generation(&fs->vol.super);
+	fs->root_tree.level = fs->vol.super.root_level;
+	ret = root_from_item(fs, BTRFS_EXTENT_TREE_OBJECTID, &fs->extent_tree);
+	if (ret) {
+		blog_err(&fs->log, "%s: cannot find the extent tree", path);
+		goto fail_cache;
+	}
+	ret = root_from_item(fs, BTRFS_CSUM_TREE_OBJECTID, &fs->csum_tree);
+	if (ret == 0)
+		fs->has_csum_tree = 1;
+	else if (ret != -ENOENT)
+		goto fail_cache;
+	if (btrfs_super_compat_ro_flags(&fs->vol.super) & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE) {
+		ret = root_from_item(fs, BTRFS_BLOCK_GROUP_TREE_OBJECTID, &fs->block_group_tree);
+		if (ret)
+			goto fail_cache;
+		fs->has_block_group_tree = 1;
+	}
+	ret = load_default_subvol(fs);
+	if (ret)
+		goto fail_cache;
+	if (btrfs_super_log_root(&fs->vol.super))
+		blog_warn(&fs->log,
+			  "%s: the filesystem has a tree log (it was not unmounted cleanly); "
+			  "changes fsynced since the last commit are not shown",
+			  path);
+	*out = fs;
+	return 0;
+
+fail_cache:
+	node_cache_destroy(&fs->cache);
+fail_vol:
+	volumes_close(&fs->vol);
+fail_early:
+	pthread_mutex_destroy(&fs->subvol_lock);
+	free(fs);
+	return ret;
+}
+
+void butter_close(struct butter_fs *fs)
+{
+	if (!fs)
+		return;
+	node_cache_destroy(&fs->cache);
+	volumes_close(&fs->vol);
+	pthread_mutex_destroy(&fs->subvol_lock);
+	free(fs->subvols);
+	free(fs);
+}
+
+int butter_get_info(struct butter_fs *fs, struct butter_info *info)
+{
+	const struct btrfs_super_block *sb = &fs->vol.super;
+
+	memset(info, 0, sizeof(*info));
+	memcpy(info->label, sb->label, BTRFS_LABEL_SIZE);
+	info->label[BTRFS_LABEL_SIZE] = '\0';
+	memcpy(info->fsid, sb->fsid, 16);
+	memcpy(info->metadata_uuid, fs->vol.meta_fsid, 16);
+	info->generation = btrfs_super_generation(sb);
+	info->total_bytes = btrfs_super_total_bytes(sb);
+	info->bytes_used = btrfs_super_bytes_used(sb);
+	info->num_devices = btrfs_super_num_devices(sb);
+	info->sectorsize = fs->vol.sectorsize;
+	info->nodesize = fs->vol.nodesize;
+	info->csum_type = fs->vol.csum_type;
+	info->csum_name = btrfs_csum_name(fs->vol.csum_type);
+	info->compat_flags = btrfs_super_compat_flags(sb);
+	info->compat_ro_flags = btrfs_super_compat_ro_flags(sb);
+	info->incompat_flags = btrfs_super_incompat_flags(sb);
+	info->default_subvol = fs->default_subvol;
+	return 0;
+}
+
+int butter_get_device(struct butter_fs *fs, size_t idx, struct butter_device_info *out)
+{
+	const struct btrfs_device *dev;
+
+	if (idx >= fs->vol.ndevs)
+		return -ENOENT;
+	dev = fs->vol.devs[idx];
+	memset(out, 0, sizeof(*out));
+	out->devid = dev->devid;
+	out->total_bytes = dev->total_bytes;
+	out->bytes_used = dev->bytes_used;
+	memcpy(out->uuid, dev->uuid, 16);
+	out->path = dev->bdev ? dev->path : NULL;
+	return 0;
+}
+
+/* Sum the block group items' used bytes into @space (matched by flags). */
+static int add_block_group_usage(struct butter_fs *fs, struct butter_space_info *spaces,
+				 size_t nspaces)
+{
+	const struct tree_root *root =
+		fs->has_block_group_tree ? &fs->block_group_tree : &fs->extent_tree;
+	struct btrfs_key key = { 0, BTRFS_BLOCK_GROUP_ITEM_KEY, 0 };
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_forward(&fs->cache, root, &key, &path);
+	while (ret == 0) {
+		const u8 *item;
+		u32 size;
+		size_t i;
+
+		path_key(&path, &key);
+		item = path_item(&path, &size);
+		if (key.type == BTRFS_BLOCK_GROUP_ITEM_KEY &&
+		    size >= sizeof(struct btrfs_block_group_item)) {
+			const struct btrfs_block_group_item *bg = (const void *)item;
+
+			for (i = 0; i < nspaces; i++)
+				if (spaces[i].flags == btrfs_block_group_flags(bg))
+					spaces[i].used += btrfs_block_group_used(bg);
+		}
+		ret = tree_next_item(&fs->cache, &path);
+	}
+	tree_path_release(&fs->cache, &path);
+	return ret < 0 ? ret : 0;
+}
+
+int butter_get_space(struct butter_fs *fs, size_t idx, struct butter_space_info *out)
+{
+	struct butter_space_info spaces[64];
+	size_t n = 0, i, j;
+	int ret;
+
+	for (i = 0; i < fs->vol.nchunks; i++) {
+		const struct chunk_map *m = fs->vol.chunks[i];
+
+		for (j = 0; j < n && spaces[j].flags != m->type; j++)
+			;
+		if (j == n) {
+			if (n == 64)
+				continue;
+			spaces[n].flags = m->type;
+			spaces[n].total = spaces[n].used = 0;
+			n++;
+		}
+		spaces[j].total += m->length;
+	}
+	if (idx >= n)
+		return -ENOENT;
+	ret = add_block_group_usage(fs, spaces, n);
+	if (ret)
+		return ret;
+	*out = spaces[idx];
+	return 0;
+}

@@ -1,0 +1,91 @@
+/*
+ * fs.h — the filesystem handle (struct butter_fs) and the fs-objects layer's
+ * internal helpers shared by inode.c, dir.c, file.c, xattr.c and subvol.c.
+ *
+ * Invariants:
+ *  1. Tree roots in the handle were read from the superblock or the root tree
+ *     at open time and do not change while the handle is read-only.
+ *  2. The subvolume cache only grows; entries are immutable once added;
+ *     subvol_lock protects the array.
+ */
+#ifndef BUTTER_FS_FS_H
+#define BUTTER_FS_FS_H
+
+#include <pthread.h>
+
+#include "butter/butter.h"
+#include "log.h"
+#include "tree/tree.h"
+#include "volumes/volumes.h"
+
+struct subvol {
+	u64 id;
+	struct tree_root root;
+	u64 dirid;   /* inode number of its root directory (256) */
+	u64 flags;   /* root item flags (BTRFS_ROOT_SUBVOL_RDONLY) */
+};
+
+struct butter_fs {
+	struct blog log;
+	unsigned open_flags;
+	struct btrfs_volumes vol;
+	struct node_cache cache;
+
+	struct tree_root root_tree;
+	struct tree_root chunk_tree;
+	struct tree_root extent_tree;
+	struct tree_root csum_tree;
+	struct tree_root block_group_tree;
+	int has_csum_tree;
+	int has_block_group_tree;
+	u64 default_subvol;
+
+	pthread_mutex_t subvol_lock;
+	struct subvol *subvols;     /* protected by subvol_lock */
+	size_t nsubvols, subvols_cap;
+};
+
+/* Dirent callback used internally for name/location pairs. */
+
+/*
+ * Find subvolume @id's tree. Returns 0, -ENOENT if there is no such
+ * subvolume, negative errno.
+ */
+int fs_get_subvol(struct butter_fs *fs, u64 id, struct subvol *out);
+
+/* Read the ROOT_ITEM of tree @objectid from the root tree (first key offset). */
+int fs_read_root_item(struct butter_fs *fs, u64 objectid, struct btrfs_root_item *item,
+		      struct btrfs_key *found_key);
+
+/* Read an inode item; -ENOENT if absent, -EUCLEAN if malformed. */
+int fs_read_inode(struct butter_fs *fs, butter_ino_t ino, struct btrfs_inode_item *item);
+
+/*
+ * Turn a directory entry's location key inside subvolume @subvol into the
+ * inode it names (crossing into a subvolume's root for ROOT_ITEM locations).
+ */
+int fs_location_to_ino(struct butter_fs *fs, u64 subvol, const struct btrfs_key *location,
+		       butter_ino_t *out);
+
+/*
+ * Walk the dir_item entries packed in one DIR_ITEM/XATTR_ITEM item. Calls
+ * @fn(arg, di, name, value) for each; a non-zero return stops and is
+ * returned. Returns -EUCLEAN if an entry overruns the item.
+ */
+int fs_walk_dir_items(struct butter_fs *fs, const u8 *item, u32 size,
+		      int (*fn)(void *arg, const struct btrfs_dir_item *di, const char *name,
+				const u8 *value),
+		      void *arg);
+
+/*
+ * Read @len bytes of data at @logical (both sector-aligned) into @buf,
+ * verifying each sector against the csum tree unless @nodatasum; bad or
+ * unreadable sectors are retried on every other copy. -EIO if some sector
+ * has no good copy.
+ */
+int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum);
+
+/* DT_* type of a mode. */
+unsigned fs_mode_to_dtype(u32 mode);
+
+#endif

@@ -1,0 +1,238 @@
+/*
+ * ctree.c — searching and walking a B-tree through a path.
+ *
+ * A path holds one referenced node per level from the root down to the leaf,
+ * and the slot taken at each level. Descent only ever goes from level L to a
+ * child that validates as level L-1 with the generation and first key the
+ * parent's pointer names, so a damaged tree cannot send a search in a loop:
+ * every walk is bounded by the tree height and the item count.
+ *
+ * Return convention: 0 found/positioned, 1 not found / end of tree, negative
+ * errno on failure (-EIO: no good copy of some block on the way).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "tree/tree.h"
+
+void tree_path_init(struct tree_path *path)
+{
+	memset(path, 0, sizeof(*path));
+}
+
+void tree_path_release(struct node_cache *cache, struct tree_path *path)
+{
+	int i;
+
+	for (i = 0; i < BTRFS_MAX_LEVEL; i++) {
+		node_put(cache, path->nodes[i]);
+		path->nodes[i] = NULL;
+		path->slots[i] = 0;
+	}
+}
+
+/*
+ * Binary search @node for @key: returns 0 and the slot if found, 1 and the
+ * first slot with a greater key if not.
+ */
+static int bin_search(const struct tree_node *node, const struct btrfs_key *key, u32 *slot)
+{
+	u32 lo = 0, hi = node->nritems;
+	struct btrfs_key k;
+
+	while (lo < hi) {
+		u32 mid = lo + (hi - lo) / 2;
+		int cmp;
+
+		node_key(node, mid, &k);
+		cmp = btrfs_comp_keys(&k, key);
+		if (cmp < 0)
+			lo = mid + 1;
+		else if (cmp > 0)
+			hi = mid;
+		else {
+			*slot = mid;
+			return 0;
+		}
+	}
+	*slot = lo;
+	return 1;
+}
+
+/* Read child @slot of internal node @parent, checked against its pointer. */
+static int read_child(struct node_cache *cache, const struct tree_node *parent, u32 slot,
+		      struct tree_node **out)
+{
+	const struct btrfs_key_ptr *ptr = node_key_ptr(parent, slot);
+	struct btrfs_key first;
+
+	btrfs_disk_to_cpu_key(&first, &ptr->key);
+	return node_read(cache, btrfs_key_ptr_blockptr(ptr), btrfs_key_ptr_generation(ptr),
+			 parent->level - 1, &first, out);
+}
+
+int tree_search(struct node_cache *cache, const struct tree_root *root,
+		const struct btrfs_key *key, struct tree_path *path)
+{
+	struct tree_node *node;
+	int ret, level;
+
+	tree_path_release(cache, path);
+	ret = node_read(cache, root->bytenr, root->generation, root->level, NULL, &node);
+	if (ret)
+		return ret;
+	for (;;) {
+		u32 slot;
+
+		level = node->level;
+		path->nodes[level] = node;
+		ret = bin_search(node, key, &slot);
+		if (level == 0) {
+			path->slots[0] = slot;
+			return ret;
+		}
+		/* in an internal node, follow the pointer whose key is <= @key */
+		if (ret && slot > 0)
+			slot--;
+		path->slots[level] = slot;
+		ret = read_child(cache, node, slot, &node);
+		if (ret) {
+			tree_path_release(cache, path);
+			return ret;
+		}
+	}
+}
+
+/*
+ * Move to the first item of the next leaf. Returns 0, 1 at the end of the
+ * tree, or a negative errno.
+ */
+static int next_leaf(struct node_cache *cache, struct tree_path *path)
+{
+	int level;
+
+	for (level = 1; level < BTRFS_MAX_LEVEL; level++) {
+		struct tree_node *node = path->nodes[level];
+
+		if (!node)
+			return 1;
+		if (path->slots[level] + 1 < node->nritems)
+			break;
+	}
+	if (level == BTRFS_MAX_LEVEL)
+		return 1;
+	path->slots[level]++;
+	while (level > 0) {
+		struct tree_node *child;
+		int ret = read_child(cache, path->nodes[level], path->slots[level], &child);
+
+		if (ret)
+			return ret;
+		level--;
+		node_put(cache, path->nodes[level]);
+		path->nodes[level] = child;
+		path->slots[level] = 0;
+	}
+	return 0;
+}
+
+/* Move to the last item of the previous leaf; 0, 1 at the start, negative errno. */
+static int prev_leaf(struct node_cache *cache, struct tree_path *path)
+{
+	int level;
+
+	for (level = 1; level < BTRFS_MAX_LEVEL; level++) {
+		if (!path->nodes[level])
+			return 1;
+		if (path->slots[level] > 0)
+			break;
+	}
+	if (level == BTRFS_MAX_LEVEL)
+		return 1;
+	path->slots[level]--;
+	while (level > 0) {
+		struct tree_node *child;
+		int ret = read_child(cache, path->nodes[level], path->slots[level], &child);
+
+		if (ret)
+			return ret;
+		level--;
+		node_put(cache, path->nodes[level]);
+		path->nodes[level] = child;
+		path->slots[level] = child->nritems ? child->nritems - 1 : 0;
+	}
+	return 0;
+}
+
+int tree_next_item(struct node_cache *cache, struct tree_path *path)
+{
+	struct tree_node *leaf = path->nodes[0];
+	int ret;
+
+	if (leaf && path->slots[0] + 1 < leaf->nritems) {
+		path->slots[0]++;
+		return 0;
+	}
+	/* skip empty leaves (only a root leaf may be empty, but do not trust it) */
+	do {
+		ret = next_leaf(cache, path);
+	} while (ret == 0 && path->nodes[0]->nritems == 0);
+	return ret;
+}
+
+int tree_prev_item(struct node_cache *cache, struct tree_path *path)
+{
+	int ret;
+
+	if (path->nodes[0] && path->slots[0] > 0) {
+		path->slots[0]--;
+		return 0;
+	}
+	do {
+		ret = prev_leaf(cache, path);
+	} while (ret == 0 && path->nodes[0]->nritems == 0);
+	return ret;
+}
+
+int tree_search_forward(struct node_cache *cache, const struct tree_root *root,
+			const struct btrfs_key *key, struct tree_path *path)
+{
+	int ret = tree_search(cache, root, key, path);
+
+	if (ret <= 0)
+		return ret;
+	if (path->slots[0] < path->nodes[0]->nritems)
+		return 0;
+	return tree_next_item(cache, path);
+}
+
+int tree_search_backward(struct node_cache *cache, const struct tree_root *root,
+			 const struct btrfs_key *key, struct tree_path *path)
+{
+	int ret = tree_search(cache, root, key, path);
+
+	if (ret <= 0)
+		return ret;
+	return tree_prev_item(cache, path);
+}
+
+int tree_lookup_item(struct node_cache *cache, const struct tree_root *root,
+		     const struct btrfs_key *key, void *buf, u32 cap)
+{
+	struct tree_path path;
+	const u8 *data;
+	u32 size;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search(cache, root, key, &path);
+	if (ret == 0) {
+		data = path_item(&path, &size);
+		memcpy(buf, data, size < cap ? size : cap);
+		ret = (int)size;
+	} else if (ret == 1) {
+		ret = -ENOENT;
+	}
+	tree_path_release(cache, &path);
+	return ret;
+}

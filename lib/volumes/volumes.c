@@ -1,0 +1,610 @@
+/*
+ * volumes.c — the device set and the chunk map (logical → physical).
+ *
+ * Profiles and how a logical offset inside a chunk maps (stripe_len = 64 KiB):
+ *   single, dup, raid1, raid1c3, raid1c4   every stripe holds the whole chunk;
+ *                                          mirror m reads stripe m-1.
+ *   raid0     stripe_nr = off / stripe_len; stripe = stripe_nr % n;
+ *             row = stripe_nr / n.
+ *   raid10    groups of sub_stripes mirrors; factor = n / sub_stripes;
+ *             stripe = (stripe_nr % factor) * sub_stripes + (mirror - 1).
+ *   raid5/6   rows of ndata data stripes + P (+ Q); data stripe d of row r
+ *             lives on stripe (r + d) % n, P on (r + ndata) % n, Q on
+ *             (r + ndata + 1) % n — the parity rotates by one per row.
+ *
+ * Copies (mirror numbers) of a RAID5/6 position:
+ *   1          read the data stripe directly
+ *   2          rebuild it from the other data stripes and P (and Q if one
+ *              other stripe is unreadable, RAID6)
+ *   3 (RAID6)  rebuild it treating P as bad too (uses Q)
+ *   4.. (RAID6) rebuild it treating one other data stripe as bad too, so a
+ *              silently corrupt neighbour can be routed around.
+ * The caller checks checksums and walks the mirrors until one is good.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/checksum.h"
+#include "volumes/raid56.h"
+#include "volumes/volumes.h"
+
+static u32 parity_stripes(const struct chunk_map *map)
+{
+	if (map->type & BTRFS_BLOCK_GROUP_RAID6)
+		return 2;
+	if (map->type & BTRFS_BLOCK_GROUP_RAID5)
+		return 1;
+	return 0;
+}
+
+u32 chunk_data_stripes(const struct chunk_map *map)
+{
+	u32 np = parity_stripes(map);
+
+	return np ? map->num_stripes - np : 1;
+}
+
+/* How many stripes of a chunk may be missing while every byte stays readable. */
+static u32 chunk_tolerance(const struct chunk_map *map)
+{
+	if (map->type & BTRFS_BLOCK_GROUP_RAID1_MASK)
+		return map->num_stripes - 1;
+	if (map->type & BTRFS_BLOCK_GROUP_RAID10)
+		return map->sub_stripes - 1;
+	return parity_stripes(map);
+}
+
+int chunk_map_position(const struct chunk_map *map, u64 offset, int mirror, u32 *stripe_index,
+		       u64 *physical, u64 *contiguous)
+{
+	u64 stripe_nr, stripe_off, row;
+	u32 idx, n = map->num_stripes;
+
+	if (offset >= map->length || mirror < 1)
+		return -EINVAL;
+	if (!(map->type & (BTRFS_BLOCK_GROUP_RAID0 | BTRFS_BLOCK_GROUP_RAID10 |
+			   BTRFS_BLOCK_GROUP_RAID56_MASK))) {
+		if ((u32)mirror > n)
+			return -EINVAL;
+		*stripe_index = (u32)mirror - 1;
+		*physical = map->stripes[mirror - 1].physical + offset;
+		*contiguous = map->length - offset;
+		return 0;
+	}
+	stripe_nr = offset / map->stripe_len;
+	stripe_off = offset % map->stripe_len;
+	if (map->type & BTRFS_BLOCK_GROUP_RAID0) {
+		if (mirror != 1)
+			return -EINVAL;
+		idx = (u32)(stripe_nr % n);
+		row = stripe_nr / n;
+	} else if (map->type & BTRFS_BLOCK_GROUP_RAID10) {
+		u32 factor = n / map->sub_stripes;
+
+		if ((u32)mirror > map->sub_stripes)
+			return -EINVAL;
+		idx = (u32)(stripe_nr % factor) * map->sub_stripes + (u32)mirror - 1;
+		row = stripe_nr / factor;
+	} else {
+		u32 ndata = chunk_data_stripes(map);
+
+		if (mirror != 1)
+			return -EINVAL;
+		row = stripe_nr / ndata;
+		idx = (u32)((row + stripe_nr % ndata) % n);
+	}
+	*stripe_index = idx;
+	*physical = map->stripes[idx].physical + row * map->stripe_len + stripe_off;
+	*contiguous = map->stripe_len - stripe_off;
+	return 0;
+}
+
+const struct chunk_map *volumes_find_chunk(const struct btrfs_volumes *vol, u64 logical)
+{
+	size_t lo = 0, hi = vol->nchunks;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct chunk_map *m = vol->chunks[mid];
+
+		if (logical < m->logical)
+			hi = mid;
+		else if (logical - m->logical >= m->length)
+			lo = mid + 1;
+		else
+			return m;
+	}
+	return NULL;
+}
+
+int volumes_num_copies(const struct btrfs_volumes *vol, u64 logical)
+{
+	const struct chunk_map *map = volumes_find_chunk(vol, logical);
+
+	if (!map)
+		return 1;
+	if (map->type & BTRFS_BLOCK_GROUP_RAID5)
+		return 2;
+	if (map->type & BTRFS_BLOCK_GROUP_RAID6)
+		return (int)map->num_stripes;
+	if (map->type & BTRFS_BLOCK_GROUP_RAID10)
+		return (int)map->sub_stripes;
+	if (map->type & BTRFS_BLOCK_GROUP_RAID0)
+		return 1;
+	return (int)map->num_stripes;
+}
+
+static int stripe_read(struct btrfs_volumes *vol, const struct map_stripe *s, void *buf,
+		       size_t len, u64 physical)
+{
+	int ret;
+
+	if (!s->dev || !s->dev->bdev)
+		return -EIO;
+	ret = blockdev_read(s->dev->bdev, buf, len, physical);
+	if (ret)
+		blog_debug(vol->log, "read error on device %llu at %llu: %d",
+			   (unsigned long long)s->devid, (unsigned long long)physical, ret);
+	return ret ? -EIO : 0;
+}
+
+/*
+ * Rebuild @len bytes of data stripe @data_idx in row @row, starting
+ * @stripe_off into the stripe, as copy @mirror (>= 2) describes.
+ */
+static int raid56_rebuild(struct btrfs_volumes *vol, const struct chunk_map *map, u64 row,
+			  u64 stripe_off, u32 data_idx, int mirror, void *out, size_t len)
+{
+	u32 n = map->num_stripes, np = parity_stripes(map), ndata = n - np, k;
+	unsigned char **blocks;
+	unsigned char *mem;
+	int fail[2] = { (int)data_idx, -1 }, nfail = 1, ret = -EIO;
+
+	if (mirror == 3 && np == 2)
+		fail[nfail++] = (int)ndata; /* P treated as bad */
+	else if (mirror >= 4 && np == 2) {
+		u32 other = (u32)(mirror - 4);
+
+		if (other >= data_idx)
+			other++;
+		if (other >= ndata)
+			return -EIO;
+		fail[nfail++] = (int)other;
+	}
+	blocks = calloc(n, sizeof(*blocks));
+	mem = malloc((size_t)n * len);
+	if (!blocks || !mem) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (k = 0; k < n; k++) {
+		u32 idx = (u32)((row + k) % n);
+		u64 physical = map->stripes[idx].physical + row * map->stripe_len + stripe_off;
+
+		blocks[k] = mem + (size_t)k * len;
+		if ((int)k == fail[0] || (int)k == fail[1])
+			continue;
+		if (stripe_read(vol, &map->stripes[idx], blocks[k], len, physical)) {
+			if (nfail == (int)np)
+				goto out;
+			fail[nfail++] = (int)k;
+		}
+	}
+	if (np == 1 && nfail > 1)
+		goto out;
+	ret = raid56_recover((int)ndata, (int)np, blocks, len, fail[0], nfail > 1 ? fail[1] : -1);
+	if (ret == 0)
+		memcpy(out, blocks[data_idx], len);
+	else
+		ret = -EIO;
+out:
+	free(mem);
+	free(blocks);
+	return ret;
+}
+
+int volumes_read(struct btrfs_volumes *vol, u64 logical, void *buf, size_t len, int mirror)
+{
+	const struct chunk_map *map = volumes_find_chunk(vol, logical);
+	unsigned char *p = buf;
+	u64 offset;
+
+	if (!map)
+		return -ENOENT;
+	offset = logical - map->logical;
+	if (len > map->length - offset)
+		return -ENOENT;
+	while (len) {
+		u32 idx;
+		u64 physical, contiguous;
+		size_t piece;
+		int ret;
+
+		if ((map->type & BTRFS_BLOCK_GROUP_RAID56_MASK) && mirror > 1) {
+			u32 ndata = chunk_data_stripes(map);
+			u64 stripe_nr = offset / map->stripe_len;
+			u64 stripe_off = offset % map->stripe_len;
+
+			piece = (size_t)(map->stripe_len - stripe_off);
+			if (piece > len)
+				piece = len;
+			if (mirror > volumes_num_copies(vol, logical))
+				return -EIO;
+			ret = raid56_rebuild(vol, map, stripe_nr / ndata, stripe_off,
+					     (u32)(stripe_nr % ndata), mirror, p, piece);
+		} else {
+			ret = chunk_map_position(map, offset, mirror, &idx, &physical, &contiguous);
+			if (ret)
+				return -EIO;
+			piece = contiguous < len ? (size_t)contiguous : len;
+			ret = stripe_read(vol, &map->stripes[idx], p, piece, physical);
+		}
+		if (ret)
+			return ret;
+		p += piece;
+		len -= piece;
+		offset += piece;
+	}
+	return 0;
+}
+
+static struct btrfs_device *find_device(struct btrfs_volumes *vol, u64 devid)
+{
+	size_t i;
+
+	for (i = 0; i < vol->ndevs; i++)
+		if (vol->devs[i]->devid == devid)
+			return vol->devs[i];
+	return NULL;
+}
+
+/* Insert a device record keeping vol->devs sorted by devid. */
+static int insert_device(struct btrfs_volumes *vol, struct btrfs_device *dev)
+{
+	struct btrfs_device **devs = realloc(vol->devs, (vol->ndevs + 1) * sizeof(*devs));
+	size_t i;
+
+	if (!devs)
+		return -ENOMEM;
+	vol->devs = devs;
+	for (i = vol->ndevs; i > 0 && devs[i - 1]->devid > dev->devid; i--)
+		devs[i] = devs[i - 1];
+	devs[i] = dev;
+	vol->ndevs++;
+	return 0;
+}
+
+int volumes_add_dev_item(struct btrfs_volumes *vol, const struct btrfs_dev_item *item)
+{
+	u64 devid = btrfs_dev_item_devid(item);
+	struct btrfs_device *dev = find_device(vol, devid);
+	int ret;
+
+	if (!dev) {
+		dev = calloc(1, sizeof(*dev));
+		if (!dev)
+			return -ENOMEM;
+		dev->devid = devid;
+		memcpy(dev->uuid, item->uuid, BTRFS_UUID_SIZE);
+		ret = insert_device(vol, dev);
+		if (ret) {
+			free(dev);
+			return ret;
+		}
+	} else if (memcmp(dev->uuid, item->uuid, BTRFS_UUID_SIZE) != 0) {
+		blog_warn(vol->log, "device %llu (%s): uuid differs from the chunk tree's",
+			  (unsigned long long)devid, dev->path ? dev->path : "?");
+	}
+	dev->total_bytes = btrfs_dev_item_total_bytes(item);
+	dev->bytes_used = btrfs_dev_item_bytes_used(item);
+	return 0;
+}
+
+int volumes_add_chunk(struct btrfs_volumes *vol, u64 logical, const struct btrfs_chunk *chunk,
+		      u32 item_size)
+{
+	u32 num_stripes, sub_stripes, i;
+	u64 length, stripe_len, type;
+	struct chunk_map *map;
+	size_t pos;
+
+	if (item_size < sizeof(struct btrfs_chunk))
+		return BLOG_CORRUPT(vol->log, "chunk at %llu: item too small (%u)",
+				    (unsigned long long)logical, item_size);
+	num_stripes = btrfs_chunk_num_stripes(chunk);
+	sub_stripes = btrfs_chunk_sub_stripes(chunk);
+	length = btrfs_chunk_length(chunk);
+	stripe_len = btrfs_chunk_stripe_len(chunk);
+	type = btrfs_chunk_type(chunk);
+	if (num_stripes == 0 || btrfs_chunk_item_size(num_stripes) != item_size)
+		return BLOG_CORRUPT(vol->log, "chunk at %llu: %u stripes in an item of %u bytes",
+				    (unsigned long long)logical, num_stripes, item_size);
+	if (length == 0 || length % vol->sectorsize || logical % vol->sectorsize ||
+	    logical + length < logical)
+		return BLOG_CORRUPT(vol->log, "chunk at %llu: bad length %llu",
+				    (unsigned long long)logical, (unsigned long long)length);
+	if (stripe_len == 0 || (stripe_len & (stripe_len - 1)) || stripe_len % vol->sectorsize ||
+	    stripe_len > (1ULL << 30))
+		return BLOG_CORRUPT(vol->log, "chunk at %llu: bad stripe_len %llu",
+				    (unsigned long long)logical, (unsigned long long)stripe_len);
+	if (__builtin_popcountll(type & BTRFS_BLOCK_GROUP_PROFILE_MASK) > 1 ||
+	    !(type & BTRFS_BLOCK_GROUP_TYPE_MASK))
+		return BLOG_CORRUPT(vol->log, "chunk at %llu: bad type %#llx",
+				    (unsigned long long)logical, (unsigned long long)type);
+	/* stripe counts each profile needs */
+	if (((type & BTRFS_BLOCK_GROUP_RAID10) &&
+	     (sub_stripes < 2 || num_stripes % sub_stripes || num_stripes < sub_stripes)) ||
+	    ((type & BTRFS_BLOCK_GROUP_RAID1) && num_stripes < 2) ||
+	    ((type & BTRFS_BLOCK_GROUP_RAID1C3) && num_stripes < 3) ||
+	    ((type & BTRFS_BLOCK_GROUP_RAID1C4) && num_stripes < 4) ||
+	    ((type & BTRFS_BLOCK_GROUP_RAID5) && num_stripes < 2) ||
+	    ((type & BTRFS_BLOCK_GROUP_RAID6) && num_stripes < 3) ||
+	    ((type & BTRFS_BLOCK_GROUP_DUP) && num_stripes != 2) ||
+	    (!(type & BTRFS_BLOCK_GROUP_PROFILE_MASK) && num_stripes != 1))
+		return BLOG_CORRUPT(vol->log, "chunk at %llu: %u stripes do not fit type %#llx",
+				    (unsigned long long)logical, num_stripes,
+				    (unsigned long long)type);
+	/* already known (from the sys_chunk_array)? */
+	if (volumes_find_chunk(vol, logical)) {
+		const struct chunk_map *old = volumes_find_chunk(vol, logical);
+
+		if (old->logical == logical && old->length == length)
+			return 0;
+		return BLOG_CORRUPT(vol->log, "chunk at %llu overlaps chunk at %llu",
+				    (unsigned long long)logical, (unsigned long long)old->logical);
+	}
+	map = calloc(1, sizeof(*map) + num_stripes * sizeof(map->stripes[0]));
+	if (!map)
+		return -ENOMEM;
+	map->logical = logical;
+	map->length = length;
+	map->type = type;
+	map->stripe_len = stripe_len;
+	map->num_stripes = num_stripes;
+	map->sub_stripes = sub_stripes;
+	for (i = 0; i < num_stripes; i++) {
+		const struct btrfs_stripe *s = &chunk->stripe + i;
+		struct btrfs_device *dev;
+
+		map->stripes[i].devid = btrfs_stripe_devid(s);
+		map->stripes[i].physical = btrfs_stripe_offset(s);
+		dev = find_device(vol, map->stripes[i].devid);
+		if (!dev) {
+			/* a device we were not given and the chunk tree has not named yet */
+			dev = calloc(1, sizeof(*dev));
+			if (!dev || insert_device(vol, dev)) {
+				free(dev);
+				free(map);
+				return -ENOMEM;
+			}
+			dev->devid = map->stripes[i].devid;
+			memcpy(dev->uuid, s->dev_uuid, BTRFS_UUID_SIZE);
+		}
+		map->stripes[i].dev = dev;
+	}
+	/* insert sorted, checking overlap with the neighbours */
+	for (pos = vol->nchunks; pos > 0 && vol->chunks[pos - 1]->logical > logical; pos--)
+		;
+	if ((pos > 0 && vol->chunks[pos - 1]->logical + vol->chunks[pos - 1]->length > logical) ||
+	    (pos < vol->nchunks && logical + length > vol->chunks[pos]->logical)) {
+		free(map);
+		return BLOG_CORRUPT(vol->log, "chunk at %llu overlaps a neighbour",
+				    (unsigned long long)logical);
+	}
+	if (vol->nchunks == vol->chunks_cap) {
+		size_t cap = vol->chunks_cap ? vol->chunks_cap * 2 : 16;
+		struct chunk_map **c = realloc(vol->chunks, cap * sizeof(*c));
+
+		if (!c) {
+			free(map);
+			return -ENOMEM;
+		}
+		vol->chunks = c;
+		vol->chunks_cap = cap;
+	}
+	memmove(&vol->chunks[pos + 1], &vol->chunks[pos], (vol->nchunks - pos) * sizeof(map));
+	vol->chunks[pos] = map;
+	vol->nchunks++;
+	return 0;
+}
+
+/* Parse the superblock's sys_chunk_array into the chunk map. */
+static int load_sys_array(struct btrfs_volumes *vol)
+{
+	const struct btrfs_super_block *sb = &vol->super;
+	u32 size = btrfs_super_sys_array_size(sb), pos = 0;
+
+	while (pos < size) {
+		struct btrfs_disk_key dkey;
+		struct btrfs_key key;
+		const struct btrfs_chunk *chunk;
+		u32 num_stripes, item_size;
+		int ret;
+
+		if (size - pos < sizeof(dkey) + sizeof(struct btrfs_chunk))
+			return BLOG_CORRUPT(vol->log, "sys_chunk_array: truncated entry at %u", pos);
+		memcpy(&dkey, sb->sys_chunk_array + pos, sizeof(dkey));
+		btrfs_disk_to_cpu_key(&key, &dkey);
+		pos += sizeof(dkey);
+		if (key.type != BTRFS_CHUNK_ITEM_KEY)
+			return BLOG_CORRUPT(vol->log, "sys_chunk_array: key type %u at %u", key.type,
+					    pos);
+		chunk = (const struct btrfs_chunk *)(sb->sys_chunk_array + pos);
+		num_stripes = btrfs_chunk_num_stripes(chunk);
+		if (num_stripes == 0)
+			return BLOG_CORRUPT(vol->log, "sys_chunk_array: chunk with no stripes");
+		item_size = (u32)btrfs_chunk_item_size(num_stripes);
+		if (item_size > size - pos)
+			return BLOG_CORRUPT(vol->log, "sys_chunk_array: chunk overruns the array");
+		if (!(btrfs_chunk_type(chunk) & BTRFS_BLOCK_GROUP_SYSTEM))
+			return BLOG_CORRUPT(vol->log, "sys_chunk_array: non-system chunk at %llu",
+					    (unsigned long long)key.offset);
+		ret = volumes_add_chunk(vol, key.offset, chunk, item_size);
+		if (ret)
+			return ret;
+		pos += item_size;
+	}
+	return 0;
+}
+
+int volumes_open(struct btrfs_volumes *vol, struct blockdev **bdevs, size_t nbdevs,
+		 const struct blog *log, int allow_degraded)
+{
+	struct btrfs_super_block *sbs;
+	const char *bad;
+	size_t i, best = 0;
+	int ret = 0;
+
+	memset(vol, 0, sizeof(*vol));
+	vol->log = log;
+	vol->allow_degraded = allow_degraded;
+	sbs = calloc(nbdevs ? nbdevs : 1, sizeof(*sbs));
+	if (!sbs) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	for (i = 0; i < nbdevs; i++) {
+		ret = btrfs_read_super(bdevs[i], log, &sbs[i]);
+		if (ret) {
+			blog_err(log, "%s: no valid btrfs superblock", bdevs[i]->name);
+			goto fail;
+		}
+		if (i && memcmp(sbs[i].fsid, sbs[0].fsid, BTRFS_FSID_SIZE) != 0) {
+			blog_err(log, "%s: belongs to another filesystem than %s", bdevs[i]->name,
+				 bdevs[0]->name);
+			ret = -EINVAL;
+			goto fail;
+		}
+		if (btrfs_super_generation(&sbs[i]) > btrfs_super_generation(&sbs[best]))
+			best = i;
+	}
+	memcpy(&vol->super, &sbs[best], sizeof(vol->super));
+	bad = btrfs_unsupported_incompat(btrfs_super_incompat_flags(&vol->super));
+	if (bad) {
+		blog_err(log, "%s: unsupported incompat feature: %s (flags %#llx)", bdevs[0]->name,
+			 bad, (unsigned long long)btrfs_super_incompat_flags(&vol->super));
+		ret = -EOPNOTSUPP;
+		goto fail;
+	}
+	vol->sectorsize = btrfs_super_sectorsize(&vol->super);
+	vol->nodesize = btrfs_super_nodesize(&vol->super);
+	vol->csum_type = btrfs_super_csum_type(&vol->super);
+	vol->csum_size = (u32)btrfs_csum_size(vol->csum_type);
+	memcpy(vol->fsid, vol->super.fsid, BTRFS_FSID_SIZE);
+	if (btrfs_super_incompat_flags(&vol->super) & BTRFS_FEATURE_INCOMPAT_METADATA_UUID)
+		memcpy(vol->meta_fsid, vol->super.metadata_uuid, BTRFS_FSID_SIZE);
+	else
+		memcpy(vol->meta_fsid, vol->super.fsid, BTRFS_FSID_SIZE);
+
+	for (i = 0; i < nbdevs; i++) {
+		struct btrfs_device *dev;
+		u64 devid = btrfs_dev_item_devid(&sbs[i].dev_item);
+
+		if (find_device(vol, devid)) {
+			blog_err(log, "%s: device id %llu given twice", bdevs[i]->name,
+				 (unsigned long long)devid);
+			ret = -EINVAL;
+			goto fail;
+		}
+		dev = calloc(1, sizeof(*dev));
+		if (!dev || !(dev->path = strdup(bdevs[i]->name)) || insert_device(vol, dev)) {
+			if (dev)
+				free(dev->path);
+			free(dev);
+			ret = -ENOMEM;
+			goto fail;
+		}
+		dev->devid = devid;
+		memcpy(dev->uuid, sbs[i].dev_item.uuid, BTRFS_UUID_SIZE);
+		dev->total_bytes = btrfs_dev_item_total_bytes(&sbs[i].dev_item);
+		dev->bytes_used = btrfs_dev_item_bytes_used(&sbs[i].dev_item);
+		dev->generation = btrfs_super_generation(&sbs[i]);
+		dev->bdev = bdevs[i];
+		bdevs[i] = NULL;
+		if (dev->generation != btrfs_super_generation(&vol->super))
+			blog_warn(log, "%s: superblock generation %llu is older than %llu",
+				  dev->path, (unsigned long long)dev->generation,
+				  (unsigned long long)btrfs_super_generation(&vol->super));
+	}
+	free(sbs);
+	sbs = NULL;
+	ret = load_sys_array(vol);
+	if (ret)
+		goto fail;
+	return 0;
+fail:
+	free(sbs);
+	for (i = 0; i < nbdevs; i++)
+		blockdev_close(bdevs[i]);
+	volumes_close(vol);
+	return ret;
+}
+
+int volumes_check_devices(struct btrfs_volumes *vol)
+{
+	size_t i, nmissing = 0;
+	u32 k;
+
+	for (i = 0; i < vol->ndevs; i++) {
+		if (!vol->devs[i]->bdev) {
+			nmissing++;
+			blog_warn(vol->log, "device %llu is missing",
+				  (unsigned long long)vol->devs[i]->devid);
+		}
+	}
+	if (!nmissing)
+		return 0;
+	if (!vol->allow_degraded) {
+		blog_err(vol->log, "%zu device(s) missing; give them with --device, or open degraded",
+			 nmissing);
+		return -ENXIO;
+	}
+	for (i = 0; i < vol->nchunks; i++) {
+		const struct chunk_map *map = vol->chunks[i];
+		u32 missing = 0;
+
+		for (k = 0; k < map->num_stripes; k++)
+			if (!map->stripes[k].dev->bdev)
+				missing++;
+		if (map->type & BTRFS_BLOCK_GROUP_RAID10) {
+			/* each group of sub_stripes mirrors needs one present member */
+			u32 g, lost_group = 0;
+
+			for (g = 0; g < map->num_stripes; g += map->sub_stripes) {
+				u32 present = 0;
+
+				for (k = g; k < g + map->sub_stripes; k++)
+					present += map->stripes[k].dev->bdev != NULL;
+				lost_group |= present == 0;
+			}
+			missing = lost_group ? map->num_stripes : 0;
+		}
+		if (missing > chunk_tolerance(map)) {
+			blog_err(vol->log,
+				 "chunk at %llu has %u of %u stripes on missing devices; its profile "
+				 "cannot rebuild them",
+				 (unsigned long long)map->logical, missing, map->num_stripes);
+			return -ENXIO;
+		}
+	}
+	return 0;
+}
+
+void volumes_close(struct btrfs_volumes *vol)
+{
+	size_t i;
+
+	for (i = 0; i < vol->ndevs; i++) {
+		blockdev_close(vol->devs[i]->bdev);
+		free(vol->devs[i]->path);
+		free(vol->devs[i]);
+	}
+	free(vol->devs);
+	for (i = 0; i < vol->nchunks; i++)
+		free(vol->chunks[i]);
+	free(vol->chunks);
+	vol->devs = NULL;
+	vol->chunks = NULL;
+	vol->ndevs = vol->nchunks = vol->chunks_cap = 0;
+}

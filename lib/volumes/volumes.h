@@ -1,0 +1,127 @@
+/*
+ * volumes.h — the device set of one filesystem, its superblock, and the chunk
+ * map that turns logical addresses into (device, physical offset) per profile.
+ *
+ * Invariants:
+ *  1. vol->devs is sorted by devid; a device whose bdev is NULL is missing.
+ *  2. vol->chunks is sorted by logical start and the chunks do not overlap;
+ *     every chunk has 1 <= num_stripes and a stripe_len that is a power of two
+ *     and a multiple of the sector size (checked when the chunk is added).
+ *  3. A mirror number is 1-based: mirror 1 is the preferred copy; for RAID5/6
+ *     mirrors beyond the stripe count of copies are reconstructions from
+ *     parity (see volumes_num_copies()).
+ */
+#ifndef BUTTER_VOLUMES_VOLUMES_H
+#define BUTTER_VOLUMES_VOLUMES_H
+
+#include <pthread.h>
+
+#include "device/device.h"
+#include "format/ondisk.h"
+#include "log.h"
+
+struct btrfs_device {
+	u64 devid;
+	u8 uuid[BTRFS_UUID_SIZE];
+	u64 total_bytes;
+	u64 bytes_used;
+	u64 generation;         /* superblock generation read from this device */
+	struct blockdev *bdev;  /* NULL: missing */
+	char *path;
+};
+
+struct map_stripe {
+	u64 devid;
+	u64 physical;           /* start of this stripe's area on the device */
+	struct btrfs_device *dev;
+};
+
+struct chunk_map {
+	u64 logical;
+	u64 length;
+	u64 type;               /* BTRFS_BLOCK_GROUP_* */
+	u64 stripe_len;
+	u32 num_stripes;
+	u32 sub_stripes;
+	struct map_stripe stripes[];
+};
+
+struct btrfs_volumes {
+	const struct blog *log;
+	struct btrfs_super_block super; /* the newest valid copy */
+	u32 sectorsize;
+	u32 nodesize;
+	u16 csum_type;
+	u32 csum_size;
+	u8 fsid[BTRFS_FSID_SIZE];
+	u8 meta_fsid[BTRFS_FSID_SIZE];  /* fsid stamped in node headers */
+
+	struct btrfs_device **devs;
+	size_t ndevs;
+
+	struct chunk_map **chunks;
+	size_t nchunks, chunks_cap;
+	int allow_degraded;
+};
+
+/*
+ * Read and validate the superblocks of @dev (primary and mirrors that fit):
+ * returns 0 with the newest valid copy in @sb, -EINVAL if no copy has the
+ * btrfs magic, -EUCLEAN if copies exist but none is valid.
+ */
+int btrfs_read_super(struct blockdev *dev, const struct blog *log, struct btrfs_super_block *sb);
+
+/* Check a superblock's own consistency (sizes, levels, csum type, array). */
+int btrfs_check_super(const struct btrfs_super_block *sb, const struct blog *log,
+		      const char *where);
+
+/* Return the name of the first incompat feature we cannot handle, or NULL. */
+const char *btrfs_unsupported_incompat(u64 incompat);
+
+/*
+ * Assemble a filesystem from the opened devices @bdevs (ownership passes to
+ * @vol on success and on failure). Picks the newest superblock among devices
+ * of the same fsid, loads sys_chunk_array. Devices of another fsid are an
+ * error naming the file.
+ */
+int volumes_open(struct btrfs_volumes *vol, struct blockdev **bdevs, size_t nbdevs,
+		 const struct blog *log, int allow_degraded);
+void volumes_close(struct btrfs_volumes *vol);
+
+/* Add a chunk from an on-disk chunk item of @item_size bytes at @logical. */
+int volumes_add_chunk(struct btrfs_volumes *vol, u64 logical, const struct btrfs_chunk *chunk,
+		      u32 item_size);
+
+/* Record a device item from the chunk tree (creates a missing device if needed). */
+int volumes_add_dev_item(struct btrfs_volumes *vol, const struct btrfs_dev_item *item);
+
+/* After the chunk tree is loaded: check every stripe's device is present or tolerable. */
+int volumes_check_devices(struct btrfs_volumes *vol);
+
+/* The chunk containing @logical, or NULL. */
+const struct chunk_map *volumes_find_chunk(const struct btrfs_volumes *vol, u64 logical);
+
+/* How many distinct ways exist to read @logical (copies and reconstructions). */
+int volumes_num_copies(const struct btrfs_volumes *vol, u64 logical);
+
+/*
+ * Read @len bytes at @logical from copy @mirror (1-based). The range may span
+ * stripes but not chunks. Returns 0, -EIO if that copy is unavailable (device
+ * missing or I/O error), -ENOENT if no chunk maps @logical. No checksums are
+ * checked here: the caller verifies and tries the next mirror.
+ */
+int volumes_read(struct btrfs_volumes *vol, u64 logical, void *buf, size_t len, int mirror);
+
+/*
+ * Map one position of a chunk: for @offset (bytes into the chunk) and
+ * @mirror, the stripe index and physical byte, plus how many bytes from there
+ * stay in the same stripe. For RAID5/6 only data positions are mapped (mirror
+ * must be 1). Exposed for unit tests of the arithmetic.
+ */
+int chunk_map_position(const struct chunk_map *map, u64 offset, int mirror, u32 *stripe_index,
+		       u64 *physical, u64 *contiguous);
+
+/* Number of data stripes in one full stripe row (RAID5/6) or 1 otherwise. */
+u32 chunk_data_stripes(const struct chunk_map *map);
+
+#endif
