@@ -139,7 +139,8 @@ int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodata
 		if (first_ok)
 			blog_warn(&fs->log, "data at %llu copy 1: checksum mismatch",
 				  (unsigned long long)pos);
-		for (mirror = 2; mirror <= copies; mirror++) {
+		/* after a failed bulk read, copy 1 of this sector may still be fine */
+		for (mirror = first_ok ? 2 : 1; mirror <= copies; mirror++) {
 			if (volumes_read(&fs->vol, pos, sector, ss, mirror) != 0)
 				continue;
 			if (nodatasum || sector_ok(fs, sector, csums + (size_t)i * cs))
