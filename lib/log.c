@@ -33,6 +33,8 @@ int blog_corrupt(const struct blog *log, const char *func, int line, const char 
 	char detail[768], buf[1024];
 	va_list ap;
 
+	if (log && BUTTER_LOG_ERROR > log->level)
+		return -EUCLEAN;
 	va_start(ap, fmt);
 	vsnprintf(detail, sizeof(detail), fmt, ap);
 	va_end(ap);

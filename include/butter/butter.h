@@ -61,6 +61,16 @@ struct butter_open_opts {
  */
 int butter_open(const char *path, const struct butter_open_opts *opts, struct butter_fs **out);
 
+/*
+ * Open the single-device filesystem image held in @size bytes of memory at
+ * @image (for fuzzing and tests: no file is touched). The handle borrows the
+ * bytes and never writes them; they must stay valid and unchanged until
+ * butter_close(). opts->devices must be empty (-EINVAL otherwise). Errors as
+ * butter_open().
+ */
+int butter_open_memory(const void *image, size_t size, const struct butter_open_opts *opts,
+		       struct butter_fs **out);
+
 /* Release everything the handle holds. */
 void butter_close(struct butter_fs *fs);
 
@@ -211,6 +221,40 @@ int butter_subvol_list(struct butter_fs *fs,
 		       int (*fn)(void *arg, const struct butter_subvol_info *info), void *arg);
 
 int butter_subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_info *info);
+
+/* ---- making filesystems ------------------------------------------------- */
+
+/* Profile values for butter_mkfs_opts (0 means the mkfs.btrfs default). */
+#define BUTTER_PROFILE_SINGLE (1ULL << 48)
+
+/* Parse "single", "dup", "raid0", "raid1", "raid1c3", "raid1c4", "raid10", "raid5", "raid6". */
+int butter_profile_parse(const char *name, uint64_t *profile);
+
+/* Parse "crc32c", "xxhash" (or "xxhash64"), "sha256", "blake2" (or "blake2b"). */
+int butter_csum_parse(const char *name, int *csum_type);
+
+struct butter_mkfs_opts {
+	const char *const *devices; /* one or more image files or block devices */
+	size_t ndevices;
+	const char *label;          /* NULL: none */
+	uint64_t data_profile;      /* 0: single */
+	uint64_t meta_profile;      /* 0: dup on one device, raid1 on several */
+	uint32_t nodesize;          /* 0: 16384 */
+	uint32_t sectorsize;        /* 0: 4096 */
+	int csum_type;              /* -1: crc32c */
+	uint64_t size;              /* bytes per device; 0: the device's size */
+	int force;                  /* overwrite an existing filesystem */
+	butter_log_fn log;
+	void *log_arg;
+};
+
+/*
+ * Create an empty btrfs filesystem (features as current mkfs.btrfs: skinny
+ * metadata, extended iref, no-holes, free space tree). Regular files are
+ * created or grown to opts->size. -EEXIST if a device holds a filesystem and
+ * !force; -ENOSPC if a device is too small; -EOPNOTSUPP for raid5/6 (not yet).
+ */
+int butter_mkfs(const struct butter_mkfs_opts *opts);
 
 #ifdef __cplusplus
 }

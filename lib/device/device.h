@@ -40,6 +40,9 @@ void blockdev_close(struct blockdev *dev);
 /* Open a regular file or block device. -errno from open(2)/fstat(2). */
 int blockdev_open_file(const char *path, int readonly, struct blockdev **out);
 
+/* Create @path if missing and grow a regular file to at least @size bytes. */
+int blockdev_prepare_file(const char *path, uint64_t size);
+
 /*
  * A device over @size bytes of memory. With @copy the bytes at @data are
  * copied (and @data may be NULL for zeroes); otherwise the device borrows

@@ -132,3 +132,24 @@ fail_fd:
 	close(fd);
 	return ret;
 }
+
+/*
+ * Make sure @path can hold @size bytes: create the file if it does not exist
+ * and grow a regular file that is smaller. Block devices are left alone.
+ */
+int blockdev_prepare_file(const char *path, uint64_t size)
+{
+	struct stat st;
+	int fd, ret = 0;
+
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0)
+		ret = -errno;
+	else if (S_ISREG(st.st_mode) && size && (uint64_t)st.st_size < size &&
+		 ftruncate(fd, (off_t)size) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}

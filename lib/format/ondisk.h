@@ -64,6 +64,7 @@ typedef uint8_t u8;
 typedef uint16_t u16;
 typedef uint32_t u32;
 typedef uint64_t u64;
+typedef int64_t s64;
 
 /* Little-endian storage types: distinct names so a reader sees what is raw. */
 typedef uint16_t le16;
@@ -415,6 +416,13 @@ struct btrfs_chunk {
 	le16 sub_stripes;
 	struct btrfs_stripe stripe;
 } BTRFS_PACKED;
+
+/* Stripe @i of a chunk item (the array continues past the struct). */
+static inline struct btrfs_stripe *btrfs_chunk_stripe(const struct btrfs_chunk *c, unsigned i)
+{
+	return (struct btrfs_stripe *)((uintptr_t)c + offsetof(struct btrfs_chunk, stripe) +
+				       i * sizeof(struct btrfs_stripe));
+}
 
 static inline size_t btrfs_chunk_item_size(unsigned num_stripes)
 {

@@ -14,8 +14,10 @@
  *         adler32 is never checked and may be absent; we do the same. Bytes
  *         after the end of the deflate stream (sector padding) are ignored.
  *
- *   zstd  one zstd frame, window at most 2^17 (the kernel's decoder refuses
- *         bigger windows, and so do we: it also bounds our memory). The frame
+ *   zstd  one zstd frame, window at most 2^17: the kernel's decoder refuses
+ *         bigger windows, and so do we, which also bounds our memory (zstd
+ *         itself makes one exception: a frame whose whole content fits in
+ *         @out is decoded straight into it, with no window buffer). The frame
  *         may or may not record the content size. Bytes after the frame end
  *         (sector padding) are ignored.
  *
@@ -44,16 +46,17 @@
  *     stream is not looked at. A stream that ends properly before filling
  *     @out_len returns the shorter count (the caller zero-fills, as the kernel
  *     does). A stream that runs out of input before its end and before filling
- *     @out_len is corrupt (-EUCLEAN); the kernel is laxer for zstd and lzo
- *     there, but never writes such a stream.
+ *     @out_len is corrupt (-EUCLEAN); the kernel is laxer for zstd there
+ *     (it zero-fills), but never writes such a stream.
  *  3. Encoding produces a stream the kernel decodes to the input exactly, in
  *     the kernel's framing: zlib window 15 (default level 3), zstd window
  *     <= 2^17 with content size (default level 3), lzo one LZO1X-1 segment per
  *     sector of input with the padding rule above. The bytes need not equal
  *     the kernel's own output (the kernel zlib-flushes every page, for one).
  *  4. Memory is bounded and freed before return: zlib's own state, a zstd
- *     context with a window of at most 128 KiB, one sector of scratch and
- *     LZO1X-1's work memory. No global or static mutable state.
+ *     context with a window of at most 128 KiB (plus, to encode, a scratch of
+ *     ZSTD_compressBound(in_len)), one sector of scratch and LZO1X-1's work
+ *     memory. No global or static mutable state.
  */
 #include <errno.h>
 #include <limits.h>
@@ -170,8 +173,10 @@ static ssize_t zlib_decode(const u8 *in, size_t in_len, u8 *out, size_t out_len)
 }
 
 /*
- * Deflate @in into @out, giving up once the output would reach @limit bytes.
- * Returns the compressed size, -E2BIG, -ENOMEM or -EIO.
+ * Deflate @in into @out, giving up once the output would exceed @limit bytes.
+ * Returns the compressed size, -E2BIG, -ENOMEM or -EIO. A stream that ends
+ * exactly at @limit gets Z_STREAM_END; a full buffer without it means more
+ * output (at least the adler32) is still to come.
  */
 static ssize_t zlib_encode(int level, const u8 *in, size_t in_len, u8 *out, size_t limit)
 {
@@ -269,23 +274,45 @@ out:
 /*
  * Compress @in as one zstd frame into @out, at most @limit bytes. Returns
  * the compressed size, -E2BIG, -ENOMEM or -EIO.
+ *
+ * zstd may fail for want of working room in a destination smaller than
+ * ZSTD_compressBound() even when the result would fit, so such a destination
+ * is filled through a scratch buffer of the bound's size.
  */
 static ssize_t zstd_encode(int level, const u8 *in, size_t in_len, u8 *out, size_t limit)
 {
+	size_t bound = ZSTD_compressBound(in_len), r;
+	u8 *dst = out, *scratch = NULL;
 	ZSTD_CCtx *cctx;
 	ssize_t ret;
-	size_t r;
 
+	if (limit < bound) {
+		scratch = malloc(bound);
+		if (!scratch)
+			return -ENOMEM;
+		dst = scratch;
+	}
 	cctx = ZSTD_createCCtx();
-	if (!cctx)
+	if (!cctx) {
+		free(scratch);
 		return -ENOMEM;
+	}
 	r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
 	if (!ZSTD_isError(r))
 		r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_windowLog, ZSTD_BTRFS_MAX_WINDOWLOG);
 	if (!ZSTD_isError(r))
-		r = ZSTD_compress2(cctx, out, limit, in, in_len);
-	ret = ZSTD_isError(r) ? zstd_errno(r, -EIO) : (ssize_t)r;
+		r = ZSTD_compress2(cctx, dst, scratch ? bound : limit, in, in_len);
+	if (ZSTD_isError(r)) {
+		ret = zstd_errno(r, -EIO);
+	} else if (r > limit) {
+		ret = -E2BIG;
+	} else {
+		if (scratch)
+			memcpy(out, scratch, r);
+		ret = (ssize_t)r;
+	}
 	ZSTD_freeCCtx(cctx);
+	free(scratch);
 	return ret;
 }
 
@@ -486,9 +513,9 @@ ssize_t btrfs_compress(int type, int level, const void *in, size_t in_len, void 
 		return -EINVAL;
 	}
 
-	if (in_len == 0)
+	limit = in_len ? min_size(out_cap, in_len - 1) : 0;
+	if (limit == 0)
 		return -E2BIG;
-	limit = min_size(out_cap, in_len - 1);
 
 	switch (type) {
 	case BTRFS_COMPRESS_ZLIB:

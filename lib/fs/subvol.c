@@ -102,14 +102,14 @@ static int subvol_path(struct butter_fs *fs, u64 id, char *out, size_t cap, u64 
 		       u64 *dirid_out)
 {
 	char buf[8192], name[BTRFS_NAME_LEN];
-	size_t start = sizeof(buf) - 1, name_len;
+	size_t start = sizeof(buf) - 1, name_len = 0;
 	int depth = 0, ret, first = 1;
 
 	buf[start] = '\0';
 	*parent_id = 0;
 	*dirid_out = 0;
 	while (id != BTRFS_FS_TREE_OBJECTID) {
-		u64 parent, dirid;
+		u64 parent = 0, dirid = 0;
 		struct subvol psv;
 
 		if (++depth > MAX_PATH_DEPTH)
@@ -130,7 +130,7 @@ static int subvol_path(struct butter_fs *fs, u64 id, char *out, size_t cap, u64 
 		if (ret)
 			return ret;
 		while (dirid != psv.dirid) {
-			u64 up;
+			u64 up = 0;
 
 			if (++depth > MAX_PATH_DEPTH)
 				return BLOG_CORRUPT(&fs->log, "subvolume %llu: directory path loops",

@@ -109,6 +109,11 @@ void node_put(struct node_cache *cache, struct tree_node *node)
 		return;
 	pthread_mutex_lock(&cache->lock);
 	if (--node->refs == 0) {
+		if (node->removed) {
+			pthread_mutex_unlock(&cache->lock);
+			free_node(node);
+			return;
+		}
 		lru_push(cache, node);
 		evict(cache);
 	}
@@ -300,4 +305,53 @@ int node_read(struct node_cache *cache, u64 bytenr, u64 gen, int level,
 	pthread_mutex_unlock(&cache->lock);
 	*out = n;
 	return 0;
+}
+
+/* Unhash @n. Lock held. */
+static void unhash(struct node_cache *cache, struct tree_node *n)
+{
+	struct tree_node **pp;
+
+	for (pp = &cache->hash[hash_of(cache, n->bytenr)]; *pp; pp = &(*pp)->hash_next) {
+		if (*pp == n) {
+			*pp = n->hash_next;
+			break;
+		}
+	}
+	n->hash_next = NULL;
+}
+
+int node_cache_insert(struct node_cache *cache, struct tree_node *node)
+{
+	struct tree_node *old;
+
+	pthread_mutex_lock(&cache->lock);
+	old = cache_lookup(cache, node->bytenr);
+	if (old) {
+		if (old->refs) {
+			pthread_mutex_unlock(&cache->lock);
+			return -EEXIST;
+		}
+		/* a stale copy of a block that was freed and is now reused */
+		lru_unlink(old);
+		unhash(cache, old);
+		cache->bytes -= cache->nodesize;
+		free_node(old);
+	}
+	node->hash_next = cache->hash[hash_of(cache, node->bytenr)];
+	cache->hash[hash_of(cache, node->bytenr)] = node;
+	cache->bytes += cache->nodesize;
+	pthread_mutex_unlock(&cache->lock);
+	return 0;
+}
+
+void node_cache_remove(struct node_cache *cache, struct tree_node *node)
+{
+	pthread_mutex_lock(&cache->lock);
+	if (cache_lookup(cache, node->bytenr) == node) {
+		unhash(cache, node);
+		cache->bytes -= cache->nodesize;
+	}
+	node->removed = 1;
+	pthread_mutex_unlock(&cache->lock);
 }

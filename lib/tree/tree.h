@@ -29,10 +29,13 @@ struct tree_node {
 	u64 owner;
 	u32 nritems;
 	u8 level;
+	int dirty;                      /* modified in the running transaction; pinned */
+	int removed;                    /* unhashed: freed when the last reference goes */
+	struct tree_node *dirty_next;   /* the transaction's dirty list */
 	int refs;                       /* protected by cache->lock */
 	struct tree_node *hash_next;    /* protected by cache->lock */
 	struct tree_node *lru_prev, *lru_next; /* protected by cache->lock */
-	u8 *data;                       /* nodesize bytes, immutable */
+	u8 *data;                       /* nodesize bytes; immutable unless dirty */
 };
 
 struct node_cache {
@@ -53,6 +56,10 @@ struct tree_root {
 	u64 bytenr;
 	u64 generation; /* 0: do not check */
 	u8 level;
+	/* write side */
+	int dirty;           /* root moved in the running transaction: update its root item */
+	u64 last_snapshot;   /* blocks at or below this generation may be shared */
+	u64 bytes_used;      /* tree blocks * nodesize, kept in its root item */
 };
 
 int node_cache_init(struct node_cache *cache, struct btrfs_volumes *vol, u64 limit_bytes);
@@ -68,6 +75,15 @@ void node_cache_destroy(struct node_cache *cache);
 int node_read(struct node_cache *cache, u64 bytenr, u64 gen, int level,
 	      const struct btrfs_key *first_key, struct tree_node **out);
 void node_put(struct node_cache *cache, struct tree_node *node);
+
+/*
+ * Add a freshly made node (refs 1, not yet on disk) to the cache so searches
+ * find it; -EEXIST if a node with that bytenr is cached and still referenced.
+ */
+int node_cache_insert(struct node_cache *cache, struct tree_node *node);
+
+/* Forget a cached node that is being freed (it must hold no references but the caller's). */
+void node_cache_remove(struct node_cache *cache, struct tree_node *node);
 void node_get(struct node_cache *cache, struct tree_node *node);
 
 /*

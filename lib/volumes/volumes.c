@@ -364,7 +364,7 @@ int volumes_add_chunk(struct btrfs_volumes *vol, u64 logical, const struct btrfs
 	map->num_stripes = num_stripes;
 	map->sub_stripes = sub_stripes;
 	for (i = 0; i < num_stripes; i++) {
-		const struct btrfs_stripe *s = &chunk->stripe + i;
+		const struct btrfs_stripe *s = btrfs_chunk_stripe(chunk, i);
 		struct btrfs_device *dev;
 
 		map->stripes[i].devid = btrfs_stripe_devid(s);
@@ -607,4 +607,98 @@ void volumes_close(struct btrfs_volumes *vol)
 	vol->devs = NULL;
 	vol->chunks = NULL;
 	vol->ndevs = vol->nchunks = vol->chunks_cap = 0;
+}
+
+int volumes_write(struct btrfs_volumes *vol, u64 logical, const void *buf, size_t len)
+{
+	const struct chunk_map *map = volumes_find_chunk(vol, logical);
+	int copies, mirror;
+
+	if (!map)
+		return -ENOENT;
+	if (len > map->length - (logical - map->logical))
+		return -ENOENT;
+	if (map->type & BTRFS_BLOCK_GROUP_RAID56_MASK)
+		return -EOPNOTSUPP;
+	copies = volumes_num_copies(vol, logical);
+	for (mirror = 1; mirror <= copies; mirror++) {
+		const unsigned char *p = buf;
+		u64 offset = logical - map->logical;
+		size_t left = len;
+
+		while (left) {
+			u32 idx;
+			u64 physical, contiguous;
+			size_t piece;
+			int ret = chunk_map_position(map, offset, mirror, &idx, &physical, &contiguous);
+
+			if (ret)
+				return -EIO;
+			piece = contiguous < left ? (size_t)contiguous : left;
+			if (!map->stripes[idx].dev || !map->stripes[idx].dev->bdev)
+				return -EIO;
+			ret = blockdev_write(map->stripes[idx].dev->bdev, p, piece, physical);
+			if (ret)
+				return ret;
+			p += piece;
+			left -= piece;
+			offset += piece;
+		}
+	}
+	return 0;
+}
+
+int volumes_flush(struct btrfs_volumes *vol)
+{
+	size_t i;
+	int ret;
+
+	for (i = 0; i < vol->ndevs; i++) {
+		if (!vol->devs[i]->bdev)
+			continue;
+		ret = blockdev_flush(vol->devs[i]->bdev);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+int volumes_write_supers(struct btrfs_volumes *vol)
+{
+	struct btrfs_super_block *sb = malloc(sizeof(*sb));
+	size_t i;
+	int mirror, ret = 0, written = 0;
+
+	if (!sb)
+		return -ENOMEM;
+	for (i = 0; i < vol->ndevs && ret == 0; i++) {
+		struct btrfs_device *dev = vol->devs[i];
+
+		if (!dev->bdev)
+			continue;
+		memcpy(sb, &vol->super, sizeof(*sb));
+		btrfs_set_dev_item_devid(&sb->dev_item, dev->devid);
+		btrfs_set_dev_item_total_bytes(&sb->dev_item, dev->total_bytes);
+		btrfs_set_dev_item_bytes_used(&sb->dev_item, dev->bytes_used);
+		memcpy(sb->dev_item.uuid, dev->uuid, BTRFS_UUID_SIZE);
+		memcpy(sb->dev_item.fsid, vol->meta_fsid, BTRFS_UUID_SIZE);
+		for (mirror = 0; mirror < BTRFS_SUPER_MIRROR_MAX; mirror++) {
+			u64 offset = btrfs_sb_offset(mirror);
+
+			if (offset + BTRFS_SUPER_INFO_SIZE > dev->bdev->size)
+				break;
+			btrfs_set_super_bytenr(sb, offset);
+			memset(sb->csum, 0, BTRFS_CSUM_SIZE);
+			btrfs_csum_compute(vol->csum_type, (u8 *)sb + BTRFS_CSUM_SIZE,
+					   BTRFS_SUPER_INFO_SIZE - BTRFS_CSUM_SIZE, sb->csum);
+			ret = blockdev_write(dev->bdev, sb, sizeof(*sb), offset);
+			if (ret)
+				break;
+			written++;
+		}
+	}
+	free(sb);
+	if (ret == 0 && written == 0)
+		ret = -EIO;
+	return ret;
 }

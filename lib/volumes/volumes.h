@@ -55,6 +55,7 @@ struct btrfs_volumes {
 	u32 csum_size;
 	u8 fsid[BTRFS_FSID_SIZE];
 	u8 meta_fsid[BTRFS_FSID_SIZE];  /* fsid stamped in node headers */
+	u8 chunk_tree_uuid[BTRFS_UUID_SIZE]; /* stamped in node headers */
 
 	struct btrfs_device **devs;
 	size_t ndevs;
@@ -111,6 +112,21 @@ int volumes_num_copies(const struct btrfs_volumes *vol, u64 logical);
  * checked here: the caller verifies and tries the next mirror.
  */
 int volumes_read(struct btrfs_volumes *vol, u64 logical, void *buf, size_t len, int mirror);
+
+/*
+ * Write @len bytes at @logical to every copy (not RAID5/6: -EOPNOTSUPP).
+ * -EIO if a copy's device is missing.
+ */
+int volumes_write(struct btrfs_volumes *vol, u64 logical, const void *buf, size_t len);
+
+/* Flush every present device. */
+int volumes_flush(struct btrfs_volumes *vol);
+
+/*
+ * Write vol->super to every copy location on every present device, each
+ * with that device's dev_item, bytenr and checksum.
+ */
+int volumes_write_supers(struct btrfs_volumes *vol);
 
 /*
  * Map one position of a chunk: for @offset (bytes into the chunk) and

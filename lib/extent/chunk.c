@@ -1,0 +1,348 @@
+/*
+ * chunk.c — allocating chunks: choosing devices and physical ranges for a
+ * profile, recording the chunk map and block group, and the tree items that
+ * describe them (chunk item, dev extents, dev items; the sys_chunk_array for
+ * system chunks).
+ *
+ * Stripe counts per profile (n = devices with room):
+ *   single 1, dup 2 on one device, raid1 2, raid1c3 3, raid1c4 4,
+ *   raid0 n >= 2, raid10 the largest even n >= 4 (sub_stripes 2).
+ * RAID5/6 chunks are not created yet (their writes need parity updates).
+ * Physical space below 1 MiB is never used (superblock and boot area).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "extent/extent.h"
+
+#define RESERVED_BYTES (1ULL << 20)
+
+static struct dev_space *devspace(struct extent_state *es, u64 devid)
+{
+	size_t i;
+
+	for (i = 0; i < es->ndevspace; i++)
+		if (es->devspace[i].devid == devid)
+			return &es->devspace[i];
+	return NULL;
+}
+
+int chunk_init_devspace(struct extent_state *es, int load)
+{
+	struct btrfs_volumes *vol = es->vol;
+	size_t i;
+	int ret;
+
+	es->devspace = calloc(vol->ndevs ? vol->ndevs : 1, sizeof(*es->devspace));
+	if (!es->devspace)
+		return -ENOMEM;
+	es->ndevspace = vol->ndevs;
+	for (i = 0; i < vol->ndevs; i++) {
+		struct dev_space *ds = &es->devspace[i];
+
+		ds->devid = vol->devs[i]->devid;
+		range_set_init(&ds->free);
+		if (vol->devs[i]->total_bytes > RESERVED_BYTES) {
+			ret = range_add(&ds->free, RESERVED_BYTES, vol->devs[i]->total_bytes);
+			if (ret)
+				return ret;
+		}
+	}
+	if (load) {
+		struct btrfs_key key = { 0, BTRFS_DEV_EXTENT_KEY, 0 };
+		struct tree_path path;
+
+		tree_path_init(&path);
+		ret = tree_search_forward(es->cache, es->dev_root, &key, &path);
+		while (ret == 0) {
+			const u8 *item;
+			u32 size;
+
+			path_key(&path, &key);
+			if (key.type == BTRFS_DEV_EXTENT_KEY) {
+				struct dev_space *ds = devspace(es, key.objectid);
+
+				item = path_item(&path, &size);
+				if (size < sizeof(struct btrfs_dev_extent)) {
+					ret = BLOG_CORRUPT(es->log, "dev extent %llu: short",
+							   (unsigned long long)key.offset);
+					break;
+				}
+				if (ds)
+					ret = range_remove(&ds->free, key.offset,
+							   key.offset + btrfs_dev_extent_length(
+									       (const void *)item));
+				if (ret)
+					break;
+			}
+			ret = tree_next_item(es->cache, &path);
+		}
+		tree_path_release(es->cache, &path);
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
+struct candidate {
+	struct btrfs_device *dev;
+	u64 largest;
+};
+
+static u64 largest_free(const struct dev_space *ds)
+{
+	u64 best = 0;
+	size_t i;
+
+	for (i = 0; i < ds->free.n; i++)
+		if (ds->free.r[i].end - ds->free.r[i].start > best)
+			best = ds->free.r[i].end - ds->free.r[i].start;
+	return best;
+}
+
+static int cmp_candidate(const void *pa, const void *pb)
+{
+	const struct candidate *a = pa, *b = pb;
+
+	if (a->largest != b->largest)
+		return a->largest > b->largest ? -1 : 1;
+	return a->dev->devid < b->dev->devid ? -1 : 1;
+}
+
+int chunk_create(struct extent_state *es, u64 type, u64 stripe_size, u64 *logical)
+{
+	struct btrfs_volumes *vol = es->vol;
+	u64 profile = type & BTRFS_BLOCK_GROUP_PROFILE_MASK;
+	u32 nstripes, sub = 1, data_stripes, i, k;
+	struct candidate *cands;
+	size_t ncands = 0, j;
+	struct btrfs_chunk *chunk;
+	u64 length, start = RESERVED_BYTES;
+	int ret;
+
+	if (profile & BTRFS_BLOCK_GROUP_RAID56_MASK)
+		return -EOPNOTSUPP;
+	stripe_size = stripe_size / (1ULL << 20) * (1ULL << 20);
+	if (stripe_size == 0)
+		return -EINVAL;
+	cands = calloc(vol->ndevs ? vol->ndevs : 1, sizeof(*cands));
+	if (!cands)
+		return -ENOMEM;
+	for (j = 0; j < vol->ndevs; j++) {
+		struct dev_space *ds = devspace(es, vol->devs[j]->devid);
+
+		if (!vol->devs[j]->bdev || !ds)
+			continue;
+		cands[ncands].dev = vol->devs[j];
+		cands[ncands].largest = largest_free(ds);
+		ncands++;
+	}
+	qsort(cands, ncands, sizeof(*cands), cmp_candidate);
+	if (profile & BTRFS_BLOCK_GROUP_DUP)
+		nstripes = 2;
+	else if (profile & BTRFS_BLOCK_GROUP_RAID1)
+		nstripes = 2;
+	else if (profile & BTRFS_BLOCK_GROUP_RAID1C3)
+		nstripes = 3;
+	else if (profile & BTRFS_BLOCK_GROUP_RAID1C4)
+		nstripes = 4;
+	else if (profile & BTRFS_BLOCK_GROUP_RAID0)
+		nstripes = (u32)ncands;
+	else if (profile & BTRFS_BLOCK_GROUP_RAID10) {
+		nstripes = (u32)ncands & ~1u;
+		sub = 2;
+	} else
+		nstripes = 1;
+	if ((profile & BTRFS_BLOCK_GROUP_RAID0 && nstripes < 2) ||
+	    (profile & BTRFS_BLOCK_GROUP_RAID10 && nstripes < 4) ||
+	    (!(profile & BTRFS_BLOCK_GROUP_DUP) && nstripes > ncands) || ncands == 0) {
+		free(cands);
+		return -ENOSPC;
+	}
+	data_stripes = profile & BTRFS_BLOCK_GROUP_RAID0	? nstripes
+		       : profile & BTRFS_BLOCK_GROUP_RAID10 ? nstripes / 2
+							    : 1;
+	/* shrink the stripe to what the chosen devices can hold */
+	for (i = 0; i < (profile & BTRFS_BLOCK_GROUP_DUP ? 1 : nstripes); i++) {
+		u64 cap = cands[i].largest;
+
+		if (profile & BTRFS_BLOCK_GROUP_DUP)
+			cap /= 2;
+		cap = cap / (1ULL << 20) * (1ULL << 20);
+		if (cap < stripe_size)
+			stripe_size = cap;
+	}
+	if (stripe_size < (1ULL << 20)) {
+		free(cands);
+		return -ENOSPC;
+	}
+	length = stripe_size * data_stripes;
+	chunk = calloc(1, btrfs_chunk_item_size(nstripes));
+	if (!chunk) {
+		free(cands);
+		return -ENOMEM;
+	}
+	for (i = 0; i < nstripes; i++) {
+		struct btrfs_device *dev = cands[profile & BTRFS_BLOCK_GROUP_DUP ? 0 : i].dev;
+		struct dev_space *ds = devspace(es, dev->devid);
+		struct btrfs_stripe *s = btrfs_chunk_stripe(chunk, i);
+		u64 phys;
+
+		ret = range_find(&ds->free, stripe_size, 1ULL << 20, 0, &phys);
+		if (ret == 0)
+			ret = range_remove(&ds->free, phys, phys + stripe_size);
+		if (ret) {
+			/* give back what this chunk took */
+			for (k = 0; k < i; k++) {
+				const struct btrfs_stripe *o = btrfs_chunk_stripe(chunk, k);
+				struct dev_space *ods = devspace(es, btrfs_stripe_devid(o));
+
+				range_add(&ods->free, btrfs_stripe_offset(o),
+					  btrfs_stripe_offset(o) + stripe_size);
+			}
+			free(chunk);
+			free(cands);
+			return ret;
+		}
+		btrfs_set_stripe_devid(s, dev->devid);
+		btrfs_set_stripe_offset(s, phys);
+		memcpy(s->dev_uuid, dev->uuid, BTRFS_UUID_SIZE);
+	}
+	if (vol->nchunks) {
+		const struct chunk_map *last = vol->chunks[vol->nchunks - 1];
+
+		start = last->logical + last->length;
+		start = (start + (1ULL << 20) - 1) / (1ULL << 20) * (1ULL << 20);
+	}
+	btrfs_set_chunk_length(chunk, length);
+	btrfs_set_chunk_owner(chunk, BTRFS_EXTENT_TREE_OBJECTID);
+	btrfs_set_chunk_stripe_len(chunk, BTRFS_STRIPE_LEN);
+	btrfs_set_chunk_type(chunk, type);
+	put_le32(&chunk->io_align, BTRFS_STRIPE_LEN);
+	put_le32(&chunk->io_width, BTRFS_STRIPE_LEN);
+	put_le32(&chunk->sector_size, vol->sectorsize);
+	btrfs_set_chunk_num_stripes(chunk, (u16)nstripes);
+	btrfs_set_chunk_sub_stripes(chunk, (u16)sub);
+	ret = volumes_add_chunk(vol, start, chunk, (u32)btrfs_chunk_item_size(nstripes));
+	free(chunk);
+	free(cands);
+	if (ret)
+		return ret;
+	{
+		struct block_group *bg;
+		const struct chunk_map *map = volumes_find_chunk(vol, start);
+
+		for (i = 0; i < map->num_stripes; i++)
+			map->stripes[i].dev->bytes_used += stripe_size;
+		ret = extent_add_block_group(es, start, length, type, 0, 1, &bg);
+		if (ret)
+			return ret;
+		ret = range_add(&bg->free, start, start + length);
+		if (ret == 0)
+			ret = extent_exclude_super_stripes(es, bg);
+		if (ret)
+			return ret;
+	}
+	*logical = start;
+	return 0;
+}
+
+static int update_dev_item(struct extent_state *es, struct tree_trans *t,
+			   const struct btrfs_device *dev)
+{
+	struct btrfs_key key = { BTRFS_DEV_ITEMS_OBJECTID, BTRFS_DEV_ITEM_KEY, dev->devid };
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_slot(t, es->chunk_root, &key, &path, 0, 1);
+	if (ret == 0) {
+		u32 size;
+		struct btrfs_dev_item *di = (void *)path_item_mut(&path, &size);
+
+		if (size >= sizeof(*di)) {
+			btrfs_set_dev_item_bytes_used(di, dev->bytes_used);
+			btrfs_set_dev_item_total_bytes(di, dev->total_bytes);
+		}
+	} else if (ret == 1) {
+		ret = BLOG_CORRUPT(es->log, "device %llu has no dev item",
+				   (unsigned long long)dev->devid);
+	}
+	tree_path_release(es->cache, &path);
+	return ret;
+}
+
+int chunk_insert_items(struct extent_state *es, struct tree_trans *t, u64 logical)
+{
+	struct btrfs_volumes *vol = es->vol;
+	const struct chunk_map *map = volumes_find_chunk(vol, logical);
+	struct btrfs_super_block *sb = &vol->super;
+	struct btrfs_chunk *chunk;
+	struct btrfs_key key;
+	u32 size, i, data_stripes;
+	u64 stripe_size;
+	int ret;
+
+	if (!map || map->logical != logical)
+		return -ENOENT;
+	size = (u32)btrfs_chunk_item_size(map->num_stripes);
+	chunk = calloc(1, size);
+	if (!chunk)
+		return -ENOMEM;
+	data_stripes = map->type & BTRFS_BLOCK_GROUP_RAID0    ? map->num_stripes
+		       : map->type & BTRFS_BLOCK_GROUP_RAID10 ? map->num_stripes / map->sub_stripes
+							      : 1;
+	stripe_size = map->length / data_stripes;
+	btrfs_set_chunk_length(chunk, map->length);
+	btrfs_set_chunk_owner(chunk, BTRFS_EXTENT_TREE_OBJECTID);
+	btrfs_set_chunk_stripe_len(chunk, map->stripe_len);
+	btrfs_set_chunk_type(chunk, map->type);
+	put_le32(&chunk->io_align, (u32)map->stripe_len);
+	put_le32(&chunk->io_width, (u32)map->stripe_len);
+	put_le32(&chunk->sector_size, vol->sectorsize);
+	btrfs_set_chunk_num_stripes(chunk, (u16)map->num_stripes);
+	btrfs_set_chunk_sub_stripes(chunk, (u16)map->sub_stripes);
+	for (i = 0; i < map->num_stripes; i++) {
+		struct btrfs_stripe *s = btrfs_chunk_stripe(chunk, i);
+
+		btrfs_set_stripe_devid(s, map->stripes[i].devid);
+		btrfs_set_stripe_offset(s, map->stripes[i].physical);
+		memcpy(s->dev_uuid, map->stripes[i].dev->uuid, BTRFS_UUID_SIZE);
+	}
+	key.objectid = BTRFS_FIRST_CHUNK_TREE_OBJECTID;
+	key.type = BTRFS_CHUNK_ITEM_KEY;
+	key.offset = logical;
+	ret = tree_insert_item(t, es->chunk_root, &key, chunk, size);
+	if (ret == 0 && (map->type & BTRFS_BLOCK_GROUP_SYSTEM)) {
+		u32 cur = btrfs_super_sys_array_size(sb);
+		struct btrfs_disk_key dk;
+
+		if (cur + sizeof(dk) + size > BTRFS_SYSTEM_CHUNK_ARRAY_SIZE) {
+			ret = -EFBIG;
+		} else {
+			btrfs_cpu_to_disk_key(&dk, &key);
+			memcpy(sb->sys_chunk_array + cur, &dk, sizeof(dk));
+			memcpy(sb->sys_chunk_array + cur + sizeof(dk), chunk, size);
+			put_le32(&sb->sys_chunk_array_size, cur + (u32)sizeof(dk) + size);
+		}
+	}
+	free(chunk);
+	for (i = 0; i < map->num_stripes && ret == 0; i++) {
+		struct btrfs_dev_extent de;
+
+		memset(&de, 0, sizeof(de));
+		put_le64(&de.chunk_tree, BTRFS_CHUNK_TREE_OBJECTID);
+		put_le64(&de.chunk_objectid, BTRFS_FIRST_CHUNK_TREE_OBJECTID);
+		put_le64(&de.chunk_offset, logical);
+		put_le64(&de.length, stripe_size);
+		memcpy(de.chunk_tree_uuid, vol->chunk_tree_uuid, BTRFS_UUID_SIZE);
+		key.objectid = map->stripes[i].devid;
+		key.type = BTRFS_DEV_EXTENT_KEY;
+		key.offset = map->stripes[i].physical;
+		ret = tree_insert_item(t, es->dev_root, &key, &de, sizeof(de));
+	}
+	for (i = 0; i < map->num_stripes && ret == 0; i++)
+		ret = update_dev_item(es, t, map->stripes[i].dev);
+	return ret;
+}

@@ -1,0 +1,152 @@
+/*
+ * extent.h — space and references: block groups and their free space, the
+ * allocator, the delayed-ref queue that becomes extent tree items at commit,
+ * the free space tree, and data checksums in the csum tree.
+ *
+ * Invariants (between transactions):
+ *  1. For every block group, free ∪ used-by-extents ∪ super stripes is the
+ *     whole group, and the free space tree (when present) lists exactly free.
+ *  2. Every allocated tree block and data extent has an extent item whose ref
+ *     count equals the number of references (inline + keyed) it carries.
+ *  3. A block freed in the running transaction stays out of free space
+ *     (pinned) until the commit has written the superblocks, because the last
+ *     committed tree may still point at it.
+ */
+#ifndef BUTTER_EXTENT_EXTENT_H
+#define BUTTER_EXTENT_EXTENT_H
+
+#include "extent/range.h"
+#include "tree/cow.h"
+
+struct block_group {
+	u64 start, length, flags;
+	u64 used;            /* bytes in extents (block group item 'used') */
+	struct range_set free;
+	int item_dirty;      /* used changed or new: rewrite the block group item */
+	int fst_dirty;       /* free space changed: rewrite its free space tree items */
+	int is_new;          /* no block group item on disk yet */
+};
+
+struct delayed_ref {
+	u64 bytenr, num_bytes;
+	u64 root;            /* TREE_BLOCK_REF / EXTENT_DATA_REF owner root (0 if parent) */
+	u64 parent;          /* SHARED_BLOCK_REF / SHARED_DATA_REF parent block, or 0 */
+	u64 owner;           /* tree block: level; data: inode number */
+	u64 offset;          /* data: file offset minus extent offset */
+	int is_data;
+	int delta;           /* references added (> 0) or dropped (< 0) */
+	u64 generation;      /* for a new extent item */
+	struct btrfs_key first_key; /* tree blocks on non-skinny filesystems */
+};
+
+struct dev_space {
+	u64 devid;
+	struct range_set free;       /* unallocated physical ranges */
+};
+
+struct extent_state {
+	struct btrfs_volumes *vol;
+	struct node_cache *cache;
+	const struct blog *log;
+	int skinny;                 /* SKINNY_METADATA: METADATA_ITEM keys */
+	struct tree_root *extent_root;
+	struct tree_root *bg_root;  /* extent tree, or the block group tree */
+	struct tree_root *fst_root; /* NULL without a free space tree */
+	struct tree_root *csum_root;
+	struct tree_root *chunk_root;
+	struct tree_root *dev_root;
+	struct dev_space *devspace;  /* per device: physical ranges still free */
+	size_t ndevspace;
+
+	struct block_group **bgs;   /* sorted by start */
+	size_t nbgs;
+	struct range_set pinned;    /* freed in the running transaction */
+
+	struct delayed_ref *refs;   /* queued for the commit */
+	size_t nrefs, refs_cap;
+	u64 transid;
+	u64 hint_meta, hint_data, hint_sys;
+};
+
+int extent_state_init(struct extent_state *es, struct btrfs_volumes *vol,
+		      struct node_cache *cache);
+void extent_state_destroy(struct extent_state *es);
+
+/* Add a block group (from its item, or new); free space starts empty. */
+int extent_add_block_group(struct extent_state *es, u64 start, u64 length, u64 flags, u64 used,
+			   int is_new, struct block_group **out);
+
+/* The block group containing @logical, or NULL. */
+struct block_group *extent_find_bg(const struct extent_state *es, u64 logical);
+
+/*
+ * Load block groups and free space from the trees of an existing filesystem:
+ * block group items, then the free space tree, or failing that the extent
+ * tree (free = group minus extents minus super stripes).
+ */
+int extent_load(struct extent_state *es);
+
+/* Mark [start, start+len) of a block group as permanently unusable (super stripes). */
+int extent_exclude_super_stripes(struct extent_state *es, struct block_group *bg);
+
+/*
+ * Allocate @len bytes in a block group of @type (BTRFS_BLOCK_GROUP_DATA,
+ * METADATA or SYSTEM). -ENOSPC when no group of that type has room.
+ */
+int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical);
+
+/* Queue a reference change; merged and applied by extent_run_delayed_refs(). */
+int extent_queue_ref(struct extent_state *es, const struct delayed_ref *ref);
+
+/* Apply every queued reference to the extent tree (may queue more: call until none). */
+int extent_run_delayed_refs(struct extent_state *es, struct tree_trans *t);
+
+/* Write changed block group items. */
+int extent_write_block_groups(struct extent_state *es, struct tree_trans *t);
+
+/* Rewrite the free space tree entries of changed block groups. */
+int extent_write_free_space_tree(struct extent_state *es, struct tree_trans *t);
+
+/* Is there anything left for the commit loop to do? */
+int extent_commit_pending(const struct extent_state *es);
+
+/* Pin [bytenr, bytenr+len): freed by this transaction, reusable after its commit. */
+int extent_pin(struct extent_state *es, u64 bytenr, u64 len);
+
+/* Delete the data checksums of [logical, logical+len). */
+int extent_delete_csums(struct extent_state *es, struct tree_trans *t, u64 logical, u64 len);
+
+/* After the superblocks are written: pinned ranges become free. */
+int extent_unpin(struct extent_state *es);
+
+/* Sum of used bytes over all block groups (superblock bytes_used). */
+u64 extent_bytes_used(const struct extent_state *es);
+
+/* The tree-layer hooks (alloc/free/cow of tree blocks); arg is the extent_state. */
+extern const struct tree_block_ops extent_tree_block_ops;
+
+/* Insert data checksums for [logical, logical+len) from @csums (csum_size per sector). */
+int extent_insert_csums(struct extent_state *es, struct tree_trans *t, u64 logical, u64 len,
+			const u8 *csums);
+
+/*
+ * Set up per-device free space: [1 MiB, device size) minus @existing dev
+ * extents (loaded from the dev tree when @load is set).
+ */
+int chunk_init_devspace(struct extent_state *es, int load);
+
+/*
+ * Create a chunk of @type (a BTRFS_BLOCK_GROUP_* type and profile) with
+ * about @stripe_size bytes per device stripe: the chunk map, its block group
+ * (free space minus super stripes), device space. Tree items follow with
+ * chunk_insert_items(). Returns 0 with *logical, -ENOSPC, -EINVAL.
+ */
+int chunk_create(struct extent_state *es, u64 type, u64 stripe_size, u64 *logical);
+
+/* Insert the chunk, dev extent and updated dev items of chunk @logical. */
+int chunk_insert_items(struct extent_state *es, struct tree_trans *t, u64 logical);
+
+/* Hash of an EXTENT_DATA_REF (keyed item offset and inline order). */
+u64 extent_data_ref_hash(u64 root, u64 owner, u64 offset);
+
+#endif

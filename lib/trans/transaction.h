@@ -1,0 +1,55 @@
+/*
+ * transaction.h — begin and commit. A transaction gathers every change
+ * between two consistent on-disk states; the commit makes the new state
+ * durable at one instant: the superblock write.
+ *
+ * State machine of a struct txn_ctx:
+ *
+ *   IDLE --txn_begin()--> RUNNING --txn_commit()--> IDLE
+ *                            |                       ^
+ *                            +--error anywhere------> ABORTED (read-only for good)
+ *
+ * Commit order (written once, here and in txn_commit()):
+ *   1. until nothing changes: run delayed refs (extent tree), write block
+ *      group items, write free space tree entries, update root items;
+ *   2. write every dirty tree block (checksummed) to every copy;
+ *   3. flush every device;
+ *   4. write the superblocks (with the backup roots) on every device;
+ *   5. flush again;
+ *   6. unpin the extents this transaction freed.
+ * A crash before 4 leaves the previous state (its blocks were never
+ * overwritten); after 4 the new one.
+ */
+#ifndef BUTTER_TRANS_TRANSACTION_H
+#define BUTTER_TRANS_TRANSACTION_H
+
+#include "extent/extent.h"
+
+struct txn_ctx {
+	struct btrfs_volumes *vol;
+	struct node_cache *cache;
+	struct extent_state *es;
+	const struct blog *log;
+	struct tree_root *root_tree;   /* its root lives in the superblock */
+	struct tree_root *chunk_tree;  /* likewise */
+	struct tree_root **roots;      /* trees with a ROOT_ITEM in the root tree */
+	size_t nroots;
+	int running;
+	int aborted;                   /* an error poisoned the filesystem: no more commits */
+	struct tree_trans tt;
+};
+
+/* Register a tree whose root item must follow its root at commit. */
+int txn_track_root(struct txn_ctx *ctx, struct tree_root *root);
+
+int txn_begin(struct txn_ctx *ctx);
+
+/* Commit the running transaction (see the order above). */
+int txn_commit(struct txn_ctx *ctx);
+
+/* Abort: the filesystem refuses further changes; @err is logged. */
+void txn_abort(struct txn_ctx *ctx, int err, const char *where);
+
+void txn_ctx_destroy(struct txn_ctx *ctx);
+
+#endif
