@@ -137,44 +137,60 @@ static int load_default_subvol(struct butter_fs *fs)
 int butter_open(const char *path, const struct butter_open_opts *opts, struct butter_fs **out)
 {
 	struct butter_open_opts none = { 0 };
-	struct blockdev **bdevs = NULL;
-	struct butter_fs *fs;
+	struct blockdev **bdevs;
+	struct blog log;
 	size_t i, n;
 	int ret, readonly;
 
 	if (!opts)
 		opts = &none;
-	fs = calloc(1, sizeof(*fs));
-	if (!fs)
-		return -ENOMEM;
-	fs->log.fn = opts->log;
-	fs->log.arg = opts->log_arg;
-	fs->log.level = opts->log_level ? opts->log_level : BUTTER_LOG_WARNING;
-	fs->open_flags = opts->flags;
-	pthread_mutex_init(&fs->subvol_lock, NULL);
+	log.fn = opts->log;
+	log.arg = opts->log_arg;
+	log.level = opts->log_level ? opts->log_level : BUTTER_LOG_WARNING;
 	readonly = 1; /* the write path is not there yet: never open for writing */
 	(void)(opts->flags & BUTTER_OPEN_RDONLY);
 
 	n = 1 + opts->ndevices;
 	bdevs = calloc(n, sizeof(*bdevs));
-	if (!bdevs) {
-		ret = -ENOMEM;
-		goto fail_early;
-	}
+	if (!bdevs)
+		return -ENOMEM;
 	for (i = 0; i < n; i++) {
 		const char *p = i == 0 ? path : opts->devices[i - 1];
 
 		ret = blockdev_open_file(p, readonly, &bdevs[i]);
 		if (ret) {
-			blog_err(&fs->log, "%s: %s", p, strerror(-ret));
+			blog_err(&log, "%s: %s", p, strerror(-ret));
 			while (i--)
 				blockdev_close(bdevs[i]);
 			free(bdevs);
-			goto fail_early;
+			return ret;
 		}
 	}
-	ret = volumes_open(&fs->vol, bdevs, n, &fs->log, !!(opts->flags & BUTTER_OPEN_DEGRADED));
+	ret = fs_open_bdevs(path, bdevs, n, opts, out);
 	free(bdevs);
+	return ret;
+}
+
+int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
+		  const struct butter_open_opts *opts, struct butter_fs **out)
+{
+	struct butter_fs *fs;
+	size_t i;
+	int ret;
+
+	fs = calloc(1, sizeof(*fs));
+	if (!fs) {
+		for (i = 0; i < n; i++)
+			blockdev_close(bdevs[i]);
+		return -ENOMEM;
+	}
+	fs->log.fn = opts->log;
+	fs->log.arg = opts->log_arg;
+	fs->log.level = opts->log_level ? opts->log_level : BUTTER_LOG_WARNING;
+	fs->open_flags = opts->flags;
+	pthread_mutex_init(&fs->subvol_lock, NULL);
+
+	ret = volumes_open(&fs->vol, bdevs, n, &fs->log, !!(opts->flags & BUTTER_OPEN_DEGRADED));
 	if (ret)
 		goto fail_early;
 	ret = node_cache_init(&fs->cache, &fs->vol,

@@ -45,6 +45,16 @@ struct butter_fs {
 	size_t nsubvols, subvols_cap;
 };
 
+/*
+ * Open the filesystem on the already opened devices @bdevs[0..n): all of
+ * butter_open() after opening the files. @path names the filesystem in
+ * messages; @opts is not NULL.
+ * Ownership of every device passes to the handle, also on failure (they are
+ * closed); the array itself stays the caller's. Errors as butter_open().
+ */
+int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
+		  const struct butter_open_opts *opts, struct butter_fs **out);
+
 /* Dirent callback used internally for name/location pairs. */
 
 /*
