@@ -222,6 +222,59 @@ int butter_subvol_list(struct butter_fs *fs,
 
 int butter_subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_info *info);
 
+/* ---- changing files ----------------------------------------------------- */
+/*
+ * These need a handle opened without BUTTER_OPEN_RDONLY; otherwise -EROFS.
+ * Changes become durable at butter_sync() or butter_close() (a commit).
+ * After a failed commit the handle refuses changes (-EROFS); what was
+ * committed before stays intact on disk.
+ */
+
+struct butter_new_inode {
+	uint32_t mode;     /* file type and permission bits (S_IFREG, S_IFDIR, ...) */
+	uint32_t uid, gid;
+	uint64_t rdev;     /* device nodes */
+};
+
+/* Create a file, directory, device node, fifo or socket named @name in @dir. -EEXIST if taken. */
+int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		  const struct butter_new_inode *attr, butter_ino_t *out);
+
+/* Create a symlink to @target. */
+int butter_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		   const char *target, uint32_t uid, uint32_t gid, butter_ino_t *out);
+
+/* Add the name @name in @dir for the existing non-directory @ino. */
+int butter_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char *name,
+		size_t namelen);
+
+/*
+ * Write @len bytes at @off. Today only writes at or past the end of the
+ * file's existing data are supported (appending, filling a new file, or past
+ * a hole): overwriting written bytes returns -EOPNOTSUPP.
+ */
+ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+		     uint64_t off);
+
+/* Set (or replace) an extended attribute. */
+int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
+		    size_t size);
+
+/* Which fields of struct butter_stat butter_setattr() applies. */
+#define BUTTER_SET_MODE 0x1u  /* permission bits only */
+#define BUTTER_SET_UID 0x2u
+#define BUTTER_SET_GID 0x4u
+#define BUTTER_SET_ATIME 0x8u
+#define BUTTER_SET_MTIME 0x10u
+#define BUTTER_SET_CTIME 0x20u
+#define BUTTER_SET_SIZE 0x40u /* grow only today (a hole to the new size) */
+
+int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
+		   unsigned mask);
+
+/* Commit everything changed so far. */
+int butter_sync(struct butter_fs *fs);
+
 /* ---- making filesystems ------------------------------------------------- */
 
 /* Profile values for butter_mkfs_opts (0 means the mkfs.btrfs default). */

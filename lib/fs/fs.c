@@ -147,8 +147,7 @@ int butter_open(const char *path, const struct butter_open_opts *opts, struct bu
 	log.fn = opts->log;
 	log.arg = opts->log_arg;
 	log.level = opts->log_level ? opts->log_level : BUTTER_LOG_WARNING;
-	readonly = 1; /* the write path is not there yet: never open for writing */
-	(void)(opts->flags & BUTTER_OPEN_RDONLY);
+	readonly = !!(opts->flags & BUTTER_OPEN_RDONLY);
 
 	n = 1 + opts->ndevices;
 	bdevs = calloc(n, sizeof(*bdevs));
@@ -239,6 +238,11 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 			  "%s: the filesystem has a tree log (it was not unmounted cleanly); "
 			  "changes fsynced since the last commit are not shown",
 			  path);
+	if (!(opts->flags & BUTTER_OPEN_RDONLY)) {
+		ret = fs_setup_write(fs);
+		if (ret)
+			goto fail_cache;
+	}
 	*out = fs;
 	return 0;
 
@@ -248,6 +252,9 @@ fail_vol:
 	volumes_close(&fs->vol);
 fail_early:
 	pthread_mutex_destroy(&fs->subvol_lock);
+	for (i = 0; i < fs->nsubvols; i++)
+		free(fs->subvols[i]);
+	free(fs->subvols);
 	free(fs);
 	return ret;
 }
@@ -256,9 +263,12 @@ void butter_close(struct butter_fs *fs)
 {
 	if (!fs)
 		return;
+	fs_teardown_write(fs);
 	node_cache_destroy(&fs->cache);
 	volumes_close(&fs->vol);
 	pthread_mutex_destroy(&fs->subvol_lock);
+	for (size_t i = 0; i < fs->nsubvols; i++)
+		free(fs->subvols[i]);
 	free(fs->subvols);
 	free(fs);
 }

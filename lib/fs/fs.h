@@ -20,7 +20,8 @@
 
 struct subvol {
 	u64 id;
-	struct tree_root root;
+	struct tree_root root;       /* canonical: the write path moves it in place */
+	u64 next_ino;                /* 0: not computed yet (write side) */
 	u64 dirid;   /* inode number of its root directory (256) */
 	u64 flags;   /* root item flags (BTRFS_ROOT_SUBVOL_RDONLY) */
 };
@@ -41,8 +42,11 @@ struct butter_fs {
 	u64 default_subvol;
 
 	pthread_mutex_t subvol_lock;
-	struct subvol *subvols;     /* protected by subvol_lock */
-	size_t nsubvols, subvols_cap;
+	struct subvol **subvols;    /* protected by subvol_lock; entries never move */
+	size_t nsubvols;
+
+	/* write side (NULL/0 when opened read-only); see write.c */
+	struct fs_write_state *w;
 };
 
 /*
@@ -62,6 +66,13 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
  * subvolume, negative errno.
  */
 int fs_get_subvol(struct butter_fs *fs, u64 id, struct subvol *out);
+
+/* The canonical subvolume record (for the write path); NULL with *err set. */
+struct subvol *fs_subvol_mut(struct butter_fs *fs, u64 id, int *err);
+
+/* Set up the write side of a handle opened read-write (write.c). */
+int fs_setup_write(struct butter_fs *fs);
+void fs_teardown_write(struct butter_fs *fs);
 
 /* Read the ROOT_ITEM of tree @objectid from the root tree (first key offset). */
 int fs_read_root_item(struct butter_fs *fs, u64 objectid, struct btrfs_root_item *item,

@@ -1,0 +1,988 @@
+/*
+ * write.c — changing files: the write side of a handle (extent state and
+ * transaction set up at open), creating inodes and names, hard links,
+ * symlinks, appending file data, xattrs, attributes, and commits.
+ *
+ * Every change runs in two phases:
+ *   1. checks that change nothing (the name is free, the inode is a dir...):
+ *      failures return an error and leave the transaction untouched;
+ *   2. tree changes: a failure here leaves a half-made change in the running
+ *      transaction, so the transaction is aborted on the spot and the handle
+ *      turns read-only; the last committed state on disk stays intact.
+ *
+ * What a name costs (btrfs's rules, checked by btrfs check):
+ *   INODE_REF (ino, INODE_REF, parent)  {index, name_len, name} (one per link
+ *                                        in that parent, packed in one item)
+ *   DIR_ITEM  (parent, DIR_ITEM, hash)  {location, transid, 0, name_len, type, name}
+ *   DIR_INDEX (parent, DIR_INDEX, index) same payload, one entry
+ *   the parent's i_size grows by 2 * name_len.
+ * Directory indexes start at 2; directories have nlink 1.
+ *
+ * Locking: one mutex (w->lock) serialises all changes; the read side does
+ * not take it (a read racing a change of the same file may see either).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "format/checksum.h"
+#include "fs/fs.h"
+#include "trans/transaction.h"
+
+#define MAX_INLINE 2048u
+#define MAX_EXTENT_SIZE (128ULL << 20)
+#define DIRTY_COMMIT_BYTES (64ULL << 20)
+
+struct fs_write_state {
+	pthread_mutex_t lock;
+	struct extent_state es;
+	struct txn_ctx txn;
+	struct tree_root dev_tree;
+	struct tree_root fst;
+	u64 data_profile;
+};
+
+static int load_root(struct butter_fs *fs, u64 objectid, struct tree_root *root)
+{
+	struct btrfs_root_item item;
+	int ret = fs_read_root_item(fs, objectid, &item, NULL);
+
+	if (ret)
+		return ret;
+	memset(root, 0, sizeof(*root));
+	root->objectid = objectid;
+	root->bytenr = btrfs_root_bytenr(&item);
+	root->generation = btrfs_root_generation(&item);
+	root->level = item.level;
+	root->bytes_used = btrfs_root_bytes_used(&item);
+	return 0;
+}
+
+void fs_teardown_write(struct butter_fs *fs)
+{
+	struct fs_write_state *w = fs->w;
+
+	if (!w)
+		return;
+	if (w->txn.running && !w->txn.aborted) {
+		int ret = txn_commit(&w->txn);
+
+		if (ret)
+			blog_err(&fs->log, "final commit failed: %s", strerror(-ret));
+	}
+	txn_ctx_destroy(&w->txn);
+	extent_state_destroy(&w->es);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+	fs->w = NULL;
+}
+
+int fs_setup_write(struct butter_fs *fs)
+{
+	struct btrfs_super_block *sb = &fs->vol.super;
+	u64 compat_ro = btrfs_super_compat_ro_flags(sb);
+	struct fs_write_state *w;
+	struct tree_node *chunk_root;
+	size_t i;
+	int ret;
+
+	if (btrfs_super_log_root(sb)) {
+		blog_err(&fs->log, "the tree log is not replayed yet: open read-only");
+		return -EOPNOTSUPP;
+	}
+	if (compat_ro & ~(BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE |
+			  BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE_VALID)) {
+		blog_err(&fs->log, "compat_ro features %#llx cannot be written yet: open read-only",
+			 (unsigned long long)compat_ro);
+		return -EOPNOTSUPP;
+	}
+	if ((compat_ro & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE) &&
+	    !(compat_ro & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE_VALID)) {
+		blog_err(&fs->log, "the free space tree is marked invalid: open read-only");
+		return -EOPNOTSUPP;
+	}
+	for (i = 0; i < fs->vol.nchunks; i++) {
+		if (fs->vol.chunks[i]->type & BTRFS_BLOCK_GROUP_RAID56_MASK) {
+			blog_err(&fs->log, "raid5/raid6 chunks cannot be written yet: open read-only");
+			return -EOPNOTSUPP;
+		}
+	}
+	for (i = 0; i < fs->vol.ndevs; i++) {
+		if (!fs->vol.devs[i]->bdev) {
+			blog_err(&fs->log, "a device is missing: open read-only to read degraded");
+			return -EROFS;
+		}
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	pthread_mutex_init(&w->lock, NULL);
+	extent_state_init(&w->es, &fs->vol, &fs->cache);
+	ret = node_read(&fs->cache, fs->chunk_tree.bytenr, fs->chunk_tree.generation,
+			fs->chunk_tree.level, NULL, &chunk_root);
+	if (ret)
+		goto fail;
+	memcpy(fs->vol.chunk_tree_uuid, node_header(chunk_root)->chunk_tree_uuid, BTRFS_UUID_SIZE);
+	node_put(&fs->cache, chunk_root);
+	ret = load_root(fs, BTRFS_DEV_TREE_OBJECTID, &w->dev_tree);
+	if (ret)
+		goto fail;
+	if (!fs->has_csum_tree) {
+		blog_err(&fs->log, "no csum tree: open read-only");
+		ret = -EOPNOTSUPP;
+		goto fail;
+	}
+	fs->extent_tree.bytes_used = 0;
+	{
+		struct btrfs_root_item item;
+
+		if (fs_read_root_item(fs, BTRFS_EXTENT_TREE_OBJECTID, &item, NULL) == 0)
+			fs->extent_tree.bytes_used = btrfs_root_bytes_used(&item);
+		if (fs_read_root_item(fs, BTRFS_CSUM_TREE_OBJECTID, &item, NULL) == 0)
+			fs->csum_tree.bytes_used = btrfs_root_bytes_used(&item);
+	}
+	w->es.extent_root = &fs->extent_tree;
+	w->es.bg_root = &fs->extent_tree;
+	w->es.csum_root = &fs->csum_tree;
+	w->es.chunk_root = &fs->chunk_tree;
+	w->es.dev_root = &w->dev_tree;
+	if (compat_ro & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE) {
+		ret = load_root(fs, BTRFS_FREE_SPACE_TREE_OBJECTID, &w->fst);
+		if (ret)
+			goto fail;
+		w->es.fst_root = &w->fst;
+	} else {
+		/* a v1 space cache, if any, goes stale: make every kernel ignore it */
+		put_le64(&sb->cache_generation, (u64)-1);
+	}
+	ret = chunk_init_devspace(&w->es, 1);
+	if (ret)
+		goto fail;
+	ret = extent_load(&w->es);
+	if (ret)
+		goto fail;
+	for (i = 0; i < w->es.nbgs; i++) {
+		if (w->es.bgs[i]->flags & BTRFS_BLOCK_GROUP_DATA) {
+			w->data_profile = w->es.bgs[i]->flags & BTRFS_BLOCK_GROUP_PROFILE_MASK;
+			break;
+		}
+	}
+	w->txn.vol = &fs->vol;
+	w->txn.cache = &fs->cache;
+	w->txn.es = &w->es;
+	w->txn.log = &fs->log;
+	w->txn.root_tree = &fs->root_tree;
+	w->txn.chunk_tree = &fs->chunk_tree;
+	ret = txn_track_root(&w->txn, &fs->extent_tree);
+	if (ret == 0)
+		ret = txn_track_root(&w->txn, &w->dev_tree);
+	if (ret == 0)
+		ret = txn_track_root(&w->txn, &fs->csum_tree);
+	if (ret == 0 && w->es.fst_root)
+		ret = txn_track_root(&w->txn, &w->fst);
+	if (ret)
+		goto fail;
+	fs->w = w;
+	return 0;
+fail:
+	txn_ctx_destroy(&w->txn);
+	extent_state_destroy(&w->es);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+	return ret;
+}
+
+/* Start a change: take the lock and make sure a transaction runs. */
+static int begin_change(struct butter_fs *fs, struct fs_write_state **wp)
+{
+	struct fs_write_state *w = fs->w;
+	int ret;
+
+	if (!w)
+		return -EROFS;
+	pthread_mutex_lock(&w->lock);
+	ret = txn_begin(&w->txn);
+	if (ret) {
+		pthread_mutex_unlock(&w->lock);
+		return ret;
+	}
+	*wp = w;
+	return 0;
+}
+
+/* End a change; @failed_in_trees: the error came from phase 2 (abort). */
+static int end_change(struct fs_write_state *w, int ret, int failed_in_trees)
+{
+	if (ret < 0 && failed_in_trees)
+		txn_abort(&w->txn, ret, "a change");
+	else if (ret >= 0 && w->txn.tt.ndirty * w->txn.cache->nodesize > DIRTY_COMMIT_BYTES) {
+		int r = txn_commit(&w->txn);
+
+		if (r)
+			ret = r;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+int butter_sync(struct butter_fs *fs)
+{
+	struct fs_write_state *w = fs->w;
+	int ret;
+
+	if (!w)
+		return 0;
+	pthread_mutex_lock(&w->lock);
+	ret = txn_commit(&w->txn);
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+static void now_ts(struct btrfs_timespec *t)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	btrfs_set_timespec_sec(t, (u64)ts.tv_sec);
+	btrfs_set_timespec_nsec(t, (u32)ts.tv_nsec);
+}
+
+/* Insert @data as a new item, or append it to the existing item with @key. */
+static int insert_or_extend(struct tree_trans *t, struct tree_root *root,
+			    const struct btrfs_key *key, const void *data, u32 size)
+{
+	struct tree_path path;
+	u32 isize;
+	u8 *p;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_slot(t, root, key, &path, (int)(size + sizeof(struct btrfs_item)), 1);
+	if (ret == 0) {
+		path_item(&path, &isize);
+		ret = tree_extend_item(t, &path, size);
+		if (ret == 0) {
+			p = path_item_mut(&path, &isize);
+			memcpy(p + isize - size, data, size);
+		}
+	} else if (ret == 1) {
+		ret = tree_insert_empty_item(t, root, &path, key, size);
+		if (ret == 0) {
+			p = path_item_mut(&path, &isize);
+			memcpy(p, data, size);
+		}
+	}
+	tree_path_release(t->cache, &path);
+	return ret;
+}
+
+/* Apply @fn to the inode item of @ino (COW). */
+static int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
+			void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg)
+{
+	struct fs_write_state *w = fs->w;
+	struct btrfs_key key = { ino, BTRFS_INODE_ITEM_KEY, 0 };
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_slot(&w->txn.tt, &sv->root, &key, &path, 0, 1);
+	if (ret == 0) {
+		u32 size;
+		struct btrfs_inode_item *ii = (void *)path_item_mut(&path, &size);
+
+		if (size < sizeof(*ii)) {
+			ret = -EUCLEAN;
+		} else {
+			fn(ii, arg);
+			btrfs_set_inode_transid(ii, w->txn.tt.transid);
+			btrfs_set_inode_sequence(ii, btrfs_inode_sequence(ii) + 1);
+		}
+	} else if (ret == 1) {
+		ret = -ENOENT;
+	}
+	tree_path_release(&fs->cache, &path);
+	if (ret == 0)
+		ret = txn_track_root(&w->txn, &sv->root);
+	return ret;
+}
+
+static int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out)
+{
+	if (!sv->next_ino) {
+		struct btrfs_key key = { BTRFS_LAST_FREE_OBJECTID, 0xff, (u64)-1 };
+		struct tree_path path;
+		int ret;
+
+		tree_path_init(&path);
+		ret = tree_search_backward(&fs->cache, &sv->root, &key, &path);
+		if (ret == 0)
+			path_key(&path, &key);
+		tree_path_release(&fs->cache, &path);
+		if (ret < 0)
+			return ret;
+		sv->next_ino = BTRFS_FIRST_FREE_OBJECTID + 1;
+		if (ret == 0 && key.objectid + 1 > sv->next_ino)
+			sv->next_ino = key.objectid + 1;
+	}
+	if (sv->next_ino > BTRFS_LAST_FREE_OBJECTID)
+		return -ENOSPC;
+	*out = sv->next_ino++;
+	return 0;
+}
+
+static int next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out)
+{
+	struct btrfs_key key = { dir, BTRFS_DIR_INDEX_KEY, (u64)-1 };
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_backward(&fs->cache, &sv->root, &key, &path);
+	if (ret == 0)
+		path_key(&path, &key);
+	tree_path_release(&fs->cache, &path);
+	if (ret < 0)
+		return ret;
+	*out = 2;
+	if (ret == 0 && key.objectid == dir && key.type == BTRFS_DIR_INDEX_KEY)
+		*out = key.offset + 1;
+	return 0;
+}
+
+static u8 mode_to_ft(u32 mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG: return BTRFS_FT_REG_FILE;
+	case S_IFDIR: return BTRFS_FT_DIR;
+	case S_IFCHR: return BTRFS_FT_CHRDEV;
+	case S_IFBLK: return BTRFS_FT_BLKDEV;
+	case S_IFIFO: return BTRFS_FT_FIFO;
+	case S_IFSOCK: return BTRFS_FT_SOCK;
+	case S_IFLNK: return BTRFS_FT_SYMLINK;
+	default: return BTRFS_FT_UNKNOWN;
+	}
+}
+
+struct dir_update {
+	s64 size_delta;
+};
+
+static void touch_dir(struct btrfs_inode_item *ii, void *arg)
+{
+	struct dir_update *u = arg;
+
+	btrfs_set_inode_size(ii, (u64)((s64)btrfs_inode_size(ii) + u->size_delta));
+	now_ts(&ii->mtime);
+	ii->ctime = ii->mtime;
+}
+
+/* Phase-1 checks for a new name in @dir; returns the canonical subvolume. */
+static int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name,
+			  size_t namelen, struct subvol **svp)
+{
+	struct btrfs_inode_item ii;
+	butter_ino_t existing;
+	int ret, err = 0;
+
+	if (namelen == 0 || memchr(name, '/', namelen) || memchr(name, '\0', namelen))
+		return -EINVAL;
+	if (namelen > BTRFS_NAME_LEN)
+		return -ENAMETOOLONG;
+	if ((namelen == 1 && name[0] == '.') || (namelen == 2 && !memcmp(name, "..", 2)))
+		return -EEXIST;
+	if (dir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
+		return -EPERM;
+	ret = fs_read_inode(fs, dir, &ii);
+	if (ret)
+		return ret;
+	if (!S_ISDIR(btrfs_inode_mode(&ii)))
+		return -ENOTDIR;
+	ret = butter_lookup(fs, dir, name, namelen, &existing);
+	if (ret == 0)
+		return -EEXIST;
+	if (ret != -ENOENT)
+		return ret;
+	*svp = fs_subvol_mut(fs, dir.subvol, &err);
+	return *svp ? 0 : err;
+}
+
+/* Add the name @name in @dir for @ino (phase 2). */
+static int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+		    size_t namelen, u64 ino, u32 mode)
+{
+	struct fs_write_state *w = fs->w;
+	struct tree_trans *t = &w->txn.tt;
+	struct btrfs_key key, loc = { ino, BTRFS_INODE_ITEM_KEY, 0 };
+	struct dir_update u = { 2 * (s64)namelen };
+	u8 buf[sizeof(struct btrfs_dir_item) + BTRFS_NAME_LEN];
+	struct btrfs_dir_item *di = (void *)buf;
+	u8 ref[sizeof(struct btrfs_inode_ref) + BTRFS_NAME_LEN];
+	u64 index;
+	int ret;
+
+	ret = next_dir_index(fs, sv, dir, &index);
+	if (ret)
+		return ret;
+	btrfs_set_inode_ref_index((struct btrfs_inode_ref *)ref, index);
+	btrfs_set_inode_ref_name_len((struct btrfs_inode_ref *)ref, (u16)namelen);
+	memcpy(ref + sizeof(struct btrfs_inode_ref), name, namelen);
+	key.objectid = ino;
+	key.type = BTRFS_INODE_REF_KEY;
+	key.offset = dir;
+	ret = insert_or_extend(t, &sv->root, &key, ref,
+			       (u32)(sizeof(struct btrfs_inode_ref) + namelen));
+	if (ret)
+		return ret;
+	memset(buf, 0, sizeof(*di));
+	btrfs_cpu_to_disk_key(&di->location, &loc);
+	btrfs_set_dir_transid(di, t->transid);
+	btrfs_set_dir_data_len(di, 0);
+	btrfs_set_dir_name_len(di, (u16)namelen);
+	di->type = mode_to_ft(mode);
+	memcpy(buf + sizeof(*di), name, namelen);
+	key.objectid = dir;
+	key.type = BTRFS_DIR_ITEM_KEY;
+	key.offset = btrfs_name_hash(name, namelen);
+	ret = insert_or_extend(t, &sv->root, &key, buf, (u32)(sizeof(*di) + namelen));
+	if (ret)
+		return ret;
+	key.type = BTRFS_DIR_INDEX_KEY;
+	key.offset = index;
+	ret = tree_insert_item(t, &sv->root, &key, buf, (u32)(sizeof(*di) + namelen));
+	if (ret)
+		return ret;
+	return modify_inode(fs, sv, dir, touch_dir, &u);
+}
+
+static int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_new_inode *a,
+			u64 size, u64 *ino)
+{
+	struct fs_write_state *w = fs->w;
+	struct btrfs_inode_item ii;
+	struct btrfs_key key;
+	int ret;
+
+	ret = next_ino(fs, sv, ino);
+	if (ret)
+		return ret;
+	memset(&ii, 0, sizeof(ii));
+	btrfs_set_inode_generation(&ii, w->txn.tt.transid);
+	btrfs_set_inode_transid(&ii, w->txn.tt.transid);
+	btrfs_set_inode_size(&ii, size);
+	btrfs_set_inode_nlink(&ii, 1);
+	btrfs_set_inode_uid(&ii, a->uid);
+	btrfs_set_inode_gid(&ii, a->gid);
+	btrfs_set_inode_mode(&ii, a->mode);
+	btrfs_set_inode_rdev(&ii, a->rdev);
+	now_ts(&ii.atime);
+	ii.ctime = ii.mtime = ii.otime = ii.atime;
+	key.objectid = *ino;
+	key.type = BTRFS_INODE_ITEM_KEY;
+	key.offset = 0;
+	ret = tree_insert_item(&w->txn.tt, &sv->root, &key, &ii, sizeof(ii));
+	if (ret == 0)
+		ret = txn_track_root(&w->txn, &sv->root);
+	return ret;
+}
+
+int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		  const struct butter_new_inode *attr, butter_ino_t *out)
+{
+	struct fs_write_state *w;
+	struct subvol *sv;
+	u64 ino;
+	int ret;
+
+	switch (attr->mode & S_IFMT) {
+	case S_IFREG: case S_IFDIR: case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK:
+		break;
+	default:
+		return -EINVAL;
+	}
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = check_new_name(fs, dir, name, namelen, &sv);
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = create_inode(fs, sv, attr, 0, &ino);
+	if (ret == 0)
+		ret = add_name(fs, sv, dir.ino, name, namelen, ino, attr->mode);
+	if (ret == 0 && out) {
+		out->subvol = sv->id;
+		out->ino = ino;
+	}
+	return end_change(w, ret, 1);
+}
+
+/* Insert an inline extent holding @len bytes at file offset 0. */
+static int insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data,
+			 u32 len)
+{
+	struct fs_write_state *w = fs->w;
+	struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, 0 };
+	u32 size = (u32)BTRFS_FILE_EXTENT_INLINE_DATA_START + len;
+	u8 *buf = calloc(1, size);
+	struct btrfs_file_extent_item *fi = (void *)buf;
+	int ret;
+
+	if (!buf)
+		return -ENOMEM;
+	btrfs_set_file_extent_generation(fi, w->txn.tt.transid);
+	btrfs_set_file_extent_ram_bytes(fi, len);
+	fi->type = BTRFS_FILE_EXTENT_INLINE;
+	memcpy(buf + BTRFS_FILE_EXTENT_INLINE_DATA_START, data, len);
+	ret = tree_insert_item(&w->txn.tt, &sv->root, &key, buf, size);
+	free(buf);
+	return ret;
+}
+
+int butter_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		   const char *target, uint32_t uid, uint32_t gid, butter_ino_t *out)
+{
+	struct butter_new_inode a = { S_IFLNK | 0777, uid, gid, 0 };
+	struct fs_write_state *w;
+	size_t tlen = strlen(target);
+	struct subvol *sv;
+	u64 ino;
+	int ret;
+
+	if (tlen == 0)
+		return -ENOENT;
+	if (tlen >= 4096 || tlen > tree_max_item_size(&fs->cache) - 64)
+		return -ENAMETOOLONG;
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = check_new_name(fs, dir, name, namelen, &sv);
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = create_inode(fs, sv, &a, tlen, &ino);
+	if (ret == 0)
+		ret = insert_inline(fs, sv, ino, target, (u32)tlen);
+	if (ret == 0) {
+		struct btrfs_key key = { ino, BTRFS_INODE_ITEM_KEY, 0 };
+		struct tree_path path;
+
+		tree_path_init(&path);
+		ret = tree_search_slot(&w->txn.tt, &sv->root, &key, &path, 0, 1);
+		if (ret == 0) {
+			u32 size;
+			struct btrfs_inode_item *ii = (void *)path_item_mut(&path, &size);
+
+			btrfs_set_inode_nbytes(ii, tlen);
+		} else if (ret == 1) {
+			ret = -EUCLEAN;
+		}
+		tree_path_release(&fs->cache, &path);
+	}
+	if (ret == 0)
+		ret = add_name(fs, sv, dir.ino, name, namelen, ino, a.mode);
+	if (ret == 0 && out) {
+		out->subvol = sv->id;
+		out->ino = ino;
+	}
+	return end_change(w, ret, 1);
+}
+
+static void inc_nlink(struct btrfs_inode_item *ii, void *arg)
+{
+	(void)arg;
+	btrfs_set_inode_nlink(ii, btrfs_inode_nlink(ii) + 1);
+	now_ts(&ii->ctime);
+}
+
+int butter_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char *name,
+		size_t namelen)
+{
+	struct btrfs_inode_item ii;
+	struct fs_write_state *w;
+	struct subvol *sv;
+	int ret;
+
+	if (ino.subvol != dir.subvol)
+		return -EXDEV;
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = fs_read_inode(fs, ino, &ii);
+	if (ret == 0 && S_ISDIR(btrfs_inode_mode(&ii)))
+		ret = -EPERM;
+	if (ret == 0 && btrfs_inode_nlink(&ii) >= 65535)
+		ret = -EMLINK;
+	if (ret == 0)
+		ret = check_new_name(fs, dir, name, namelen, &sv);
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = modify_inode(fs, sv, ino.ino, inc_nlink, NULL);
+	if (ret == 0)
+		ret = add_name(fs, sv, dir.ino, name, namelen, ino.ino, btrfs_inode_mode(&ii));
+	return end_change(w, ret, 1);
+}
+
+/* End of the file's extents (0 if none) and whether the last one is inline. */
+static int data_end(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 *end, int *is_inline)
+{
+	struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, (u64)-1 };
+	struct tree_path path;
+	int ret;
+
+	*end = 0;
+	*is_inline = 0;
+	tree_path_init(&path);
+	ret = tree_search_backward(&fs->cache, &sv->root, &key, &path);
+	if (ret == 0) {
+		path_key(&path, &key);
+		if (key.objectid == ino && key.type == BTRFS_EXTENT_DATA_KEY) {
+			u32 size;
+			const struct btrfs_file_extent_item *fi = (const void *)path_item(&path, &size);
+
+			if (size < BTRFS_FILE_EXTENT_INLINE_DATA_START) {
+				ret = -EUCLEAN;
+			} else if (fi->type == BTRFS_FILE_EXTENT_INLINE) {
+				*is_inline = 1;
+				*end = key.offset + btrfs_file_extent_ram_bytes(fi);
+			} else if (size >= sizeof(*fi)) {
+				*end = key.offset + btrfs_file_extent_num_bytes(fi);
+			} else {
+				ret = -EUCLEAN;
+			}
+		}
+	}
+	tree_path_release(&fs->cache, &path);
+	return ret < 0 ? ret : 0;
+}
+
+/* Allocate a data extent of up to @want bytes (at least one sector). */
+static int alloc_data(struct butter_fs *fs, u64 want, u64 *logical, u64 *got)
+{
+	struct fs_write_state *w = fs->w;
+	u64 len = want;
+	int ret;
+
+	for (;;) {
+		ret = extent_alloc(&w->es, BTRFS_BLOCK_GROUP_DATA, len, logical);
+		if (ret == 0) {
+			*got = len;
+			return 0;
+		}
+		if (ret != -ENOSPC)
+			return ret;
+		if (len > fs->vol.sectorsize * 16ULL) {
+			len = len / 2 / fs->vol.sectorsize * fs->vol.sectorsize;
+			continue;
+		}
+		/* no room in any data group: make a new data chunk */
+		{
+			u64 chunk;
+
+			ret = chunk_create(&w->es, BTRFS_BLOCK_GROUP_DATA | w->data_profile,
+					   1ULL << 30, &chunk);
+			if (ret)
+				return ret;
+			ret = chunk_insert_items(&w->es, &w->txn.tt, chunk);
+			if (ret)
+				return ret;
+			len = want;
+		}
+	}
+}
+
+struct size_update {
+	u64 size, nbytes_add;
+};
+
+static void grow_file(struct btrfs_inode_item *ii, void *arg)
+{
+	struct size_update *u = arg;
+
+	if (u->size > btrfs_inode_size(ii))
+		btrfs_set_inode_size(ii, u->size);
+	btrfs_set_inode_nbytes(ii, btrfs_inode_nbytes(ii) + u->nbytes_add);
+	now_ts(&ii->mtime);
+	ii->ctime = ii->mtime;
+}
+
+/* Write one regular extent of @len bytes (padded to a sector) at @off. */
+static int write_extent(struct butter_fs *fs, struct subvol *sv, u64 ino, int nodatasum,
+			const u8 *data, u64 len, u64 off, u64 *written)
+{
+	struct fs_write_state *w = fs->w;
+	u32 ss = fs->vol.sectorsize, cs = fs->vol.csum_size;
+	u64 want = (len + ss - 1) / ss * ss, logical, got, i;
+	struct btrfs_file_extent_item fi;
+	struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, off };
+	struct delayed_ref ref;
+	u8 *buf = NULL, *csums = NULL;
+	int ret;
+
+	if (want > MAX_EXTENT_SIZE)
+		want = MAX_EXTENT_SIZE;
+	ret = alloc_data(fs, want, &logical, &got);
+	if (ret)
+		return ret;
+	if (got < len)
+		len = got;
+	buf = calloc(1, got);
+	csums = malloc(got / ss * cs);
+	if (!buf || !csums) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	memcpy(buf, data, len);
+	ret = volumes_write(&fs->vol, logical, buf, got);
+	if (ret)
+		goto out;
+	if (!nodatasum) {
+		for (i = 0; i < got / ss; i++) {
+			u8 c[BTRFS_CSUM_SIZE];
+
+			btrfs_csum_compute(fs->vol.csum_type, buf + i * ss, ss, c);
+			memcpy(csums + i * cs, c, cs);
+		}
+		ret = extent_insert_csums(&w->es, &w->txn.tt, logical, got, csums);
+		if (ret)
+			goto out;
+	}
+	memset(&fi, 0, sizeof(fi));
+	btrfs_set_file_extent_generation(&fi, w->txn.tt.transid);
+	btrfs_set_file_extent_ram_bytes(&fi, got);
+	fi.type = BTRFS_FILE_EXTENT_REG;
+	btrfs_set_file_extent_disk_bytenr(&fi, logical);
+	btrfs_set_file_extent_disk_num_bytes(&fi, got);
+	btrfs_set_file_extent_num_bytes(&fi, got);
+	ret = tree_insert_item(&w->txn.tt, &sv->root, &key, &fi, sizeof(fi));
+	if (ret)
+		goto out;
+	memset(&ref, 0, sizeof(ref));
+	ref.bytenr = logical;
+	ref.num_bytes = got;
+	ref.root = sv->id;
+	ref.owner = ino;
+	ref.offset = off;
+	ref.is_data = 1;
+	ref.delta = 1;
+	ref.generation = w->txn.tt.transid;
+	ret = extent_queue_ref(&w->es, &ref);
+	if (ret == 0) {
+		struct size_update u = { off + len, got };
+
+		ret = modify_inode(fs, sv, ino, grow_file, &u);
+	}
+	*written = len;
+out:
+	free(buf);
+	free(csums);
+	return ret;
+}
+
+ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+		     uint64_t off)
+{
+	struct btrfs_inode_item ii;
+	struct fs_write_state *w;
+	struct subvol *sv;
+	u64 end, done = 0;
+	int ret, is_inline, err = 0;
+
+	if (len == 0)
+		return 0;
+	if (off + len < off)
+		return -EFBIG;
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = fs_read_inode(fs, ino, &ii);
+	if (ret == 0 && !S_ISREG(btrfs_inode_mode(&ii)))
+		ret = S_ISDIR(btrfs_inode_mode(&ii)) ? -EISDIR : -EINVAL;
+	sv = ret == 0 ? fs_subvol_mut(fs, ino.subvol, &err) : NULL;
+	if (ret == 0 && !sv)
+		ret = err;
+	if (ret == 0)
+		ret = data_end(fs, sv, ino.ino, &end, &is_inline);
+	if (ret == 0 && (off < end || is_inline || off % fs->vol.sectorsize))
+		ret = -EOPNOTSUPP; /* overwrites and unaligned appends come with extent splitting */
+	if (ret)
+		return end_change(w, ret, 0);
+	if (off == 0 && len <= MAX_INLINE && len < fs->vol.sectorsize &&
+	    btrfs_inode_size(&ii) <= len) {
+		struct size_update u = { len, len };
+
+		ret = insert_inline(fs, sv, ino.ino, buf, (u32)len);
+		if (ret == 0)
+			ret = modify_inode(fs, sv, ino.ino, grow_file, &u);
+		ret = end_change(w, ret, 1);
+		return ret < 0 ? ret : (ssize_t)len;
+	}
+	while (done < len && ret == 0) {
+		u64 n = 0;
+
+		ret = write_extent(fs, sv, ino.ino, !!(btrfs_inode_flags(&ii) & 1), (const u8 *)buf + done,
+				   len - done, off + done, &n);
+		done += n;
+	}
+	ret = end_change(w, ret, 1);
+	return ret < 0 ? ret : (ssize_t)len;
+}
+
+struct xattr_ctx {
+	const char *name;
+	size_t len;
+	u8 *keep;       /* entries other than @name */
+	u32 keep_len;
+	int found;
+};
+
+static int keep_other(void *arg, const struct btrfs_dir_item *di, const char *name,
+		      const u8 *value)
+{
+	struct xattr_ctx *c = arg;
+	u32 total = (u32)sizeof(*di) + btrfs_dir_name_len(di) + btrfs_dir_data_len(di);
+
+	(void)value;
+	if (btrfs_dir_name_len(di) == c->len && memcmp(name, c->name, c->len) == 0) {
+		c->found = 1;
+		return 0;
+	}
+	memcpy(c->keep + c->keep_len, di, total);
+	c->keep_len += total;
+	return 0;
+}
+
+int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
+		    size_t size)
+{
+	size_t nlen = strlen(name);
+	struct btrfs_key key = { ino.ino, BTRFS_XATTR_ITEM_KEY, btrfs_name_hash(name, nlen) };
+	struct btrfs_key zero = { 0, 0, 0 };
+	struct xattr_ctx c = { name, nlen, NULL, 0, 0 };
+	struct btrfs_inode_item ii;
+	struct fs_write_state *w;
+	struct tree_path path;
+	struct dir_update nochange = { 0 };
+	struct subvol *sv;
+	u32 entry = (u32)(sizeof(struct btrfs_dir_item) + nlen + size);
+	u8 *buf;
+	int ret, err = 0;
+
+	if (nlen == 0 || nlen > 255)
+		return -ERANGE;
+	if (entry > tree_max_item_size(&fs->cache) - 64)
+		return -E2BIG;
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = fs_read_inode(fs, ino, &ii);
+	sv = ret == 0 ? fs_subvol_mut(fs, ino.subvol, &err) : NULL;
+	if (ret == 0 && !sv)
+		ret = err;
+	if (ret)
+		return end_change(w, ret, 0);
+	/* take out an existing entry of that name, keeping colliding others */
+	tree_path_init(&path);
+	ret = tree_search_slot(&w->txn.tt, &sv->root, &key, &path, 0, 1);
+	if (ret == 0) {
+		u32 isize;
+		const u8 *item = path_item(&path, &isize);
+
+		c.keep = malloc(isize);
+		if (!c.keep)
+			ret = -ENOMEM;
+		else
+			ret = fs_walk_dir_items(fs, item, isize, keep_other, &c);
+		if (ret == 0)
+			ret = tree_del_items(&w->txn.tt, &sv->root, &path, 1);
+	} else if (ret == 1) {
+		ret = 0;
+	}
+	tree_path_release(&fs->cache, &path);
+	if (ret == 0 && c.keep_len) {
+		tree_path_init(&path);
+		ret = tree_insert_item(&w->txn.tt, &sv->root, &key, c.keep, c.keep_len);
+	}
+	free(c.keep);
+	buf = ret == 0 ? calloc(1, entry) : NULL;
+	if (ret == 0 && !buf)
+		ret = -ENOMEM;
+	if (ret == 0) {
+		struct btrfs_dir_item *di = (void *)buf;
+
+		btrfs_cpu_to_disk_key(&di->location, &zero);
+		btrfs_set_dir_transid(di, w->txn.tt.transid);
+		btrfs_set_dir_data_len(di, (u16)size);
+		btrfs_set_dir_name_len(di, (u16)nlen);
+		di->type = BTRFS_FT_XATTR;
+		memcpy(buf + sizeof(*di), name, nlen);
+		memcpy(buf + sizeof(*di) + nlen, value, size);
+		ret = insert_or_extend(&w->txn.tt, &sv->root, &key, buf, entry);
+		free(buf);
+	}
+	if (ret == 0)
+		ret = modify_inode(fs, sv, ino.ino, touch_dir, &nochange);
+	return end_change(w, ret, 1);
+}
+
+struct attr_update {
+	const struct butter_stat *st;
+	unsigned mask;
+};
+
+static void set_ts(struct btrfs_timespec *t, const struct timespec *ts)
+{
+	btrfs_set_timespec_sec(t, (u64)ts->tv_sec);
+	btrfs_set_timespec_nsec(t, (u32)ts->tv_nsec);
+}
+
+static void apply_attr(struct btrfs_inode_item *ii, void *arg)
+{
+	struct attr_update *a = arg;
+	const struct butter_stat *st = a->st;
+
+	if (a->mask & BUTTER_SET_MODE)
+		btrfs_set_inode_mode(ii, (btrfs_inode_mode(ii) & S_IFMT) | (st->mode & 07777));
+	if (a->mask & BUTTER_SET_UID)
+		btrfs_set_inode_uid(ii, st->uid);
+	if (a->mask & BUTTER_SET_GID)
+		btrfs_set_inode_gid(ii, st->gid);
+	if (a->mask & BUTTER_SET_SIZE)
+		btrfs_set_inode_size(ii, st->size);
+	if (a->mask & BUTTER_SET_ATIME)
+		set_ts(&ii->atime, &st->atime);
+	if (a->mask & BUTTER_SET_MTIME)
+		set_ts(&ii->mtime, &st->mtime);
+	if (a->mask & BUTTER_SET_CTIME)
+		set_ts(&ii->ctime, &st->ctime);
+	else
+		now_ts(&ii->ctime);
+}
+
+int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
+		   unsigned mask)
+{
+	struct attr_update a = { st, mask };
+	struct btrfs_inode_item ii;
+	struct fs_write_state *w;
+	struct subvol *sv;
+	int ret, err = 0;
+
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = fs_read_inode(fs, ino, &ii);
+	if (ret == 0 && (mask & BUTTER_SET_SIZE)) {
+		if (!S_ISREG(btrfs_inode_mode(&ii)))
+			ret = -EINVAL;
+		else if (st->size < btrfs_inode_size(&ii))
+			ret = -EOPNOTSUPP; /* truncation comes with extent dropping */
+	}
+	sv = ret == 0 ? fs_subvol_mut(fs, ino.subvol, &err) : NULL;
+	if (ret == 0 && !sv)
+		ret = err;
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = modify_inode(fs, sv, ino.ino, apply_attr, &a);
+	return end_change(w, ret, 1);
+}
