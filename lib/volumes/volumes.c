@@ -373,13 +373,15 @@ int volumes_add_chunk(struct btrfs_volumes *vol, u64 logical, const struct btrfs
 		if (!dev) {
 			/* a device we were not given and the chunk tree has not named yet */
 			dev = calloc(1, sizeof(*dev));
+			if (dev) {
+				dev->devid = map->stripes[i].devid;
+				memcpy(dev->uuid, s->dev_uuid, BTRFS_UUID_SIZE);
+			}
 			if (!dev || insert_device(vol, dev)) {
 				free(dev);
 				free(map);
 				return -ENOMEM;
 			}
-			dev->devid = map->stripes[i].devid;
-			memcpy(dev->uuid, s->dev_uuid, BTRFS_UUID_SIZE);
 		}
 		map->stripes[i].dev = dev;
 	}
@@ -508,6 +510,8 @@ int volumes_open(struct btrfs_volumes *vol, struct blockdev **bdevs, size_t nbde
 			goto fail;
 		}
 		dev = calloc(1, sizeof(*dev));
+		if (dev)
+			dev->devid = devid;
 		if (!dev || !(dev->path = strdup(bdevs[i]->name)) || insert_device(vol, dev)) {
 			if (dev)
 				free(dev->path);
@@ -515,7 +519,6 @@ int volumes_open(struct btrfs_volumes *vol, struct blockdev **bdevs, size_t nbde
 			ret = -ENOMEM;
 			goto fail;
 		}
-		dev->devid = devid;
 		memcpy(dev->uuid, sbs[i].dev_item.uuid, BTRFS_UUID_SIZE);
 		dev->total_bytes = btrfs_dev_item_total_bytes(&sbs[i].dev_item);
 		dev->bytes_used = btrfs_dev_item_bytes_used(&sbs[i].dev_item);
