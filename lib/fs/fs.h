@@ -106,6 +106,10 @@ int fs_walk_dir_items(struct butter_fs *fs, const u8 *item, u32 size,
  */
 int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum);
 
+/* Device numbers: on disk the kernel's internal form (major << 20 | minor). */
+u64 fs_rdev_to_user(u64 disk);
+u64 fs_rdev_to_disk(u64 user);
+
 /* DT_* type of a mode. */
 unsigned fs_mode_to_dtype(u32 mode);
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include "format/checksum.h"
 #include "fs/fs.h"
@@ -120,6 +121,17 @@ int fs_read_inode(struct butter_fs *fs, butter_ino_t ino, struct btrfs_inode_ite
 		return BLOG_CORRUPT(&fs->log, "subvolume %llu inode %llu: item of %d bytes",
 				    (unsigned long long)ino.subvol, (unsigned long long)ino.ino, ret);
 	return 0;
+}
+
+/* The kernel stores rdev as its internal dev_t: major << 20 | minor. */
+u64 fs_rdev_to_user(u64 disk)
+{
+	return makedev((unsigned)(disk >> 20), (unsigned)(disk & 0xfffff));
+}
+
+u64 fs_rdev_to_disk(u64 user)
+{
+	return ((u64)major(user) << 20) | (minor(user) & 0xfffff);
 }
 
 unsigned fs_mode_to_dtype(u32 mode)
@@ -254,7 +266,7 @@ int butter_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 	st->nlink = btrfs_inode_nlink(&item);
 	st->uid = btrfs_inode_uid(&item);
 	st->gid = btrfs_inode_gid(&item);
-	st->rdev = btrfs_inode_rdev(&item);
+	st->rdev = fs_rdev_to_user(btrfs_inode_rdev(&item));
 	st->size = btrfs_inode_size(&item);
 	st->blocks = btrfs_inode_nbytes(&item) / 512;
 	st->generation = btrfs_inode_generation(&item);

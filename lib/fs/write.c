@@ -476,7 +476,7 @@ static int create_inode(struct butter_fs *fs, struct subvol *sv, const struct bu
 	btrfs_set_inode_uid(&ii, a->uid);
 	btrfs_set_inode_gid(&ii, a->gid);
 	btrfs_set_inode_mode(&ii, a->mode);
-	btrfs_set_inode_rdev(&ii, a->rdev);
+	btrfs_set_inode_rdev(&ii, fs_rdev_to_disk(a->rdev));
 	now_ts(&ii.atime);
 	ii.ctime = ii.mtime = ii.otime = ii.atime;
 	key.objectid = *ino;

@@ -324,8 +324,7 @@ int volumes_add_chunk(struct btrfs_volumes *vol, u64 logical, const struct btrfs
 	    logical + length < logical)
 		return BLOG_CORRUPT(vol->log, "chunk at %llu: bad length %llu",
 				    (unsigned long long)logical, (unsigned long long)length);
-	if (stripe_len == 0 || (stripe_len & (stripe_len - 1)) || stripe_len % vol->sectorsize ||
-	    stripe_len > (1ULL << 30))
+	if (stripe_len != BTRFS_STRIPE_LEN)
 		return BLOG_CORRUPT(vol->log, "chunk at %llu: bad stripe_len %llu",
 				    (unsigned long long)logical, (unsigned long long)stripe_len);
 	if (__builtin_popcountll(type & BTRFS_BLOCK_GROUP_PROFILE_MASK) > 1 ||
