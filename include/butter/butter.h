@@ -64,9 +64,9 @@ int butter_open(const char *path, const struct butter_open_opts *opts, struct bu
 /*
  * Open the single-device filesystem image held in @size bytes of memory at
  * @image (for fuzzing and tests: no file is touched). The handle borrows the
- * bytes and never writes them; they must stay valid and unchanged until
- * butter_close(). opts->devices must be empty (-EINVAL otherwise). Errors as
- * butter_open().
+ * bytes and never writes them (it is read-only whatever opts->flags say); they
+ * must stay valid and unchanged until butter_close(). opts->devices must be
+ * empty (-EINVAL otherwise). Errors as butter_open().
  */
 int butter_open_memory(const void *image, size_t size, const struct butter_open_opts *opts,
 		       struct butter_fs **out);
@@ -255,6 +255,33 @@ int butter_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const 
  */
 ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
 		     uint64_t off);
+
+/* Remove the name @name (not a directory) from @dir; the inode goes with its last name. */
+int butter_unlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen);
+
+/* Remove the empty directory @name from @dir (-ENOTEMPTY otherwise). */
+int butter_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen);
+
+#define BUTTER_RENAME_NOREPLACE 0x1u /* fail with -EEXIST if the new name exists */
+#define BUTTER_RENAME_EXCHANGE 0x2u  /* swap the two names (both must exist) */
+
+/* Rename, replacing an existing compatible target as rename(2) does. */
+int butter_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, size_t oldlen,
+		  butter_ino_t newdir, const char *newname, size_t newlen, unsigned flags);
+
+/* Remove an extended attribute (-ENODATA if absent). */
+int butter_removexattr(struct butter_fs *fs, butter_ino_t ino, const char *name);
+
+struct butter_statfs {
+	uint64_t bsize;       /* sector size */
+	uint64_t blocks;      /* total data capacity in bsize units */
+	uint64_t bfree;       /* free data space (allocated-but-free plus unallocated) */
+	uint64_t bavail;
+	uint64_t files, ffree;
+	uint64_t namemax;
+};
+
+int butter_statfs(struct butter_fs *fs, struct butter_statfs *out);
 
 /* Set (or replace) an extended attribute. */
 int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,

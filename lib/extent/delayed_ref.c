@@ -432,6 +432,8 @@ static int run_one_extent(struct extent_state *es, struct tree_trans *t, struct 
 		if (net == 0) {
 			/* allocated and freed within this transaction */
 			ret = any_add ? extent_pin(es, bytenr, num_bytes) : 0;
+			if (ret == 0 && any_add && is_data)
+				ret = extent_delete_csums(es, t, bytenr, num_bytes);
 			goto out;
 		}
 		if (is_data) {

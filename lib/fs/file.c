@@ -215,13 +215,14 @@ static int decode_extent(struct butter_fs *fs, butter_ino_t ino, const struct bt
 
 		if (fe->disk_bytenr % ss || fe->disk_num_bytes % ss || fe->disk_num_bytes == 0)
 			goto bad;
+		/* [offset, offset + num_bytes) must lie in the extent; written so nothing wraps */
 		if (fe->compression) {
 			if (fe->disk_num_bytes > MAX_COMPRESSED_EXTENT ||
-			    fe->ram_bytes > MAX_COMPRESSED_EXTENT ||
-			    fe->offset + (fe->end - fe->start) > fe->ram_bytes)
+			    fe->ram_bytes > MAX_COMPRESSED_EXTENT || fe->offset > fe->ram_bytes ||
+			    fe->end - fe->start > fe->ram_bytes - fe->offset)
 				goto bad;
-		} else if (fe->offset + (fe->end - fe->start) > fe->disk_num_bytes ||
-			   fe->offset > fe->disk_num_bytes) {
+		} else if (fe->offset > fe->disk_num_bytes ||
+			   fe->end - fe->start > fe->disk_num_bytes - fe->offset) {
 			goto bad;
 		}
 	}

@@ -374,3 +374,43 @@ int butter_get_space(struct butter_fs *fs, size_t idx, struct butter_space_info 
 	*out = spaces[idx];
 	return 0;
 }
+
+int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
+{
+	u64 data_total = 0, data_used = 0, unalloc = 0, factor = 1;
+	struct butter_space_info sp;
+	size_t i;
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	for (i = 0; (ret = butter_get_space(fs, i, &sp)) == 0; i++) {
+		if (!(sp.flags & BTRFS_BLOCK_GROUP_DATA))
+			continue;
+		data_total += sp.total;
+		data_used += sp.used;
+		if (sp.flags & (BTRFS_BLOCK_GROUP_RAID1 | BTRFS_BLOCK_GROUP_DUP |
+				BTRFS_BLOCK_GROUP_RAID10))
+			factor = 2;
+		else if (sp.flags & BTRFS_BLOCK_GROUP_RAID1C3)
+			factor = 3;
+		else if (sp.flags & BTRFS_BLOCK_GROUP_RAID1C4)
+			factor = 4;
+	}
+	if (ret != -ENOENT)
+		return ret;
+	for (i = 0; i < fs->vol.ndevs; i++) {
+		const struct btrfs_device *d = fs->vol.devs[i];
+
+		if (d->total_bytes > d->bytes_used)
+			unalloc += d->total_bytes - d->bytes_used;
+	}
+	out->bsize = fs->vol.sectorsize;
+	out->blocks = (data_total + unalloc / factor) / out->bsize;
+	out->bfree = (data_total - (data_used < data_total ? data_used : data_total) +
+		      unalloc / factor) / out->bsize;
+	out->bavail = out->bfree;
+	out->files = (u64)1 << 48;
+	out->ffree = out->files;
+	out->namemax = BTRFS_NAME_LEN;
+	return 0;
+}

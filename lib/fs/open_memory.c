@@ -14,18 +14,19 @@
 int butter_open_memory(const void *image, size_t size, const struct butter_open_opts *opts,
 		       struct butter_fs **out)
 {
-	struct butter_open_opts none = { 0 };
+	struct butter_open_opts ro = { 0 };
 	struct blockdev *bdev;
 	int ret;
 
-	if (!opts)
-		opts = &none;
-	if (opts->ndevices || !image)
+	if (opts)
+		ro = *opts;
+	if (ro.ndevices || !image)
 		return -EINVAL;
+	ro.flags |= BUTTER_OPEN_RDONLY; /* the bytes are borrowed: never set up writing */
 	/* borrowed, not copied: the device only reads, and the cast drops const for its ops table */
 	ret = blockdev_open_memory((void *)image, size, 0, &bdev);
 	if (ret)
 		return ret;
 	bdev->readonly = 1;
-	return fs_open_bdevs("memory", &bdev, 1, opts, out);
+	return fs_open_bdevs("memory", &bdev, 1, &ro, out);
 }

@@ -29,20 +29,8 @@
 
 #include "format/checksum.h"
 #include "fs/fs.h"
-#include "trans/transaction.h"
+#include "fs/write.h"
 
-#define MAX_INLINE 2048u
-#define MAX_EXTENT_SIZE (128ULL << 20)
-#define DIRTY_COMMIT_BYTES (64ULL << 20)
-
-struct fs_write_state {
-	pthread_mutex_t lock;
-	struct extent_state es;
-	struct txn_ctx txn;
-	struct tree_root dev_tree;
-	struct tree_root fst;
-	u64 data_profile;
-};
 
 static int load_root(struct butter_fs *fs, u64 objectid, struct tree_root *root)
 {
@@ -195,7 +183,7 @@ fail:
 }
 
 /* Start a change: take the lock and make sure a transaction runs. */
-static int begin_change(struct butter_fs *fs, struct fs_write_state **wp)
+int begin_change(struct butter_fs *fs, struct fs_write_state **wp)
 {
 	struct fs_write_state *w = fs->w;
 	int ret;
@@ -213,7 +201,7 @@ static int begin_change(struct butter_fs *fs, struct fs_write_state **wp)
 }
 
 /* End a change; @failed_in_trees: the error came from phase 2 (abort). */
-static int end_change(struct fs_write_state *w, int ret, int failed_in_trees)
+int end_change(struct fs_write_state *w, int ret, int failed_in_trees)
 {
 	if (ret < 0 && failed_in_trees)
 		txn_abort(&w->txn, ret, "a change");
@@ -240,7 +228,7 @@ int butter_sync(struct butter_fs *fs)
 	return ret;
 }
 
-static void now_ts(struct btrfs_timespec *t)
+void now_ts(struct btrfs_timespec *t)
 {
 	struct timespec ts;
 
@@ -250,7 +238,7 @@ static void now_ts(struct btrfs_timespec *t)
 }
 
 /* Insert @data as a new item, or append it to the existing item with @key. */
-static int insert_or_extend(struct tree_trans *t, struct tree_root *root,
+int insert_or_extend(struct tree_trans *t, struct tree_root *root,
 			    const struct btrfs_key *key, const void *data, u32 size)
 {
 	struct tree_path path;
@@ -279,7 +267,7 @@ static int insert_or_extend(struct tree_trans *t, struct tree_root *root,
 }
 
 /* Apply @fn to the inode item of @ino (COW). */
-static int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
+int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
 			void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg)
 {
 	struct fs_write_state *w = fs->w;
@@ -309,7 +297,7 @@ static int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
 	return ret;
 }
 
-static int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out)
+int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out)
 {
 	if (!sv->next_ino) {
 		struct btrfs_key key = { BTRFS_LAST_FREE_OBJECTID, 0xff, (u64)-1 };
@@ -333,7 +321,7 @@ static int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out)
 	return 0;
 }
 
-static int next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out)
+int next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out)
 {
 	struct btrfs_key key = { dir, BTRFS_DIR_INDEX_KEY, (u64)-1 };
 	struct tree_path path;
@@ -352,7 +340,7 @@ static int next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 
 	return 0;
 }
 
-static u8 mode_to_ft(u32 mode)
+u8 mode_to_ft(u32 mode)
 {
 	switch (mode & S_IFMT) {
 	case S_IFREG: return BTRFS_FT_REG_FILE;
@@ -366,11 +354,7 @@ static u8 mode_to_ft(u32 mode)
 	}
 }
 
-struct dir_update {
-	s64 size_delta;
-};
-
-static void touch_dir(struct btrfs_inode_item *ii, void *arg)
+void touch_dir(struct btrfs_inode_item *ii, void *arg)
 {
 	struct dir_update *u = arg;
 
@@ -380,7 +364,7 @@ static void touch_dir(struct btrfs_inode_item *ii, void *arg)
 }
 
 /* Phase-1 checks for a new name in @dir; returns the canonical subvolume. */
-static int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name,
+int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name,
 			  size_t namelen, struct subvol **svp)
 {
 	struct btrfs_inode_item ii;
@@ -410,7 +394,7 @@ static int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *na
 }
 
 /* Add the name @name in @dir for @ino (phase 2). */
-static int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 		    size_t namelen, u64 ino, u32 mode)
 {
 	struct fs_write_state *w = fs->w;
@@ -457,7 +441,7 @@ static int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char
 	return modify_inode(fs, sv, dir, touch_dir, &u);
 }
 
-static int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_new_inode *a,
+int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_new_inode *a,
 			u64 size, u64 *ino)
 {
 	struct fs_write_state *w = fs->w;
@@ -519,7 +503,7 @@ int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size
 }
 
 /* Insert an inline extent holding @len bytes at file offset 0. */
-static int insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data,
+int insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data,
 			 u32 len)
 {
 	struct fs_write_state *w = fs->w;
@@ -621,211 +605,6 @@ int butter_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const 
 	if (ret == 0)
 		ret = add_name(fs, sv, dir.ino, name, namelen, ino.ino, btrfs_inode_mode(&ii));
 	return end_change(w, ret, 1);
-}
-
-/* End of the file's extents (0 if none) and whether the last one is inline. */
-static int data_end(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 *end, int *is_inline)
-{
-	struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, (u64)-1 };
-	struct tree_path path;
-	int ret;
-
-	*end = 0;
-	*is_inline = 0;
-	tree_path_init(&path);
-	ret = tree_search_backward(&fs->cache, &sv->root, &key, &path);
-	if (ret == 0) {
-		path_key(&path, &key);
-		if (key.objectid == ino && key.type == BTRFS_EXTENT_DATA_KEY) {
-			u32 size;
-			const struct btrfs_file_extent_item *fi = (const void *)path_item(&path, &size);
-
-			if (size < BTRFS_FILE_EXTENT_INLINE_DATA_START) {
-				ret = -EUCLEAN;
-			} else if (fi->type == BTRFS_FILE_EXTENT_INLINE) {
-				*is_inline = 1;
-				*end = key.offset + btrfs_file_extent_ram_bytes(fi);
-			} else if (size >= sizeof(*fi)) {
-				*end = key.offset + btrfs_file_extent_num_bytes(fi);
-			} else {
-				ret = -EUCLEAN;
-			}
-		}
-	}
-	tree_path_release(&fs->cache, &path);
-	return ret < 0 ? ret : 0;
-}
-
-/* Allocate a data extent of up to @want bytes (at least one sector). */
-static int alloc_data(struct butter_fs *fs, u64 want, u64 *logical, u64 *got)
-{
-	struct fs_write_state *w = fs->w;
-	u64 len = want;
-	int ret;
-
-	for (;;) {
-		ret = extent_alloc(&w->es, BTRFS_BLOCK_GROUP_DATA, len, logical);
-		if (ret == 0) {
-			*got = len;
-			return 0;
-		}
-		if (ret != -ENOSPC)
-			return ret;
-		if (len > fs->vol.sectorsize * 16ULL) {
-			len = len / 2 / fs->vol.sectorsize * fs->vol.sectorsize;
-			continue;
-		}
-		/* no room in any data group: make a new data chunk */
-		{
-			u64 chunk;
-
-			ret = chunk_create(&w->es, BTRFS_BLOCK_GROUP_DATA | w->data_profile,
-					   1ULL << 30, &chunk);
-			if (ret)
-				return ret;
-			ret = chunk_insert_items(&w->es, &w->txn.tt, chunk);
-			if (ret)
-				return ret;
-			len = want;
-		}
-	}
-}
-
-struct size_update {
-	u64 size, nbytes_add;
-};
-
-static void grow_file(struct btrfs_inode_item *ii, void *arg)
-{
-	struct size_update *u = arg;
-
-	if (u->size > btrfs_inode_size(ii))
-		btrfs_set_inode_size(ii, u->size);
-	btrfs_set_inode_nbytes(ii, btrfs_inode_nbytes(ii) + u->nbytes_add);
-	now_ts(&ii->mtime);
-	ii->ctime = ii->mtime;
-}
-
-/* Write one regular extent of @len bytes (padded to a sector) at @off. */
-static int write_extent(struct butter_fs *fs, struct subvol *sv, u64 ino, int nodatasum,
-			const u8 *data, u64 len, u64 off, u64 *written)
-{
-	struct fs_write_state *w = fs->w;
-	u32 ss = fs->vol.sectorsize, cs = fs->vol.csum_size;
-	u64 want = (len + ss - 1) / ss * ss, logical, got, i;
-	struct btrfs_file_extent_item fi;
-	struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, off };
-	struct delayed_ref ref;
-	u8 *buf = NULL, *csums = NULL;
-	int ret;
-
-	if (want > MAX_EXTENT_SIZE)
-		want = MAX_EXTENT_SIZE;
-	ret = alloc_data(fs, want, &logical, &got);
-	if (ret)
-		return ret;
-	if (got < len)
-		len = got;
-	buf = calloc(1, got);
-	csums = malloc(got / ss * cs);
-	if (!buf || !csums) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	memcpy(buf, data, len);
-	ret = volumes_write(&fs->vol, logical, buf, got);
-	if (ret)
-		goto out;
-	if (!nodatasum) {
-		for (i = 0; i < got / ss; i++) {
-			u8 c[BTRFS_CSUM_SIZE];
-
-			btrfs_csum_compute(fs->vol.csum_type, buf + i * ss, ss, c);
-			memcpy(csums + i * cs, c, cs);
-		}
-		ret = extent_insert_csums(&w->es, &w->txn.tt, logical, got, csums);
-		if (ret)
-			goto out;
-	}
-	memset(&fi, 0, sizeof(fi));
-	btrfs_set_file_extent_generation(&fi, w->txn.tt.transid);
-	btrfs_set_file_extent_ram_bytes(&fi, got);
-	fi.type = BTRFS_FILE_EXTENT_REG;
-	btrfs_set_file_extent_disk_bytenr(&fi, logical);
-	btrfs_set_file_extent_disk_num_bytes(&fi, got);
-	btrfs_set_file_extent_num_bytes(&fi, got);
-	ret = tree_insert_item(&w->txn.tt, &sv->root, &key, &fi, sizeof(fi));
-	if (ret)
-		goto out;
-	memset(&ref, 0, sizeof(ref));
-	ref.bytenr = logical;
-	ref.num_bytes = got;
-	ref.root = sv->id;
-	ref.owner = ino;
-	ref.offset = off;
-	ref.is_data = 1;
-	ref.delta = 1;
-	ref.generation = w->txn.tt.transid;
-	ret = extent_queue_ref(&w->es, &ref);
-	if (ret == 0) {
-		struct size_update u = { off + len, got };
-
-		ret = modify_inode(fs, sv, ino, grow_file, &u);
-	}
-	*written = len;
-out:
-	free(buf);
-	free(csums);
-	return ret;
-}
-
-ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
-		     uint64_t off)
-{
-	struct btrfs_inode_item ii;
-	struct fs_write_state *w;
-	struct subvol *sv;
-	u64 end, done = 0;
-	int ret, is_inline, err = 0;
-
-	if (len == 0)
-		return 0;
-	if (off + len < off)
-		return -EFBIG;
-	ret = begin_change(fs, &w);
-	if (ret)
-		return ret;
-	ret = fs_read_inode(fs, ino, &ii);
-	if (ret == 0 && !S_ISREG(btrfs_inode_mode(&ii)))
-		ret = S_ISDIR(btrfs_inode_mode(&ii)) ? -EISDIR : -EINVAL;
-	sv = ret == 0 ? fs_subvol_mut(fs, ino.subvol, &err) : NULL;
-	if (ret == 0 && !sv)
-		ret = err;
-	if (ret == 0)
-		ret = data_end(fs, sv, ino.ino, &end, &is_inline);
-	if (ret == 0 && (off < end || is_inline || off % fs->vol.sectorsize))
-		ret = -EOPNOTSUPP; /* overwrites and unaligned appends come with extent splitting */
-	if (ret)
-		return end_change(w, ret, 0);
-	if (off == 0 && len <= MAX_INLINE && len < fs->vol.sectorsize &&
-	    btrfs_inode_size(&ii) <= len) {
-		struct size_update u = { len, len };
-
-		ret = insert_inline(fs, sv, ino.ino, buf, (u32)len);
-		if (ret == 0)
-			ret = modify_inode(fs, sv, ino.ino, grow_file, &u);
-		ret = end_change(w, ret, 1);
-		return ret < 0 ? ret : (ssize_t)len;
-	}
-	while (done < len && ret == 0) {
-		u64 n = 0;
-
-		ret = write_extent(fs, sv, ino.ino, !!(btrfs_inode_flags(&ii) & 1), (const u8 *)buf + done,
-				   len - done, off + done, &n);
-		done += n;
-	}
-	ret = end_change(w, ret, 1);
-	return ret < 0 ? ret : (ssize_t)len;
 }
 
 struct xattr_ctx {
@@ -972,17 +751,18 @@ int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_s
 	if (ret)
 		return ret;
 	ret = fs_read_inode(fs, ino, &ii);
-	if (ret == 0 && (mask & BUTTER_SET_SIZE)) {
-		if (!S_ISREG(btrfs_inode_mode(&ii)))
-			ret = -EINVAL;
-		else if (st->size < btrfs_inode_size(&ii))
-			ret = -EOPNOTSUPP; /* truncation comes with extent dropping */
-	}
+	if (ret == 0 && (mask & BUTTER_SET_SIZE) && !S_ISREG(btrfs_inode_mode(&ii)))
+		ret = S_ISDIR(btrfs_inode_mode(&ii)) ? -EISDIR : -EINVAL;
 	sv = ret == 0 ? fs_subvol_mut(fs, ino.subvol, &err) : NULL;
 	if (ret == 0 && !sv)
 		ret = err;
 	if (ret)
 		return end_change(w, ret, 0);
-	ret = modify_inode(fs, sv, ino.ino, apply_attr, &a);
+	if (mask & BUTTER_SET_SIZE) {
+		ret = fs_truncate(fs, sv, ino, st->size);
+		a.mask &= ~BUTTER_SET_SIZE;
+	}
+	if (ret == 0)
+		ret = modify_inode(fs, sv, ino.ino, apply_attr, &a);
 	return end_change(w, ret, 1);
 }

@@ -164,33 +164,69 @@ static int prev_leaf(struct node_cache *cache, struct tree_path *path)
 	return 0;
 }
 
+/*
+ * A damaged parent can name a subtree that overlaps one already walked (its
+ * first key matches the pointer, so node_read accepts it): then iteration
+ * would go back and visit leaves again, as often as the overlaps multiply.
+ * Requiring every leaf to start after the previous one ends (and no empty
+ * leaf below a node, see node_validate) keeps a walk to one visit per leaf.
+ */
+static int check_leaf_order(struct node_cache *cache, const struct btrfs_key *before,
+			    const struct btrfs_key *after, u64 bytenr)
+{
+	if (btrfs_comp_keys(before, after) < 0)
+		return 0;
+	return BLOG_CORRUPT(cache->log,
+			    "tree block %llu: keys overlap the neighbouring leaf (cross-linked subtree)",
+			    (unsigned long long)bytenr);
+}
+
 int tree_next_item(struct node_cache *cache, struct tree_path *path)
 {
 	struct tree_node *leaf = path->nodes[0];
-	int ret;
+	struct btrfs_key last, first;
+	int ret, have_last = 0;
 
 	if (leaf && path->slots[0] + 1 < leaf->nritems) {
 		path->slots[0]++;
 		return 0;
 	}
+	if (leaf && leaf->nritems) {
+		node_key(leaf, leaf->nritems - 1, &last);
+		have_last = 1;
+	}
 	/* skip empty leaves (only a root leaf may be empty, but do not trust it) */
 	do {
 		ret = next_leaf(cache, path);
 	} while (ret == 0 && path->nodes[0]->nritems == 0);
+	if (ret == 0 && have_last) {
+		node_key(path->nodes[0], 0, &first);
+		ret = check_leaf_order(cache, &last, &first, path->nodes[0]->bytenr);
+	}
 	return ret;
 }
 
 int tree_prev_item(struct node_cache *cache, struct tree_path *path)
 {
-	int ret;
+	struct tree_node *leaf = path->nodes[0];
+	struct btrfs_key last, first;
+	int ret, have_first = 0;
 
-	if (path->nodes[0] && path->slots[0] > 0) {
+	if (leaf && path->slots[0] > 0) {
 		path->slots[0]--;
 		return 0;
+	}
+	if (leaf && leaf->nritems) {
+		node_key(leaf, 0, &first);
+		have_first = 1;
 	}
 	do {
 		ret = prev_leaf(cache, path);
 	} while (ret == 0 && path->nodes[0]->nritems == 0);
+	if (ret == 0 && have_first) {
+		node_key(path->nodes[0], path->nodes[0]->nritems - 1, &last);
+		ret = check_leaf_order(cache, &last, &first, path->nodes[0]->bytenr);
+	}
 	return ret;
 }
 

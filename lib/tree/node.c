@@ -150,6 +150,8 @@ int node_validate(const struct node_cache *cache, const u8 *data, u64 bytenr, u6
 
 		if (nritems > data_size / sizeof(struct btrfs_item))
 			return *why = "too many items for a leaf", -EUCLEAN;
+		if (nritems == 0 && first_key)
+			return *why = "empty leaf below a node (only a root leaf may be empty)", -EUCLEAN;
 		for (i = 0; i < nritems; i++) {
 			const struct btrfs_item *item =
 				(const struct btrfs_item *)(data + sizeof(*h)) + i;
@@ -215,6 +217,8 @@ static int cached_matches(const struct tree_node *n, u64 gen, int level,
 		return 0;
 	if (level >= 0 && n->level != level)
 		return 0;
+	if (first_key && n->nritems == 0)
+		return 0; /* an empty leaf is only valid as a root */
 	if (first_key && n->nritems) {
 		node_key(n, 0, &key);
 		if (btrfs_comp_keys(&key, first_key) != 0)

@@ -1,0 +1,488 @@
+/*
+ * file_write.c — changing file data: writing (copy-on-write: new extents for
+ * every write, old ones trimmed, split or dropped), truncating, and the
+ * extent-dropping primitive they share.
+ *
+ * Dropping [start, end) from a file's EXTENT_DATA items (ks..ke is an item):
+ *   inside the range     delete the item, drop its data reference
+ *   overlapping the head truncate num_bytes (the reference is unchanged)
+ *   overlapping the tail re-key at end, offset += end - ks (reference
+ *                        unchanged: key.offset - offset stays the same)
+ *   around the range     both, as two items: one more reference
+ * Inline extents (only ever at offset 0) are rewritten whole by the callers.
+ * nbytes counts num_bytes of regular/prealloc extents and inline lengths.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "format/checksum.h"
+#include "fs/write.h"
+
+/* End of the file's extents (0 if none) and whether the last one is inline. */
+static int data_end(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 *end, int *is_inline)
+{
+	struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, (u64)-1 };
+	struct tree_path path;
+	int ret;
+
+	*end = 0;
+	*is_inline = 0;
+	tree_path_init(&path);
+	ret = tree_search_backward(&fs->cache, &sv->root, &key, &path);
+	if (ret == 0) {
+		path_key(&path, &key);
+		if (key.objectid == ino && key.type == BTRFS_EXTENT_DATA_KEY) {
+			u32 size;
+			const struct btrfs_file_extent_item *fi = (const void *)path_item(&path, &size);
+
+			if (size < BTRFS_FILE_EXTENT_INLINE_DATA_START) {
+				ret = -EUCLEAN;
+			} else if (fi->type == BTRFS_FILE_EXTENT_INLINE) {
+				*is_inline = 1;
+				*end = key.offset + btrfs_file_extent_ram_bytes(fi);
+			} else if (size >= sizeof(*fi)) {
+				*end = key.offset + btrfs_file_extent_num_bytes(fi);
+			} else {
+				ret = -EUCLEAN;
+			}
+		}
+	}
+	tree_path_release(&fs->cache, &path);
+	return ret < 0 ? ret : 0;
+}
+
+/* Allocate a data extent of up to @want bytes (at least one sector). */
+static int alloc_data(struct butter_fs *fs, u64 want, u64 *logical, u64 *got)
+{
+	struct fs_write_state *w = fs->w;
+	u64 len = want;
+	int ret;
+
+	for (;;) {
+		ret = extent_alloc(&w->es, BTRFS_BLOCK_GROUP_DATA, len, logical);
+		if (ret == 0) {
+			*got = len;
+			return 0;
+		}
+		if (ret != -ENOSPC)
+			return ret;
+		if (len > fs->vol.sectorsize * 16ULL) {
+			len = len / 2 / fs->vol.sectorsize * fs->vol.sectorsize;
+			continue;
+		}
+		/* no room in any data group: make a new data chunk */
+		{
+			u64 chunk;
+
+			ret = chunk_create(&w->es, BTRFS_BLOCK_GROUP_DATA | w->data_profile,
+					   1ULL << 30, &chunk);
+			if (ret)
+				return ret;
+			ret = chunk_insert_items(&w->es, &w->txn.tt, chunk);
+			if (ret)
+				return ret;
+			len = want;
+		}
+	}
+}
+
+struct size_update {
+	u64 size;       /* new i_size if larger (or exact when @set) */
+	s64 nbytes;     /* added to nbytes */
+	int set;
+};
+
+static void update_size(struct btrfs_inode_item *ii, void *arg)
+{
+	struct size_update *u = arg;
+
+	if (u->set || u->size > btrfs_inode_size(ii))
+		btrfs_set_inode_size(ii, u->size);
+	btrfs_set_inode_nbytes(ii, (u64)((s64)btrfs_inode_nbytes(ii) + u->nbytes));
+	now_ts(&ii->mtime);
+	ii->ctime = ii->mtime;
+}
+
+static int queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64 root, u64 ino,
+			  u64 offset, int delta)
+{
+	struct delayed_ref ref;
+
+	memset(&ref, 0, sizeof(ref));
+	ref.bytenr = bytenr;
+	ref.num_bytes = num_bytes;
+	ref.root = root;
+	ref.owner = ino;
+	ref.offset = offset;
+	ref.is_data = 1;
+	ref.delta = delta;
+	ref.generation = w->txn.tt.transid;
+	return extent_queue_ref(&w->es, &ref);
+}
+
+/*
+ * Write @len bytes (a multiple of the sector size) at the sector-aligned
+ * file offset @off as new extents. The range holds no extents (dropped).
+ * Adds to nbytes; the caller sets i_size.
+ */
+static int write_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, int nodatasum,
+			 const u8 *data, u64 len, u64 off)
+{
+	struct fs_write_state *w = fs->w;
+	u32 ss = fs->vol.sectorsize, cs = fs->vol.csum_size;
+	u8 *csums = NULL;
+	u64 done = 0;
+	int ret = 0;
+
+	while (done < len && ret == 0) {
+		u64 want = len - done, logical, got, i;
+		struct btrfs_file_extent_item fi;
+		struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, off + done };
+		struct size_update u = { 0, 0, 0 };
+
+		if (want > MAX_EXTENT_SIZE)
+			want = MAX_EXTENT_SIZE;
+		ret = alloc_data(fs, want, &logical, &got);
+		if (ret)
+			break;
+		ret = volumes_write(&fs->vol, logical, data + done, got);
+		if (ret)
+			break;
+		if (!nodatasum) {
+			free(csums);
+			csums = malloc(got / ss * cs);
+			if (!csums) {
+				ret = -ENOMEM;
+				break;
+			}
+			for (i = 0; i < got / ss; i++) {
+				u8 c[BTRFS_CSUM_SIZE];
+
+				btrfs_csum_compute(fs->vol.csum_type, data + done + i * ss, ss, c);
+				memcpy(csums + i * cs, c, cs);
+			}
+			ret = extent_insert_csums(&w->es, &w->txn.tt, logical, got, csums);
+			if (ret)
+				break;
+		}
+		memset(&fi, 0, sizeof(fi));
+		btrfs_set_file_extent_generation(&fi, w->txn.tt.transid);
+		btrfs_set_file_extent_ram_bytes(&fi, got);
+		fi.type = BTRFS_FILE_EXTENT_REG;
+		btrfs_set_file_extent_disk_bytenr(&fi, logical);
+		btrfs_set_file_extent_disk_num_bytes(&fi, got);
+		btrfs_set_file_extent_num_bytes(&fi, got);
+		ret = tree_insert_item(&w->txn.tt, &sv->root, &key, &fi, sizeof(fi));
+		if (ret == 0)
+			ret = queue_data_ref(w, logical, got, sv->id, ino, off + done, 1);
+		u.nbytes = (s64)got;
+		if (ret == 0)
+			ret = modify_inode(fs, sv, ino, update_size, &u);
+		done += got;
+	}
+	free(csums);
+	return ret;
+}
+
+int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end)
+{
+	struct fs_write_state *w = fs->w;
+	struct tree_trans *t = &w->txn.tt;
+	s64 nbytes_delta = 0;
+	int ret = 0;
+
+	while (start < end) {
+		struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, start };
+		struct tree_path path;
+		struct btrfs_file_extent_item *fi;
+		u64 ks, ke, disk, offset, num;
+		u32 size;
+		int type;
+
+		/* the item covering @start, or the first one after it */
+		tree_path_init(&path);
+		ret = tree_search_backward(&fs->cache, &sv->root, &key, &path);
+		if (ret == 0) {
+			path_key(&path, &key);
+			if (key.objectid != ino || key.type != BTRFS_EXTENT_DATA_KEY)
+				ret = 1;
+		}
+		if (ret == 0) {
+			const struct btrfs_file_extent_item *rfi = (const void *)path_item(&path, &size);
+			u64 e = rfi->type == BTRFS_FILE_EXTENT_INLINE
+					? key.offset + btrfs_file_extent_ram_bytes(rfi)
+					: key.offset + btrfs_file_extent_num_bytes(rfi);
+
+			if (e <= start)
+				ret = 1; /* ends before: look at the next one */
+		}
+		if (ret == 1) {
+			ret = tree_next_item(&fs->cache, &path);
+			if (ret == 0 && path.nodes[0]->nritems == 0)
+				ret = 1;
+			if (ret == 0) {
+				path_key(&path, &key);
+				if (key.objectid != ino || key.type != BTRFS_EXTENT_DATA_KEY ||
+				    key.offset >= end)
+					ret = 1;
+			}
+		}
+		tree_path_release(&fs->cache, &path);
+		if (ret == 1) {
+			ret = 0;
+			break;
+		}
+		if (ret < 0)
+			break;
+		/* re-find it for changing */
+		ret = tree_search_slot(t, &sv->root, &key, &path, (int)(sizeof(*fi) + sizeof(struct btrfs_item)), 1);
+		if (ret != 0) {
+			tree_path_release(&fs->cache, &path);
+			ret = ret < 0 ? ret : -EUCLEAN;
+			break;
+		}
+		fi = (void *)path_item_mut(&path, &size);
+		type = fi->type;
+		ks = key.offset;
+		if (type == BTRFS_FILE_EXTENT_INLINE) {
+			ke = ks + btrfs_file_extent_ram_bytes(fi);
+			if (ks < start) {
+				/* a head of inline data stays: the callers rewrite inline files whole */
+				tree_path_release(&fs->cache, &path);
+				ret = -EOPNOTSUPP;
+				break;
+			}
+			nbytes_delta -= (s64)btrfs_file_extent_ram_bytes(fi);
+			ret = tree_del_items(t, &sv->root, &path, 1);
+			tree_path_release(&fs->cache, &path);
+			if (ret)
+				break;
+			start = ke;
+			continue;
+		}
+		if (size < sizeof(*fi)) {
+			tree_path_release(&fs->cache, &path);
+			ret = -EUCLEAN;
+			break;
+		}
+		disk = btrfs_file_extent_disk_bytenr(fi);
+		offset = btrfs_file_extent_offset(fi);
+		num = btrfs_file_extent_num_bytes(fi);
+		ke = ks + num;
+		if (ks >= start && ke <= end) {
+			/* wholly inside: delete */
+			u64 disk_len = btrfs_file_extent_disk_num_bytes(fi);
+
+			ret = tree_del_items(t, &sv->root, &path, 1);
+			tree_path_release(&fs->cache, &path);
+			if (ret == 0 && disk)
+				ret = queue_data_ref(w, disk, disk_len, sv->id, ino, ks - offset, -1);
+			if (ret)
+				break;
+			if (disk || type == BTRFS_FILE_EXTENT_PREALLOC)
+				nbytes_delta -= (s64)num;
+			start = ke;
+			continue;
+		}
+		if (ks < start && ke > end) {
+			/* around the range: keep [ks, start) here and insert [end, ke) */
+			struct btrfs_file_extent_item tail = *fi;
+			struct btrfs_key tkey = { ino, BTRFS_EXTENT_DATA_KEY, end };
+
+			btrfs_set_file_extent_num_bytes(fi, start - ks);
+			btrfs_set_file_extent_offset(&tail, offset + (end - ks));
+			btrfs_set_file_extent_num_bytes(&tail, ke - end);
+			tree_path_release(&fs->cache, &path);
+			ret = tree_insert_item(t, &sv->root, &tkey, &tail, sizeof(tail));
+			if (ret == 0 && disk)
+				ret = queue_data_ref(w, disk, btrfs_file_extent_disk_num_bytes(&tail), sv->id,
+						     ino, end - (offset + (end - ks)), 1);
+			if (disk || type == BTRFS_FILE_EXTENT_PREALLOC)
+				nbytes_delta -= (s64)(end - start);
+			break;
+		}
+		if (ks < start) {
+			/* overlaps our head: trim its end */
+			btrfs_set_file_extent_num_bytes(fi, start - ks);
+			tree_path_release(&fs->cache, &path);
+			if (disk || type == BTRFS_FILE_EXTENT_PREALLOC)
+				nbytes_delta -= (s64)(ke - start);
+			start = ke;
+			continue;
+		}
+		/* overlaps our tail: start it at end */
+		{
+			struct btrfs_key nkey = { ino, BTRFS_EXTENT_DATA_KEY, end };
+
+			btrfs_set_file_extent_offset(fi, offset + (end - ks));
+			btrfs_set_file_extent_num_bytes(fi, ke - end);
+			tree_set_item_key(&path, &nkey);
+			tree_path_release(&fs->cache, &path);
+			if (disk || type == BTRFS_FILE_EXTENT_PREALLOC)
+				nbytes_delta -= (s64)(end - ks);
+			break;
+		}
+	}
+	if (ret == 0 && nbytes_delta) {
+		struct size_update u = { 0, nbytes_delta, 0 };
+
+		ret = modify_inode(fs, sv, ino, update_size, &u);
+	}
+	return ret;
+}
+
+/* Read up to @len bytes of @ino at @off through the read path (zeros past EOF). */
+static int read_existing(struct butter_fs *fs, butter_ino_t ino, u8 *buf, u64 len, u64 off)
+{
+	ssize_t n = butter_read(fs, ino, buf, len, off);
+
+	if (n < 0)
+		return (int)n;
+	memset(buf + n, 0, len - (u64)n);
+	return 0;
+}
+
+ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+		     uint64_t off)
+{
+	u32 ss = fs->vol.sectorsize;
+	struct btrfs_inode_item ii;
+	struct fs_write_state *w;
+	struct subvol *sv = NULL;
+	u64 end, isize, astart, aend;
+	u8 *tmp = NULL;
+	int ret, is_inline, err = 0, nodatasum;
+
+	if (len == 0)
+		return 0;
+	if (off + len < off || off + len > (1ULL << 62))
+		return -EFBIG;
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = fs_read_inode(fs, ino, &ii);
+	if (ret == 0 && !S_ISREG(btrfs_inode_mode(&ii)))
+		ret = S_ISDIR(btrfs_inode_mode(&ii)) ? -EISDIR : -EINVAL;
+	if (ret == 0 && !(sv = fs_subvol_mut(fs, ino.subvol, &err)))
+		ret = err;
+	if (ret == 0)
+		ret = data_end(fs, sv, ino.ino, &end, &is_inline);
+	if (ret)
+		return end_change(w, ret, 0);
+	isize = btrfs_inode_size(&ii);
+	nodatasum = !!(btrfs_inode_flags(&ii) & BTRFS_INODE_NODATASUM_FLAG);
+	if (is_inline || (off == 0 && isize <= len && len <= MAX_INLINE && len < ss && end == 0)) {
+		/* small files are rewritten whole: inline while they stay small */
+		u64 newsize = isize > off + len ? isize : off + len;
+
+		tmp = calloc(1, newsize + ss);
+		if (!tmp)
+			return end_change(w, -ENOMEM, 0);
+		ret = read_existing(fs, ino, tmp, isize, 0);
+		if (ret) {
+			free(tmp);
+			return end_change(w, ret, 0);
+		}
+		memcpy(tmp + off, buf, len);
+		ret = fs_drop_extents(fs, sv, ino.ino, 0, (u64)-1);
+		if (ret == 0 && newsize <= MAX_INLINE && newsize < ss) {
+			struct size_update u = { newsize, (s64)newsize, 1 };
+
+			ret = insert_inline(fs, sv, ino.ino, tmp, (u32)newsize);
+			if (ret == 0)
+				ret = modify_inode(fs, sv, ino.ino, update_size, &u);
+		} else if (ret == 0) {
+			struct size_update u = { newsize, 0, 1 };
+
+			ret = write_extents(fs, sv, ino.ino, nodatasum, tmp,
+					    (newsize + ss - 1) / ss * ss, 0);
+			if (ret == 0)
+				ret = modify_inode(fs, sv, ino.ino, update_size, &u);
+		}
+		free(tmp);
+		ret = end_change(w, ret, 1);
+		return ret < 0 ? ret : (ssize_t)len;
+	}
+	/* whole sectors: read the partial edge sectors, drop the range, write anew */
+	astart = off / ss * ss;
+	aend = (off + len + ss - 1) / ss * ss;
+	tmp = malloc(aend - astart);
+	if (!tmp)
+		return end_change(w, -ENOMEM, 0);
+	ret = 0;
+	if (astart < off)
+		ret = read_existing(fs, ino, tmp, ss, astart);
+	if (ret == 0 && aend > off + len && aend - ss >= astart)
+		ret = read_existing(fs, ino, tmp + (aend - ss - astart), ss, aend - ss);
+	if (ret) {
+		free(tmp);
+		return end_change(w, ret, 0);
+	}
+	memcpy(tmp + (off - astart), buf, len);
+	ret = fs_drop_extents(fs, sv, ino.ino, astart, aend);
+	if (ret == 0)
+		ret = write_extents(fs, sv, ino.ino, nodatasum, tmp, aend - astart, astart);
+	if (ret == 0) {
+		struct size_update u = { off + len, 0, 0 };
+
+		ret = modify_inode(fs, sv, ino.ino, update_size, &u);
+	}
+	free(tmp);
+	ret = end_change(w, ret, 1);
+	return ret < 0 ? ret : (ssize_t)len;
+}
+
+int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 size)
+{
+	u32 ss = fs->vol.sectorsize;
+	struct btrfs_inode_item ii;
+	u64 end;
+	int ret, is_inline;
+	u8 *head = NULL;
+
+	ret = fs_read_inode(fs, ino, &ii);
+	if (ret == 0)
+		ret = data_end(fs, sv, ino.ino, &end, &is_inline);
+	if (ret)
+		return ret;
+	if (size >= btrfs_inode_size(&ii)) {
+		struct size_update u = { size, 0, 1 };
+
+		return modify_inode(fs, sv, ino.ino, update_size, &u);
+	}
+	if (is_inline || size % ss) {
+		/* keep the bytes of the last partial sector (or of the inline file) */
+		u64 from = is_inline ? 0 : size / ss * ss;
+
+		head = calloc(1, ss + (size - from));
+		if (!head)
+			return -ENOMEM;
+		ret = read_existing(fs, ino, head, size - from, from);
+		if (ret == 0)
+			ret = fs_drop_extents(fs, sv, ino.ino, from, (u64)-1);
+		if (ret == 0 && size > from) {
+			if (is_inline) {
+				struct size_update u = { 0, (s64)size, 0 };
+
+				ret = insert_inline(fs, sv, ino.ino, head, (u32)size);
+				if (ret == 0)
+					ret = modify_inode(fs, sv, ino.ino, update_size, &u);
+			} else {
+				ret = write_extents(fs, sv, ino.ino,
+						    !!(btrfs_inode_flags(&ii) & BTRFS_INODE_NODATASUM_FLAG),
+						    head, ss, from);
+			}
+		}
+		free(head);
+	} else {
+		ret = fs_drop_extents(fs, sv, ino.ino, size, (u64)-1);
+	}
+	if (ret == 0) {
+		struct size_update u = { size, 0, 1 };
+
+		ret = modify_inode(fs, sv, ino.ino, update_size, &u);
+	}
+	return ret;
+}

@@ -1,0 +1,482 @@
+/*
+ * namei.c — taking names away: unlink, rmdir, rename, removexattr, and
+ * deleting an inode whose last name went.
+ *
+ * A name is removed from three places (see write.c for the layout): the
+ * DIR_ITEM entry (cut out of its item, or the item deleted if it was alone),
+ * the DIR_INDEX item, and the INODE_REF (or INODE_EXTREF) entry that gives
+ * the index. The parent's i_size drops by 2 * name_len.
+ *
+ * An inode with no names left is deleted at once, data references included:
+ * the library has no notion of open files; a front end that keeps unlinked
+ * files open must hold them itself (orphan items come with the FUSE work).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "format/checksum.h"
+#include "fs/write.h"
+
+/* Entry matchers: return the entry's length if it matches, 0 if not, <0 if malformed. */
+typedef long (*entry_match_fn)(const u8 *p, u32 left, const void *arg);
+
+struct name_arg {
+	const char *name;
+	size_t len;
+	u64 parent;     /* extrefs */
+	u64 index;      /* out: the ref's index */
+};
+
+static long match_dir_entry(const u8 *p, u32 left, const void *varg)
+{
+	const struct name_arg *a = varg;
+	const struct btrfs_dir_item *di = (const void *)p;
+	u32 total;
+
+	if (left < sizeof(*di))
+		return -EUCLEAN;
+	total = (u32)sizeof(*di) + btrfs_dir_name_len(di) + btrfs_dir_data_len(di);
+	if (total > left)
+		return -EUCLEAN;
+	if (btrfs_dir_name_len(di) == a->len && !memcmp(p + sizeof(*di), a->name, a->len))
+		return total;
+	return -(long)total - 1000000;
+}
+
+static long match_inode_ref(const u8 *p, u32 left, const void *varg)
+{
+	struct name_arg *a = (struct name_arg *)varg;
+	const struct btrfs_inode_ref *r = (const void *)p;
+	u32 total;
+
+	if (left < sizeof(*r))
+		return -EUCLEAN;
+	total = (u32)sizeof(*r) + btrfs_inode_ref_name_len(r);
+	if (total > left)
+		return -EUCLEAN;
+	if (btrfs_inode_ref_name_len(r) == a->len && !memcmp(p + sizeof(*r), a->name, a->len)) {
+		a->index = btrfs_inode_ref_index(r);
+		return total;
+	}
+	return -(long)total - 1000000;
+}
+
+static long match_inode_extref(const u8 *p, u32 left, const void *varg)
+{
+	struct name_arg *a = (struct name_arg *)varg;
+	const struct btrfs_inode_extref *r = (const void *)p;
+	u32 total;
+
+	if (left < sizeof(*r))
+		return -EUCLEAN;
+	total = (u32)sizeof(*r) + btrfs_inode_extref_name_len(r);
+	if (total > left)
+		return -EUCLEAN;
+	if (btrfs_inode_extref_parent(r) == a->parent && btrfs_inode_extref_name_len(r) == a->len &&
+	    !memcmp(p + sizeof(*r), a->name, a->len)) {
+		a->index = btrfs_inode_extref_index(r);
+		return total;
+	}
+	return -(long)total - 1000000;
+}
+
+/*
+ * Cut the entry @match accepts out of the item at @key. Returns 0, 1 if no
+ * such item or entry, negative errno.
+ */
+static int cut_entry(struct butter_fs *fs, struct tree_root *root, const struct btrfs_key *key,
+		     entry_match_fn match, void *arg)
+{
+	struct tree_trans *t = &fs->w->txn.tt;
+	struct tree_path path;
+	u32 size, pos = 0;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_slot(t, root, key, &path, 0, 1);
+	if (ret) {
+		tree_path_release(&fs->cache, &path);
+		return ret;
+	}
+	{
+		u8 *p = path_item_mut(&path, &size);
+
+		while (pos < size) {
+			long m = match(p + pos, size - pos, arg);
+
+			if (m == -EUCLEAN) {
+				ret = BLOG_CORRUPT(&fs->log, "item (%llu %u %llu): malformed entry",
+						   (unsigned long long)key->objectid, key->type,
+						   (unsigned long long)key->offset);
+				break;
+			}
+			if (m > 0) {
+				if ((u32)m == size) {
+					ret = tree_del_items(t, root, &path, 1);
+				} else {
+					memmove(p + pos, p + pos + m, size - pos - (u32)m);
+					ret = tree_truncate_item(t, &path, size - (u32)m);
+				}
+				tree_path_release(&fs->cache, &path);
+				return ret;
+			}
+			pos += (u32)(-m - 1000000);
+		}
+	}
+	tree_path_release(&fs->cache, &path);
+	return ret ? ret : 1;
+}
+
+static int delete_item(struct butter_fs *fs, struct tree_root *root, const struct btrfs_key *key)
+{
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_slot(&fs->w->txn.tt, root, key, &path, 0, 1);
+	if (ret == 0)
+		ret = tree_del_items(&fs->w->txn.tt, root, &path, 1);
+	tree_path_release(&fs->cache, &path);
+	return ret;
+}
+
+/* Remove the name @name of @ino from directory @dir (phase 2). */
+static int remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+		       size_t len, u64 ino)
+{
+	struct name_arg a = { name, len, dir, 0 };
+	struct btrfs_key key = { dir, BTRFS_DIR_ITEM_KEY, btrfs_name_hash(name, len) };
+	struct dir_update u = { -2 * (s64)len };
+	int ret;
+
+	ret = cut_entry(fs, &sv->root, &key, match_dir_entry, &a);
+	if (ret == 1)
+		ret = BLOG_CORRUPT(&fs->log, "dir %llu: entry without its dir item",
+				   (unsigned long long)dir);
+	if (ret)
+		return ret;
+	key.objectid = ino;
+	key.type = BTRFS_INODE_REF_KEY;
+	key.offset = dir;
+	ret = cut_entry(fs, &sv->root, &key, match_inode_ref, &a);
+	if (ret == 1) {
+		key.type = BTRFS_INODE_EXTREF_KEY;
+		key.offset = btrfs_extref_hash(dir, name, len);
+		ret = cut_entry(fs, &sv->root, &key, match_inode_extref, &a);
+	}
+	if (ret == 1)
+		ret = BLOG_CORRUPT(&fs->log, "inode %llu: no back reference from dir %llu",
+				   (unsigned long long)ino, (unsigned long long)dir);
+	if (ret)
+		return ret;
+	key.objectid = dir;
+	key.type = BTRFS_DIR_INDEX_KEY;
+	key.offset = a.index;
+	ret = delete_item(fs, &sv->root, &key);
+	if (ret == 1)
+		ret = BLOG_CORRUPT(&fs->log, "dir %llu: no index %llu", (unsigned long long)dir,
+				   (unsigned long long)a.index);
+	if (ret)
+		return ret;
+	return modify_inode(fs, sv, dir, touch_dir, &u);
+}
+
+int fs_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino)
+{
+	struct tree_trans *t = &fs->w->txn.tt;
+	int ret;
+
+	ret = fs_drop_extents(fs, sv, ino, 0, (u64)-1);
+	if (ret)
+		return ret;
+	for (;;) {
+		struct btrfs_key key = { ino, 0, 0 };
+		struct tree_path path;
+		u32 slot, nr = 0;
+
+		/* find the first item of @ino, then take the path to it for changing */
+		tree_path_init(&path);
+		ret = tree_search_forward(&fs->cache, &sv->root, &key, &path);
+		if (ret == 0)
+			path_key(&path, &key);
+		tree_path_release(&fs->cache, &path);
+		if (ret)
+			return ret < 0 ? ret : 0;
+		if (key.objectid != ino)
+			return 0;
+		ret = tree_search_slot(t, &sv->root, &key, &path, 0, 1);
+		if (ret) {
+			tree_path_release(&fs->cache, &path);
+			return ret < 0 ? ret : -EUCLEAN;
+		}
+		slot = path.slots[0];
+		while (slot + nr < path.nodes[0]->nritems) {
+			node_key(path.nodes[0], slot + nr, &key);
+			if (key.objectid != ino)
+				break;
+			nr++;
+		}
+		ret = tree_del_items(t, &sv->root, &path, nr);
+		tree_path_release(&fs->cache, &path);
+		if (ret)
+			return ret;
+	}
+}
+
+static void touch_ctime(struct btrfs_inode_item *ii, void *arg)
+{
+	(void)arg;
+	now_ts(&ii->ctime);
+}
+
+static void dec_nlink(struct btrfs_inode_item *ii, void *arg)
+{
+	(void)arg;
+	if (btrfs_inode_nlink(ii))
+		btrfs_set_inode_nlink(ii, btrfs_inode_nlink(ii) - 1);
+	now_ts(&ii->ctime);
+}
+
+/* Phase-1 checks for removing @name from @dir: the target and its inode. */
+static int check_old_name(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t len,
+			  butter_ino_t *target, struct btrfs_inode_item *ii, struct subvol **svp)
+{
+	int ret, err = 0;
+
+	if ((len == 1 && name[0] == '.') || (len == 2 && !memcmp(name, "..", 2)))
+		return -EINVAL;
+	ret = butter_lookup(fs, dir, name, len, target);
+	if (ret)
+		return ret;
+	if (target->subvol != dir.subvol || target->ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
+		return -EPERM; /* a subvolume: use subvolume delete */
+	ret = fs_read_inode(fs, *target, ii);
+	if (ret)
+		return ret;
+	*svp = fs_subvol_mut(fs, dir.subvol, &err);
+	return *svp ? 0 : err;
+}
+
+static int dir_is_empty(struct butter_fs *fs, struct subvol *sv, u64 dir)
+{
+	struct btrfs_key key = { dir, BTRFS_DIR_INDEX_KEY, 0 };
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_forward(&fs->cache, &sv->root, &key, &path);
+	if (ret == 0)
+		path_key(&path, &key);
+	tree_path_release(&fs->cache, &path);
+	if (ret < 0)
+		return ret;
+	return ret == 1 || key.objectid != dir || key.type != BTRFS_DIR_INDEX_KEY;
+}
+
+/* Drop one link of @target (phase 2); deletes the inode with its last. */
+static int drop_link(struct butter_fs *fs, struct subvol *sv, const struct btrfs_inode_item *ii,
+		     u64 target)
+{
+	if (S_ISDIR(btrfs_inode_mode(ii)) || btrfs_inode_nlink(ii) <= 1)
+		return fs_delete_inode(fs, sv, target);
+	return modify_inode(fs, sv, target, dec_nlink, NULL);
+}
+
+int butter_unlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen)
+{
+	struct btrfs_inode_item ii;
+	struct fs_write_state *w;
+	butter_ino_t target;
+	struct subvol *sv;
+	int ret;
+
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = check_old_name(fs, dir, name, namelen, &target, &ii, &sv);
+	if (ret == 0 && S_ISDIR(btrfs_inode_mode(&ii)))
+		ret = -EISDIR;
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = remove_name(fs, sv, dir.ino, name, namelen, target.ino);
+	if (ret == 0)
+		ret = drop_link(fs, sv, &ii, target.ino);
+	return end_change(w, ret, 1);
+}
+
+int butter_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen)
+{
+	struct btrfs_inode_item ii;
+	struct fs_write_state *w;
+	butter_ino_t target;
+	struct subvol *sv;
+	int ret;
+
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = check_old_name(fs, dir, name, namelen, &target, &ii, &sv);
+	if (ret == 0 && !S_ISDIR(btrfs_inode_mode(&ii)))
+		ret = -ENOTDIR;
+	if (ret == 0) {
+		ret = dir_is_empty(fs, sv, target.ino);
+		ret = ret < 0 ? ret : ret ? 0 : -ENOTEMPTY;
+	}
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = remove_name(fs, sv, dir.ino, name, namelen, target.ino);
+	if (ret == 0)
+		ret = fs_delete_inode(fs, sv, target.ino);
+	return end_change(w, ret, 1);
+}
+
+/* Is @anc an ancestor of (or equal to) directory @dir? Walks INODE_REFs up. */
+static int is_ancestor(struct butter_fs *fs, butter_ino_t anc, butter_ino_t dir)
+{
+	int depth = 0;
+
+	while (depth++ < 100000) {
+		butter_ino_t up;
+		int ret;
+
+		if (dir.subvol == anc.subvol && dir.ino == anc.ino)
+			return 1;
+		ret = butter_lookup(fs, dir, "..", 2, &up);
+		if (ret)
+			return ret;
+		if (up.subvol == dir.subvol && up.ino == dir.ino)
+			return 0;
+		dir = up;
+	}
+	return -ELOOP;
+}
+
+int butter_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, size_t oldlen,
+		  butter_ino_t newdir, const char *newname, size_t newlen, unsigned flags)
+{
+	struct btrfs_inode_item src_ii, dst_ii;
+	struct fs_write_state *w;
+	butter_ino_t src, dst;
+	struct subvol *sv;
+	int ret, have_dst;
+
+	if (flags & ~(BUTTER_RENAME_NOREPLACE | BUTTER_RENAME_EXCHANGE) ||
+	    (flags & BUTTER_RENAME_NOREPLACE && flags & BUTTER_RENAME_EXCHANGE))
+		return -EINVAL;
+	if (olddir.subvol != newdir.subvol)
+		return -EXDEV;
+	if (newlen > BTRFS_NAME_LEN)
+		return -ENAMETOOLONG;
+	if (newlen == 0 || (newlen == 1 && newname[0] == '.') ||
+	    (newlen == 2 && !memcmp(newname, "..", 2)) || memchr(newname, '/', newlen))
+		return -EINVAL;
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = check_old_name(fs, olddir, oldname, oldlen, &src, &src_ii, &sv);
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = butter_lookup(fs, newdir, newname, newlen, &dst);
+	have_dst = ret == 0;
+	if (ret && ret != -ENOENT)
+		return end_change(w, ret, 0);
+	if (have_dst && dst.subvol == src.subvol && dst.ino == src.ino)
+		return end_change(w, 0, 0); /* same inode: nothing to do */
+	if (have_dst) {
+		if (dst.subvol != newdir.subvol || dst.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
+			return end_change(w, -EPERM, 0);
+		ret = fs_read_inode(fs, dst, &dst_ii);
+		if (ret)
+			return end_change(w, ret, 0);
+	}
+	if (flags & BUTTER_RENAME_NOREPLACE && have_dst)
+		return end_change(w, -EEXIST, 0);
+	if (flags & BUTTER_RENAME_EXCHANGE && !have_dst)
+		return end_change(w, -ENOENT, 0);
+	if (!(flags & BUTTER_RENAME_EXCHANGE) && have_dst) {
+		if (S_ISDIR(btrfs_inode_mode(&src_ii)) && !S_ISDIR(btrfs_inode_mode(&dst_ii)))
+			return end_change(w, -ENOTDIR, 0);
+		if (!S_ISDIR(btrfs_inode_mode(&src_ii)) && S_ISDIR(btrfs_inode_mode(&dst_ii)))
+			return end_change(w, -EISDIR, 0);
+		if (S_ISDIR(btrfs_inode_mode(&dst_ii))) {
+			ret = dir_is_empty(fs, sv, dst.ino);
+			if (ret <= 0)
+				return end_change(w, ret < 0 ? ret : -ENOTEMPTY, 0);
+		}
+	}
+	/* a directory may not move below itself */
+	if (S_ISDIR(btrfs_inode_mode(&src_ii))) {
+		ret = is_ancestor(fs, src, newdir);
+		if (ret)
+			return end_change(w, ret < 0 ? ret : -EINVAL, 0);
+	}
+	if (flags & BUTTER_RENAME_EXCHANGE && S_ISDIR(btrfs_inode_mode(&dst_ii))) {
+		ret = is_ancestor(fs, dst, olddir);
+		if (ret)
+			return end_change(w, ret < 0 ? ret : -EINVAL, 0);
+	}
+	/* phase 2 */
+	ret = remove_name(fs, sv, olddir.ino, oldname, oldlen, src.ino);
+	if (ret == 0 && have_dst)
+		ret = remove_name(fs, sv, newdir.ino, newname, newlen, dst.ino);
+	if (ret == 0)
+		ret = add_name(fs, sv, newdir.ino, newname, newlen, src.ino, btrfs_inode_mode(&src_ii));
+	if (ret == 0 && have_dst) {
+		if (flags & BUTTER_RENAME_EXCHANGE)
+			ret = add_name(fs, sv, olddir.ino, oldname, oldlen, dst.ino,
+				       btrfs_inode_mode(&dst_ii));
+		else
+			ret = drop_link(fs, sv, &dst_ii, dst.ino);
+	}
+	if (ret == 0) /* rename changes the inode's ctime */
+		ret = modify_inode(fs, sv, src.ino, touch_ctime, NULL);
+	return end_change(w, ret, 1);
+}
+
+struct xname {
+	const char *name;
+	size_t len;
+};
+
+static long match_xattr(const u8 *p, u32 left, const void *varg)
+{
+	const struct xname *x = varg;
+	struct name_arg a = { x->name, x->len, 0, 0 };
+
+	return match_dir_entry(p, left, &a);
+}
+
+int butter_removexattr(struct butter_fs *fs, butter_ino_t ino, const char *name)
+{
+	struct xname x = { name, strlen(name) };
+	struct btrfs_key key = { ino.ino, BTRFS_XATTR_ITEM_KEY, btrfs_name_hash(name, x.len) };
+	struct btrfs_inode_item ii;
+	struct fs_write_state *w;
+	struct subvol *sv = NULL;
+	ssize_t have;
+	int ret, err = 0;
+
+	if (x.len == 0 || x.len > 255)
+		return -ERANGE;
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = fs_read_inode(fs, ino, &ii);
+	if (ret == 0) {
+		have = butter_getxattr(fs, ino, name, NULL, 0);
+		if (have < 0)
+			ret = (int)have;
+	}
+	if (ret == 0 && !(sv = fs_subvol_mut(fs, ino.subvol, &err)))
+		ret = err;
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = cut_entry(fs, &sv->root, &key, match_xattr, &x);
+	if (ret == 1)
+		ret = -EUCLEAN;
+	if (ret == 0)
+		ret = modify_inode(fs, sv, ino.ino, touch_ctime, NULL);
+	return end_change(w, ret, 1);
+}

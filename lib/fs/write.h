@@ -1,0 +1,62 @@
+/*
+ * write.h — what the write side of the fs layer shares between its files
+ * (write.c: handle setup, names and inodes; file_write.c: file data;
+ * namei.c: removing and renaming names). Not a public header.
+ */
+#ifndef BUTTER_FS_WRITE_H
+#define BUTTER_FS_WRITE_H
+
+#include "fs/fs.h"
+#include "trans/transaction.h"
+
+#define MAX_INLINE 2048u
+#define MAX_EXTENT_SIZE (128ULL << 20)
+#define DIRTY_COMMIT_BYTES (64ULL << 20)
+#define BTRFS_INODE_NODATASUM_FLAG (1ULL << 0)
+
+struct fs_write_state {
+	pthread_mutex_t lock;
+	struct extent_state es;
+	struct txn_ctx txn;
+	struct tree_root dev_tree;
+	struct tree_root fst;
+	u64 data_profile;
+};
+
+struct dir_update {
+	s64 size_delta;
+};
+
+/* Start a change: take the lock and make sure a transaction runs. */
+int begin_change(struct butter_fs *fs, struct fs_write_state **wp);
+/* End a change; @failed_in_trees: the error came from changing trees (abort). */
+int end_change(struct fs_write_state *w, int ret, int failed_in_trees);
+
+void now_ts(struct btrfs_timespec *t);
+int insert_or_extend(struct tree_trans *t, struct tree_root *root, const struct btrfs_key *key,
+		     const void *data, u32 size);
+int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
+		 void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg);
+int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out);
+int next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out);
+u8 mode_to_ft(u32 mode);
+void touch_dir(struct btrfs_inode_item *ii, void *arg);
+int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		   struct subvol **svp);
+int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name, size_t namelen,
+	     u64 ino, u32 mode);
+int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_new_inode *a,
+		 u64 size, u64 *ino);
+int insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data, u32 len);
+
+/* file_write.c */
+/* Remove file data in [start, end) of @ino, dropping extent references. */
+int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end);
+/* Shrink @ino to @size bytes (phase 2). */
+int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 size);
+
+/* namei.c */
+/* Delete every item of inode @ino (its data references too). */
+int fs_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino);
+
+#endif
