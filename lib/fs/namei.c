@@ -382,6 +382,8 @@ int butter_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname
 	have_dst = ret == 0;
 	if (ret && ret != -ENOENT)
 		return end_change(w, ret, 0);
+	if (flags & BUTTER_RENAME_NOREPLACE && have_dst)
+		return end_change(w, -EEXIST, 0);
 	if (have_dst && dst.subvol == src.subvol && dst.ino == src.ino)
 		return end_change(w, 0, 0); /* same inode: nothing to do */
 	if (have_dst) {

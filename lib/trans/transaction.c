@@ -111,6 +111,24 @@ static int update_root_items(struct txn_ctx *ctx, int *updated)
 	return 0;
 }
 
+/*
+ * The superblock's generation is what readers expect of the root tree's root
+ * node, so every commit carries a copy of it made in this transaction.
+ */
+static int cow_root_tree(struct txn_ctx *ctx)
+{
+	struct btrfs_key key = { 0, 0, 0 };
+	struct tree_path path;
+	int ret;
+
+	if (ctx->root_tree->generation == ctx->tt.transid)
+		return 0;
+	tree_path_init(&path);
+	ret = tree_search_slot(&ctx->tt, ctx->root_tree, &key, &path, 0, 1);
+	tree_path_release(ctx->cache, &path);
+	return ret < 0 ? ret : 0;
+}
+
 static int write_dirty_nodes(struct txn_ctx *ctx)
 {
 	struct tree_node *n;
@@ -199,6 +217,11 @@ int txn_commit(struct txn_ctx *ctx)
 		return -EROFS;
 	if (!ctx->running)
 		return 0;
+	if (!ctx->tt.dirty && !extent_commit_pending(ctx->es)) {
+		/* nothing changed: the on-disk state is current */
+		ctx->running = 0;
+		return 0;
+	}
 	for (pass = 0; pass < MAX_COMMIT_PASSES; pass++) {
 		ret = extent_run_delayed_refs(ctx->es, &ctx->tt);
 		if (ret)
@@ -210,6 +233,9 @@ int txn_commit(struct txn_ctx *ctx)
 		if (ret)
 			goto abort;
 		ret = update_root_items(ctx, &updated);
+		if (ret)
+			goto abort;
+		ret = cow_root_tree(ctx);
 		if (ret)
 			goto abort;
 		if (!updated && !extent_commit_pending(ctx->es))

@@ -217,8 +217,8 @@ static int cached_matches(const struct tree_node *n, u64 gen, int level,
 		return 0;
 	if (level >= 0 && n->level != level)
 		return 0;
-	if (first_key && n->nritems == 0)
-		return 0; /* an empty leaf is only valid as a root */
+	if (first_key && n->nritems == 0 && !n->dirty)
+		return 0; /* on disk an empty leaf is only valid as a root; a split may make one briefly */
 	if (first_key && n->nritems) {
 		node_key(n, 0, &key);
 		if (btrfs_comp_keys(&key, first_key) != 0)
