@@ -1,0 +1,119 @@
+/*
+ * cli.h — what the files of the `butter` command share: the command table
+ * entry, option parsing common to every command (--device, --help), opening
+ * an image, and small output helpers.
+ *
+ * The command is a thin front end over <butter/butter.h>: it parses
+ * arguments, prints, and reports progress; every filesystem decision is the
+ * library's. Exit status of every command:
+ *   0  success
+ *   1  an error (named on stderr as "butter: WHAT: problem")
+ *   2  usage error (unknown command or option, missing argument); usage on stderr
+ */
+#ifndef BUTTER_CLI_H
+#define BUTTER_CLI_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <butter/butter.h>
+
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_ERROR 1
+#define CLI_EXIT_USAGE 2
+
+struct cli_command;
+
+/* A command: argv[0] is the command's own name; returns the exit status. */
+typedef int (*cli_main_fn)(const struct cli_command *cmd, int argc, char **argv);
+
+struct cli_command {
+	const char *name;    /* as typed: "info", "subvolume list" */
+	cli_main_fn main;
+	const char *summary; /* one line for `butter --help` */
+	const char *usage;   /* the full --help text after the "usage:" line(s) */
+	const char *synopsis;/* "[--device DEV]... IMAGE" */
+};
+
+/* Long-only option codes shared by every command (outside the char range). */
+enum {
+	CLI_OPT_DEVICE = 0x100,
+	CLI_OPT_HELP = 'h',
+	CLI_OPT_FIRST_FREE = 0x200, /* commands number their own long-only options from here */
+};
+
+/* Put these two entries in every command's struct option table. */
+#define CLI_COMMON_LONGOPTS                                          \
+	{ "device", required_argument, NULL, CLI_OPT_DEVICE },      \
+	{ "help", no_argument, NULL, CLI_OPT_HELP }
+
+/* Parsing state common to every command that opens an image. */
+struct cli_args {
+	const struct cli_command *cmd;
+	const char **devices; /* --device values, in order */
+	size_t ndevices;
+};
+
+/*
+ * Return the next command-specific option of argv (as getopt_long does), or -1
+ * when options end (optind then indexes the first operand). --device is
+ * collected into @args, --help prints usage on stdout and exits 0, an unknown
+ * option or a missing argument prints usage on stderr and exits 2.
+ * @shortopts must start with ":" and include "h"; @longopts must include
+ * CLI_COMMON_LONGOPTS.
+ */
+int cli_getopt(struct cli_args *args, int argc, char **argv, const char *shortopts,
+	       const struct option *longopts);
+
+/* Print "butter CMD: MESSAGE" and the usage on stderr; return CLI_EXIT_USAGE. */
+int cli_usage_error(const struct cli_command *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Print the usage of @cmd on @out. */
+void cli_print_usage(const struct cli_command *cmd, FILE *out);
+
+/*
+ * Open @image and the --device members read-only, degraded allowed. On failure
+ * print "butter: WHAT: problem" and return the negative errno.
+ */
+int cli_open(const struct cli_args *args, const char *image, struct butter_fs **fs);
+
+/* Print "butter: " + the formatted message + "\n" on stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Flush stdout; on a write error say so and return CLI_EXIT_ERROR, else @status. */
+int cli_finish_stdout(int status);
+
+/* Format @bytes as "1.50GiB" (or the plain number if @raw) into @buf. */
+const char *cli_size(char *buf, size_t bufsize, uint64_t bytes, bool raw);
+
+/* Format a 16-byte UUID as the usual 36-character string into @buf (37 bytes). */
+const char *cli_uuid(char buf[37], const uint8_t uuid[16]);
+
+/*
+ * Resolve @path inside the image, following a symlink in the last component
+ * as well (up to 40 times, then -ELOOP) when @follow is set.
+ */
+int cli_resolve(struct butter_fs *fs, const char *path, bool follow, butter_ino_t *out);
+
+/*
+ * Read the target of symlink @ino into a malloc'd NUL-terminated string
+ * (*out); @size_hint is the inode size. Returns 0 or a negative errno.
+ */
+int cli_readlink(struct butter_fs *fs, butter_ino_t ino, uint64_t size_hint, char **out);
+
+/* The commands. */
+int cmd_info(const struct cli_command *cmd, int argc, char **argv);
+int cmd_ls(const struct cli_command *cmd, int argc, char **argv);
+int cmd_cat(const struct cli_command *cmd, int argc, char **argv);
+int cmd_extract(const struct cli_command *cmd, int argc, char **argv);
+int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv);
+int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv);
+int cmd_put(const struct cli_command *cmd, int argc, char **argv);
+int cmd_mkdir(const struct cli_command *cmd, int argc, char **argv);
+int cmd_ln(const struct cli_command *cmd, int argc, char **argv);
+
+#endif /* BUTTER_CLI_H */

@@ -1,0 +1,1055 @@
+/*
+ * cmd_extract.c — `butter extract`: copy a tree out of an image into a host
+ * directory, keeping everything a file carries.
+ *
+ * Promises:
+ *  1. One bad file never stops the extraction: every failure is reported as
+ *     "butter: PATH: problem" and the command exits 1 at the end.
+ *  2. Unreadable data is skipped sector by sector: a chunk that reads -EIO is
+ *     read again one sector at a time, only the sectors without a good copy
+ *     are left as holes, and each run of them is reported as
+ *     "unreadable bytes START-END" (END inclusive).
+ *  3. Holes stay holes: only the ranges butter_seek() calls data are written,
+ *     then the file is truncated to its size.
+ *  4. Depth costs heap, not stack, and not file descriptors: directories are
+ *     walked with an explicit stack of frames; only the current directory is
+ *     open, and going up reopens ".." and checks it is the directory we came
+ *     from (else it is reopened from DEST, one component at a time).
+ *  5. A directory's attributes are set when the walk leaves it, after its
+ *     last entry was created, so its mtime and mode are the image's.
+ *  6. Attribute order for every file: data, owner, xattrs (a chown drops
+ *     security.capability), mode (a chown drops setuid/setgid), times.
+ *  7. Within the extraction, (subvolume, inode) identifies a file: the second
+ *     and later names of an inode with nlink > 1 become hard links to the
+ *     first name extracted. Snapshots are other subvolumes, so their files are
+ *     separate copies. A directory that is its own ancestor (a loop in a
+ *     corrupt image) is reported and not entered, so the walk always ends.
+ *  8. Names are used only as single path components (openat and friends on
+ *     the current directory), and a name holding '/' or being "." or ".." is
+ *     refused, so nothing is ever written outside DEST.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define CHUNK (1u << 20)     /* read size for file data */
+#define BATCH 1024           /* directory entries fetched per butter_readdir() call */
+#define BATCH_FULL 2         /* collect() stops butter_readdir() with this (not 1: see refill()) */
+#define PROGRESS_NS 250000000 /* progress line refresh */
+
+/* A set of (subvolume, inode) → host path relative to DEST (NULL in the directory set). */
+struct inomap_slot {
+	uint64_t subvol, ino; /* ino 0: empty slot (btrfs inode numbers start at 256) */
+	char *rel;
+};
+
+struct inomap {
+	struct inomap_slot *v;
+	size_t cap, n; /* cap is a power of two */
+};
+
+struct dir_entry {
+	size_t name_off, namelen;
+	butter_ino_t ino;
+};
+
+/* One directory being walked; frames form the explicit stack. */
+struct frame {
+	butter_ino_t dir;
+	struct butter_stat st; /* applied when the walk leaves the directory */
+	size_t pathlen;        /* length of extract.path naming this directory */
+	dev_t hdev;            /* host identity of the directory created for it */
+	ino_t hino;
+	uint64_t pos;          /* butter_readdir() position of the next batch */
+	bool eof;
+	struct dir_entry *ents;
+	size_t nents, next, ents_cap;
+	char *names;
+	size_t names_len, names_cap;
+};
+
+struct extract {
+	struct butter_fs *fs;
+	const char *dest;     /* DEST as given, for messages about host files */
+	int dest_fd;
+	uint32_t sectorsize;
+	char *path;           /* image path of the entry at hand ("" is "/") */
+	size_t pathlen, pathcap;
+	size_t rel_off;       /* path + rel_off: the same entry relative to DEST */
+	char *buf;            /* CHUNK bytes of file data */
+	char *xnames, *xval;
+	size_t xnames_cap, xval_cap;
+	struct inomap links;  /* first name of each inode with nlink > 1 */
+	struct inomap ancestors; /* the directories of the frames on the stack */
+	struct frame *frames;
+	size_t nframes, frames_cap;
+	bool failed;
+	bool verbose, progress, progress_shown, chown_warned;
+	uint64_t nfiles, nbytes;
+	struct timespec last_progress;
+	/* unreadable run of the file being copied, [bad_start, bad_end) */
+	uint64_t bad_start, bad_end;
+};
+
+/* ---- messages ----------------------------------------------------------- */
+
+static void clear_progress(struct extract *x)
+{
+	if (x->progress_shown) {
+		fputs("\r\033[K", stderr);
+		x->progress_shown = false;
+	}
+}
+
+static const char *shown_path(struct extract *x)
+{
+	return x->pathlen ? x->path : "/";
+}
+
+/* Report a problem reading the image entry at hand. */
+static void read_error(struct extract *x, const char *what, int err)
+{
+	clear_progress(x);
+	if (what)
+		cli_error("%s: %s: %s", shown_path(x), what, strerror(err));
+	else
+		cli_error("%s: %s", shown_path(x), strerror(err));
+	x->failed = true;
+}
+
+/* Report a problem writing the host file of the entry at hand. */
+static void host_error(struct extract *x, const char *what, int err)
+{
+	const char *rel = x->pathlen > x->rel_off ? x->path + x->rel_off : "";
+
+	clear_progress(x);
+	cli_error("%s%s%s: %s: %s", x->dest, *rel ? "/" : "", rel, what, strerror(err));
+	x->failed = true;
+}
+
+static void progress(struct extract *x, bool force)
+{
+	struct timespec now;
+	char sz[32];
+
+	if (!x->progress)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	int64_t ns = (int64_t)(now.tv_sec - x->last_progress.tv_sec) * 1000000000 +
+		     (now.tv_nsec - x->last_progress.tv_nsec);
+	if (!force && ns < PROGRESS_NS)
+		return;
+	x->last_progress = now;
+	fprintf(stderr, "\r\033[K%" PRIu64 " files, %s", x->nfiles,
+		cli_size(sz, sizeof(sz), x->nbytes, false));
+	x->progress_shown = true;
+}
+
+/* ---- the inode map ------------------------------------------------------ */
+
+static size_t inomap_hash(uint64_t subvol, uint64_t ino)
+{
+	uint64_t h = (ino ^ (subvol * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull;
+	return (size_t)(h ^ (h >> 32));
+}
+
+static struct inomap_slot *inomap_find(struct inomap *m, butter_ino_t k)
+{
+	if (!m->cap)
+		return NULL;
+	for (size_t i = inomap_hash(k.subvol, k.ino) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+		struct inomap_slot *s = &m->v[i];
+		if (!s->ino)
+			return NULL;
+		if (s->ino == k.ino && s->subvol == k.subvol)
+			return s;
+	}
+}
+
+/* Add @k (absent) with @rel (owned by the map from now on); 0 or -ENOMEM. */
+static int inomap_add(struct inomap *m, butter_ino_t k, char *rel)
+{
+	if ((m->n + 1) * 4 > m->cap * 3) {
+		size_t cap = m->cap ? m->cap * 2 : 1024;
+		struct inomap_slot *v = calloc(cap, sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		for (size_t j = 0; j < m->cap; j++) {
+			struct inomap_slot *s = &m->v[j];
+			if (!s->ino)
+				continue;
+			size_t i = inomap_hash(s->subvol, s->ino) & (cap - 1);
+			while (v[i].ino)
+				i = (i + 1) & (cap - 1);
+			v[i] = *s;
+		}
+		free(m->v);
+		m->v = v;
+		m->cap = cap;
+	}
+	size_t i = inomap_hash(k.subvol, k.ino) & (m->cap - 1);
+	while (m->v[i].ino)
+		i = (i + 1) & (m->cap - 1);
+	m->v[i] = (struct inomap_slot){ k.subvol, k.ino, rel };
+	m->n++;
+	return 0;
+}
+
+/* Remove @s, shifting back the entries probing past it. */
+static void inomap_del(struct inomap *m, struct inomap_slot *s)
+{
+	if (!s)
+		return;
+	size_t mask = m->cap - 1, i = (size_t)(s - m->v);
+
+	free(s->rel);
+	for (size_t j = (i + 1) & mask; m->v[j].ino; j = (j + 1) & mask) {
+		size_t h = inomap_hash(m->v[j].subvol, m->v[j].ino) & mask;
+		/* v[j] may fill the hole at i unless its home lies cyclically in (i, j]. */
+		bool stays = i < j ? (h > i && h <= j) : (h > i || h <= j);
+		if (!stays) {
+			m->v[i] = m->v[j];
+			i = j;
+		}
+	}
+	m->v[i] = (struct inomap_slot){ 0 };
+	m->n--;
+}
+
+static void inomap_free(struct inomap *m)
+{
+	for (size_t i = 0; i < m->cap; i++)
+		free(m->v[i].rel);
+	free(m->v);
+}
+
+/* ---- paths -------------------------------------------------------------- */
+
+/* Set the path at hand to the directory's path @len plus "/" @name. */
+static int path_push(struct extract *x, size_t len, const char *name, size_t namelen)
+{
+	size_t need = len + 1 + namelen + 1;
+
+	if (need > x->pathcap) {
+		size_t cap = x->pathcap ? x->pathcap : 256;
+		while (cap < need)
+			cap *= 2;
+		char *p = realloc(x->path, cap);
+		if (!p)
+			return -ENOMEM;
+		x->path = p;
+		x->pathcap = cap;
+	}
+	x->path[len] = '/';
+	memcpy(x->path + len + 1, name, namelen);
+	x->pathlen = len + 1 + namelen;
+	x->path[x->pathlen] = '\0';
+	return 0;
+}
+
+static void path_cut(struct extract *x, size_t len)
+{
+	x->pathlen = len;
+	x->path[len] = '\0';
+}
+
+/*
+ * Open the directory @rel (relative to DEST, @len bytes, may be empty) one
+ * component at a time, never following symlinks. Returns an fd or -errno.
+ */
+static int open_rel_dir(struct extract *x, const char *rel, size_t len)
+{
+	int fd = dup(x->dest_fd);
+
+	if (fd < 0)
+		return -errno;
+	size_t i = 0;
+	while (i < len) {
+		size_t j = i;
+		while (j < len && rel[j] != '/')
+			j++;
+		char comp[NAME_MAX + 1];
+		if (j - i > NAME_MAX) {
+			close(fd);
+			return -ENAMETOOLONG;
+		}
+		memcpy(comp, rel + i, j - i);
+		comp[j - i] = '\0';
+		int next = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int err = errno;
+		close(fd);
+		if (next < 0)
+			return -err;
+		fd = next;
+		i = j + 1;
+	}
+	return fd;
+}
+
+/* Create a hard link @name in @dirfd to @rel (relative to DEST); 0 or -errno. */
+static int link_rel(struct extract *x, const char *rel, int dirfd, const char *name)
+{
+	size_t len = strlen(rel);
+
+	if (len < PATH_MAX)
+		return linkat(x->dest_fd, rel, dirfd, name, 0) < 0 ? -errno : 0;
+
+	/* Too long for one system call: open its directory step by step. */
+	const char *slash = strrchr(rel, '/');
+	int pfd = open_rel_dir(x, rel, slash ? (size_t)(slash - rel) : 0);
+	if (pfd < 0)
+		return pfd;
+	int ret = linkat(pfd, slash ? slash + 1 : rel, dirfd, name, 0) < 0 ? -errno : 0;
+	close(pfd);
+	return ret;
+}
+
+/* ---- attributes --------------------------------------------------------- */
+
+/* Make room for @need bytes in *@buf. */
+static int grow(char **buf, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	char *p = realloc(*buf, need);
+	if (!p)
+		return -ENOMEM;
+	*buf = p;
+	*cap = need;
+	return 0;
+}
+
+/* Copy every xattr of @ino to the host file: @fd if >= 0, else @dirfd/@name. */
+static void copy_xattrs(struct extract *x, butter_ino_t ino, int fd, int dirfd, const char *name)
+{
+	ssize_t n;
+	char proc[64 + NAME_MAX];
+
+	for (;;) {
+		n = butter_listxattr(x->fs, ino, NULL, 0);
+		if (n <= 0)
+			break;
+		if (grow(&x->xnames, &x->xnames_cap, (size_t)n + 1) < 0) {
+			n = -ENOMEM;
+			break;
+		}
+		n = butter_listxattr(x->fs, ino, x->xnames, x->xnames_cap - 1);
+		if (n != -ERANGE)
+			break;
+	}
+	if (n < 0) {
+		read_error(x, "listing xattrs", (int)-n);
+		return;
+	}
+	if (n > 0)
+		x->xnames[n] = '\0'; /* the walk below stops even if the last name is not ended */
+	if (fd < 0)
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d/%s", dirfd, name);
+
+	for (const char *k = x->xnames; k < x->xnames + n; k += strlen(k) + 1) {
+		ssize_t v;
+		for (;;) {
+			v = butter_getxattr(x->fs, ino, k, NULL, 0);
+			if (v < 0)
+				break;
+			if (grow(&x->xval, &x->xval_cap, (size_t)v + 1) < 0) {
+				v = -ENOMEM;
+				break;
+			}
+			v = butter_getxattr(x->fs, ino, k, x->xval, x->xval_cap);
+			if (v != -ERANGE)
+				break;
+		}
+		char what[64 + XATTR_NAME_MAX];
+		if (v < 0) {
+			snprintf(what, sizeof(what), "reading xattr %s", k);
+			read_error(x, what, (int)-v);
+			continue;
+		}
+		int ret = fd >= 0 ? fsetxattr(fd, k, x->xval, (size_t)v, 0)
+				  : lsetxattr(proc, k, x->xval, (size_t)v, 0);
+		if (ret < 0) {
+			snprintf(what, sizeof(what), "setting xattr %s", k);
+			host_error(x, what, errno);
+		}
+	}
+}
+
+/*
+ * Give the host file the owner, xattrs, mode and times of @st, in that order
+ * (promise 6): through @fd if >= 0, else by @name in @dirfd.
+ */
+static void set_attrs(struct extract *x, const struct butter_stat *st, butter_ino_t ino, int fd,
+		      int dirfd, const char *name)
+{
+	int ret = fd >= 0 ? fchown(fd, st->uid, st->gid)
+			  : fchownat(dirfd, name, st->uid, st->gid, AT_SYMLINK_NOFOLLOW);
+	if (ret < 0) {
+		if (errno == EPERM && geteuid() != 0) {
+			if (!x->chown_warned) {
+				clear_progress(x);
+				cli_error("%s: not root: files keep your own uid and gid", x->dest);
+			}
+			x->chown_warned = true;
+		} else {
+			host_error(x, "setting owner", errno);
+		}
+	}
+
+	copy_xattrs(x, ino, fd, dirfd, name);
+
+	if (!S_ISLNK(st->mode)) {
+		mode_t mode = st->mode & 07777;
+		ret = fd >= 0 ? fchmod(fd, mode) : fchmodat(dirfd, name, mode, 0);
+		if (ret < 0)
+			host_error(x, "setting mode", errno);
+	}
+
+	struct timespec ts[2] = { st->atime, st->mtime };
+	ret = fd >= 0 ? futimens(fd, ts) : utimensat(dirfd, name, ts, AT_SYMLINK_NOFOLLOW);
+	if (ret < 0)
+		host_error(x, "setting times", errno);
+}
+
+/* ---- file data ---------------------------------------------------------- */
+
+static void flush_bad(struct extract *x)
+{
+	if (x->bad_end > x->bad_start) {
+		char what[96];
+		snprintf(what, sizeof(what), "unreadable bytes %" PRIu64 "-%" PRIu64, x->bad_start,
+			 x->bad_end - 1);
+		read_error(x, what, EIO);
+	}
+	x->bad_start = x->bad_end = 0;
+}
+
+static void note_bad(struct extract *x, uint64_t start, uint64_t end)
+{
+	if (x->bad_end > x->bad_start && x->bad_end == start) {
+		x->bad_end = end;
+		return;
+	}
+	flush_bad(x);
+	x->bad_start = start;
+	x->bad_end = end;
+}
+
+static bool all_zero(const char *p, size_t n)
+{
+	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* Write @n bytes of x->buf + @boff at @off; 0 or -errno (reported). */
+static int put(struct extract *x, int fd, size_t boff, size_t n, uint64_t off, bool skip_zero)
+{
+	const char *p = x->buf + boff;
+
+	if (skip_zero && all_zero(p, n))
+		return 0;
+	while (n) {
+		ssize_t w = pwrite(fd, p, n, (off_t)off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			host_error(x, "writing", errno);
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+		off += (uint64_t)w;
+		x->nbytes += (uint64_t)w;
+	}
+	return 0;
+}
+
+/*
+ * Read [@start, @end) again sector by sector after a chunk failed with -EIO,
+ * writing what reads and noting what does not. Returns 1 at end of file, 0 to
+ * go on, -1 to give up on this file.
+ */
+static int copy_sectors(struct extract *x, int fd, butter_ino_t ino, uint64_t start, uint64_t end,
+			bool skip_zero)
+{
+	uint64_t ss = x->sectorsize;
+
+	for (uint64_t pos = start; pos < end;) {
+		uint64_t next = (pos / ss + 1) * ss;
+		if (next > end)
+			next = end;
+		ssize_t r = butter_read(x->fs, ino, x->buf, (size_t)(next - pos), pos);
+		if (r == -EIO) {
+			note_bad(x, pos, next);
+		} else if (r < 0) {
+			read_error(x, NULL, (int)-r);
+			return -1;
+		} else {
+			if (r > 0)
+				flush_bad(x);
+			if (put(x, fd, 0, (size_t)r, pos, skip_zero) < 0)
+				return -1;
+			if ((uint64_t)r < next - pos)
+				return 1;
+		}
+		pos = next;
+	}
+	return 0;
+}
+
+/* Copy [@start, @end) of @ino; returns as copy_sectors() does. */
+static int copy_range(struct extract *x, int fd, butter_ino_t ino, uint64_t start, uint64_t end,
+		      bool skip_zero)
+{
+	for (uint64_t pos = start; pos < end;) {
+		size_t n = end - pos < CHUNK ? (size_t)(end - pos) : CHUNK;
+		ssize_t r = butter_read(x->fs, ino, x->buf, n, pos);
+		if (r == -EIO) {
+			int ret = copy_sectors(x, fd, ino, pos, pos + n, skip_zero);
+			if (ret)
+				return ret;
+		} else if (r < 0) {
+			read_error(x, NULL, (int)-r);
+			return -1;
+		} else {
+			if (r > 0)
+				flush_bad(x);
+			if (put(x, fd, 0, (size_t)r, pos, skip_zero) < 0)
+				return -1;
+			if ((size_t)r < n)
+				return 1;
+		}
+		pos += n;
+		progress(x, false);
+	}
+	return 0;
+}
+
+/* Copy the data of @ino (size @size) into @fd, holes as holes (promise 3). */
+static void copy_data(struct extract *x, int fd, butter_ino_t ino, uint64_t size)
+{
+	uint64_t off = 0;
+
+	x->bad_start = x->bad_end = 0;
+	while (off < size) {
+		uint64_t data, hole;
+		int ret = butter_seek(x->fs, ino, off, SEEK_DATA, &data);
+		if (ret == -ENXIO)
+			break;
+		if (ret < 0) {
+			/* No map of the holes: read everything, write what is not zero. */
+			read_error(x, "finding data ranges", -ret);
+			copy_range(x, fd, ino, off, size, true);
+			break;
+		}
+		if (data >= size)
+			break;
+		if (data < off)
+			data = off;
+		ret = butter_seek(x->fs, ino, data, SEEK_HOLE, &hole);
+		if (ret < 0 || hole > size)
+			hole = size;
+		if (hole <= data)
+			hole = size - data > CHUNK ? data + CHUNK : size;
+		if (copy_range(x, fd, ino, data, hole, false))
+			break;
+		off = hole;
+	}
+	flush_bad(x);
+	if (ftruncate(fd, (off_t)size) < 0)
+		host_error(x, "setting size", errno);
+}
+
+/* ---- one entry ---------------------------------------------------------- */
+
+/* After -EEXIST on creating @name: remove what is there so we can try again. */
+static bool replace(int dirfd, const char *name)
+{
+	return unlinkat(dirfd, name, 0) == 0 || errno == ENOENT;
+}
+
+static void extract_regular(struct extract *x, int dirfd, const char *name, butter_ino_t ino,
+			    const struct butter_stat *st, bool *made)
+{
+	int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+	int fd = openat(dirfd, name, flags, 0600);
+
+	if (fd < 0 && errno == EEXIST && replace(dirfd, name))
+		fd = openat(dirfd, name, flags, 0600);
+	if (fd < 0) {
+		host_error(x, "creating", errno);
+		return;
+	}
+	*made = true;
+	copy_data(x, fd, ino, st->size);
+	set_attrs(x, st, ino, fd, -1, NULL);
+	if (close(fd) < 0)
+		host_error(x, "closing", errno);
+}
+
+static void extract_symlink(struct extract *x, int dirfd, const char *name, butter_ino_t ino,
+			    const struct butter_stat *st, bool *made)
+{
+	char *target;
+	int ret = cli_readlink(x->fs, ino, st->size, &target);
+
+	if (ret < 0) {
+		read_error(x, "reading symlink", -ret);
+		return;
+	}
+	ret = symlinkat(target, dirfd, name);
+	if (ret < 0 && errno == EEXIST && replace(dirfd, name))
+		ret = symlinkat(target, dirfd, name);
+	free(target);
+	if (ret < 0) {
+		host_error(x, "creating symlink", errno);
+		return;
+	}
+	*made = true;
+	set_attrs(x, st, ino, -1, dirfd, name);
+}
+
+static void extract_special(struct extract *x, int dirfd, const char *name, butter_ino_t ino,
+			    const struct butter_stat *st, bool *made)
+{
+	mode_t mode = (st->mode & S_IFMT) | 0600;
+	dev_t rdev = S_ISCHR(st->mode) || S_ISBLK(st->mode) ? (dev_t)st->rdev : 0;
+	int ret = mknodat(dirfd, name, mode, rdev);
+
+	if (ret < 0 && errno == EEXIST && replace(dirfd, name))
+		ret = mknodat(dirfd, name, mode, rdev);
+	if (ret < 0) {
+		host_error(x, "creating", errno);
+		return;
+	}
+	*made = true;
+	set_attrs(x, st, ino, -1, dirfd, name);
+}
+
+/* Extract the non-directory @ino as @name in @dirfd (the path at hand names it). */
+static void extract_leaf(struct extract *x, int dirfd, const char *name, butter_ino_t ino,
+			 const struct butter_stat *st)
+{
+	bool linked = st->nlink > 1;
+	bool made = false;
+
+	if (linked) {
+		struct inomap_slot *s = inomap_find(&x->links, ino);
+		if (s) {
+			int ret = link_rel(x, s->rel, dirfd, name);
+			if (ret == -EEXIST && replace(dirfd, name))
+				ret = link_rel(x, s->rel, dirfd, name);
+			if (ret < 0)
+				host_error(x, "creating hard link", -ret);
+			return;
+		}
+	}
+
+	switch (st->mode & S_IFMT) {
+	case S_IFREG:
+		extract_regular(x, dirfd, name, ino, st, &made);
+		break;
+	case S_IFLNK:
+		extract_symlink(x, dirfd, name, ino, st, &made);
+		break;
+	case S_IFCHR:
+	case S_IFBLK:
+	case S_IFIFO:
+	case S_IFSOCK:
+		extract_special(x, dirfd, name, ino, st, &made);
+		break;
+	default:
+		read_error(x, "unknown file type", EUCLEAN);
+		break;
+	}
+
+	if (made && linked) {
+		char *rel = strdup(x->path + x->rel_off);
+		if (!rel || inomap_add(&x->links, ino, rel) < 0) {
+			free(rel);
+			read_error(x, "remembering hard link", ENOMEM);
+		}
+	}
+}
+
+/* ---- the walk ----------------------------------------------------------- */
+
+static int collect(void *arg, const char *name, size_t namelen, butter_ino_t ino, unsigned dtype,
+		   uint64_t next_pos)
+{
+	struct frame *f = arg;
+
+	(void)dtype;
+	if (f->nents == f->ents_cap) {
+		size_t cap = f->ents_cap ? f->ents_cap * 2 : 16;
+		struct dir_entry *v = realloc(f->ents, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		f->ents = v;
+		f->ents_cap = cap;
+	}
+	if (f->names_len + namelen + 1 > f->names_cap) {
+		size_t cap = f->names_cap ? f->names_cap : 256;
+		while (cap < f->names_len + namelen + 1)
+			cap *= 2;
+		char *p = realloc(f->names, cap);
+		if (!p)
+			return -ENOMEM;
+		f->names = p;
+		f->names_cap = cap;
+	}
+	memcpy(f->names + f->names_len, name, namelen);
+	f->names[f->names_len + namelen] = '\0';
+	f->ents[f->nents++] = (struct dir_entry){ f->names_len, namelen, ino };
+	f->names_len += namelen + 1;
+	f->pos = next_pos;
+	return f->nents >= BATCH ? BATCH_FULL : 0;
+}
+
+/* Fetch the next batch of entries of the top frame. */
+static void refill(struct extract *x, struct frame *f)
+{
+	uint64_t pos = f->pos;
+
+	f->nents = f->next = f->names_len = 0;
+	int ret = butter_readdir(x->fs, f->dir, f->pos, collect, f);
+	/*
+	 * A full batch means there may be more, even if the stop value did not
+	 * come back (a library folding it into 0 must not cut directories short).
+	 */
+	if (ret == 0 && f->nents >= BATCH)
+		ret = BATCH_FULL;
+	if (ret == BATCH_FULL && f->pos == pos)
+		ret = -EUCLEAN; /* no progress: never loop on it */
+	if (ret != BATCH_FULL)
+		f->eof = true;
+	if (ret < 0) {
+		path_cut(x, f->pathlen);
+		read_error(x, "reading directory", -ret);
+	}
+}
+
+static int push_frame(struct extract *x, butter_ino_t dir, const struct butter_stat *st, int fd)
+{
+	struct stat hs;
+
+	if (fstat(fd, &hs) < 0)
+		return -errno;
+	if (x->nframes == x->frames_cap) {
+		size_t cap = x->frames_cap ? x->frames_cap * 2 : 64;
+		struct frame *v = realloc(x->frames, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		x->frames = v;
+		x->frames_cap = cap;
+	}
+	int ret = inomap_add(&x->ancestors, dir, NULL);
+	if (ret < 0)
+		return ret;
+	x->frames[x->nframes++] = (struct frame){
+		.dir = dir, .st = *st, .pathlen = x->pathlen, .hdev = hs.st_dev, .hino = hs.st_ino,
+	};
+	return 0;
+}
+
+/* Leave the top frame: reopen the parent, set the directory's attributes. Returns the parent fd. */
+static int pop_frame(struct extract *x, int fd)
+{
+	struct frame *f = &x->frames[x->nframes - 1];
+	int parent = -1;
+
+	if (x->nframes > 1) {
+		struct frame *p = f - 1;
+		struct stat hs;
+		parent = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (parent >= 0 && (fstat(parent, &hs) < 0 || hs.st_dev != p->hdev ||
+				    hs.st_ino != p->hino)) {
+			close(parent);
+			parent = -1;
+		}
+		if (parent < 0) {
+			size_t off = p->pathlen > x->rel_off ? x->rel_off : p->pathlen;
+			parent = open_rel_dir(x, x->path + off, p->pathlen - off);
+		}
+	}
+
+	path_cut(x, f->pathlen);
+	set_attrs(x, &f->st, f->dir, fd, -1, NULL);
+	close(fd);
+	free(f->ents);
+	free(f->names);
+	inomap_del(&x->ancestors, inomap_find(&x->ancestors, f->dir));
+	x->nframes--;
+	if (x->nframes && parent < 0) {
+		path_cut(x, f[-1].pathlen);
+		host_error(x, "reopening directory", -parent);
+	}
+	return parent;
+}
+
+/* Is @name usable as one path component? (promise 8) */
+static bool sane_name(const char *name, size_t namelen)
+{
+	if (namelen == 0 || namelen > NAME_MAX || memchr(name, '/', namelen) ||
+	    strlen(name) != namelen)
+		return false;
+	return !(name[0] == '.' && (namelen == 1 || (namelen == 2 && name[1] == '.')));
+}
+
+/* Create (or reuse) directory @name in @dirfd and open it; fd or -1 (reported). */
+static int make_dir(struct extract *x, int dirfd, const char *name)
+{
+	int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+
+	if (mkdirat(dirfd, name, 0700) < 0 && errno != EEXIST) {
+		host_error(x, "creating directory", errno);
+		return -1;
+	}
+	int fd = openat(dirfd, name, flags);
+	if (fd < 0 && (errno == ENOTDIR || errno == ELOOP) && replace(dirfd, name)) {
+		if (mkdirat(dirfd, name, 0700) == 0)
+			fd = openat(dirfd, name, flags);
+	}
+	if (fd < 0)
+		host_error(x, "opening directory", errno);
+	return fd;
+}
+
+/* Extract the directory @root (stat @st) into DEST, which @fd is open on. */
+static void extract_tree(struct extract *x, butter_ino_t root, const struct butter_stat *st, int fd)
+{
+	int ret = push_frame(x, root, st, fd);
+
+	if (ret < 0) {
+		host_error(x, "starting", -ret);
+		close(fd);
+		return;
+	}
+
+	while (x->nframes) {
+		struct frame *f = &x->frames[x->nframes - 1];
+		if (f->next == f->nents) {
+			if (!f->eof) {
+				refill(x, f);
+				continue;
+			}
+			fd = pop_frame(x, fd);
+			if (fd < 0) {
+				/* Cannot get back up: the rest is out of reach. */
+				while (x->nframes) {
+					f = &x->frames[--x->nframes];
+					free(f->ents);
+					free(f->names);
+				}
+			}
+			continue;
+		}
+
+		struct dir_entry *e = &f->ents[f->next++];
+		const char *name = f->names + e->name_off;
+		butter_ino_t ino = e->ino;
+		struct butter_stat cst;
+
+		if (path_push(x, f->pathlen, name, e->namelen) < 0) {
+			read_error(x, NULL, ENOMEM);
+			continue;
+		}
+		if (!sane_name(name, e->namelen)) {
+			read_error(x, "refusing this name", EUCLEAN);
+			continue;
+		}
+		ret = butter_stat(x->fs, ino, &cst);
+		if (ret < 0) {
+			read_error(x, NULL, -ret);
+			continue;
+		}
+		x->nfiles++;
+		if (x->verbose)
+			printf("%s\n", x->path);
+		progress(x, false);
+
+		if (!S_ISDIR(cst.mode)) {
+			extract_leaf(x, fd, name, ino, &cst);
+			continue;
+		}
+		if (inomap_find(&x->ancestors, ino)) {
+			read_error(x, "directory loop", EUCLEAN);
+			continue;
+		}
+		int child = make_dir(x, fd, name);
+		if (child < 0)
+			continue;
+		ret = push_frame(x, ino, &cst, child);
+		if (ret < 0) {
+			read_error(x, NULL, -ret);
+			close(child);
+			continue;
+		}
+		close(fd);
+		fd = child;
+	}
+}
+
+/* ---- the command -------------------------------------------------------- */
+
+/* mkdir -p @path (mode 0755 for what it creates); 0 or -errno. */
+static int mkdir_p(const char *path)
+{
+	char *p = strdup(path);
+	int ret = 0;
+
+	if (!p)
+		return -ENOMEM;
+	for (char *s = p + 1;; s++) {
+		if (*s != '/' && *s != '\0')
+			continue;
+		char c = *s;
+		*s = '\0';
+		if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+			ret = -errno;
+			break;
+		}
+		*s = c;
+		if (!c)
+			break;
+	}
+	free(p);
+	return ret;
+}
+
+/* Copy @src without trailing slashes, with a leading slash, into a new string. */
+static char *normalize_src(const char *src)
+{
+	size_t len = strlen(src);
+	while (len > 0 && src[len - 1] == '/')
+		len--;
+	char *p = malloc(len + 2);
+	if (!p)
+		return NULL;
+	size_t lead = src[0] == '/' ? 0 : 1;
+	p[0] = '/';
+	memcpy(p + lead, src, len);
+	p[len + lead] = '\0';
+	if (strcmp(p, "/") == 0)
+		p[0] = '\0';
+	return p;
+}
+
+int cmd_extract(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	struct extract x = { .dest_fd = -1 };
+	bool quiet = false;
+	int c;
+
+	while ((c = cli_getopt(&args, argc, argv, ":hvq", longopts)) != -1) {
+		if (c == 'v')
+			x.verbose = true;
+		else if (c == 'q')
+			quiet = true;
+	}
+	int nargs = argc - optind;
+	if (nargs < 2)
+		return cli_usage_error(cmd, nargs < 1 ? "missing IMAGE" : "missing DEST");
+	if (nargs > 3)
+		return cli_usage_error(cmd, "too many arguments");
+	const char *image = argv[optind];
+	const char *src = nargs == 3 ? argv[optind + 1] : "/";
+	x.dest = argv[argc - 1];
+	if (!*x.dest)
+		return cli_usage_error(cmd, "DEST is empty");
+	x.progress = !quiet && !x.verbose && isatty(STDERR_FILENO);
+
+	if (cli_open(&args, image, &x.fs) < 0) {
+		free(args.devices);
+		return CLI_EXIT_ERROR;
+	}
+
+	struct butter_info info;
+	butter_ino_t root;
+	struct butter_stat st;
+	int ret = butter_get_info(x.fs, &info);
+	x.sectorsize = ret == 0 && info.sectorsize ? info.sectorsize : 4096;
+	x.buf = malloc(CHUNK);
+	x.path = normalize_src(src);
+	if (!x.buf || !x.path) {
+		cli_error("%s", strerror(ENOMEM));
+		x.failed = true;
+		goto out;
+	}
+	x.pathlen = strlen(x.path);
+	x.pathcap = x.pathlen + 1;
+
+	ret = cli_resolve(x.fs, src, false, &root);
+	if (ret == 0)
+		ret = butter_stat(x.fs, root, &st);
+	if (ret < 0) {
+		cli_error("%s: %s", src, strerror(-ret));
+		x.failed = true;
+		goto out;
+	}
+
+	ret = mkdir_p(x.dest);
+	if (ret == 0) {
+		x.dest_fd = open(x.dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (x.dest_fd < 0)
+			ret = -errno;
+	}
+	if (ret < 0) {
+		cli_error("%s: %s", x.dest, strerror(-ret));
+		x.failed = true;
+		goto out;
+	}
+
+	clock_gettime(CLOCK_MONOTONIC, &x.last_progress);
+	if (S_ISDIR(st.mode)) {
+		/* SRC becomes DEST: entries below are DEST-relative after SRC's path. */
+		x.rel_off = x.pathlen + 1;
+		int fd = dup(x.dest_fd);
+		if (fd < 0) {
+			cli_error("%s: %s", x.dest, strerror(errno));
+			x.failed = true;
+			goto out;
+		}
+		extract_tree(&x, root, &st, fd);
+	} else {
+		/* A single non-directory: DEST/NAME. */
+		x.rel_off = (size_t)(strrchr(x.path, '/') - x.path) + 1;
+		x.nfiles++;
+		if (x.verbose)
+			printf("%s\n", x.path);
+		extract_leaf(&x, x.dest_fd, x.path + x.rel_off, root, &st);
+	}
+	if (x.progress) {
+		progress(&x, true);
+		fputc('\n', stderr);
+	}
+
+out:
+	if (x.dest_fd >= 0)
+		close(x.dest_fd);
+	inomap_free(&x.links);
+	inomap_free(&x.ancestors);
+	free(x.frames);
+	free(x.path);
+	free(x.buf);
+	free(x.xnames);
+	free(x.xval);
+	butter_close(x.fs);
+	free(args.devices);
+	return cli_finish_stdout(x.failed ? CLI_EXIT_ERROR : CLI_EXIT_OK);
+}

@@ -1,0 +1,165 @@
+/*
+ * cmd_info.c — `butter info`: print what the library reports about a
+ * filesystem: identity, sizes, geometry, features by name, checksum, the
+ * devices (present or MISSING) and the chunk kinds with their profiles.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Block group type bits, as `btrfs filesystem df` names them (on-disk values). */
+#define BG_DATA 0x1ull
+#define BG_SYSTEM 0x2ull
+#define BG_METADATA 0x4ull
+#define BG_GLOBAL_RSV (1ull << 49)
+
+static const char *space_type(uint64_t flags)
+{
+	if (flags & BG_GLOBAL_RSV)
+		return "GlobalReserve";
+	switch (flags & (BG_DATA | BG_SYSTEM | BG_METADATA)) {
+	case BG_DATA:
+		return "Data";
+	case BG_SYSTEM:
+		return "System";
+	case BG_METADATA:
+		return "Metadata";
+	case BG_DATA | BG_METADATA:
+		return "Data+Metadata";
+	default:
+		return "Unknown";
+	}
+}
+
+static int devid_cmp(const void *a, const void *b)
+{
+	const struct butter_device_info *x = a, *y = b;
+
+	return (x->devid > y->devid) - (x->devid < y->devid);
+}
+
+static void print_features(const char *kind_name, int kind, uint64_t flags)
+{
+	printf("  %-10s", kind_name);
+	if (!flags)
+		printf(" -");
+	for (int bit = 0; bit < 64; bit++) {
+		if (!(flags & (1ull << bit)))
+			continue;
+		const char *name = butter_feature_name(kind, bit);
+		if (name)
+			printf(" %s", name);
+		else
+			printf(" unknown(bit %d)", bit);
+	}
+	printf("\n");
+}
+
+int cmd_info(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "raw", no_argument, NULL, CLI_OPT_FIRST_FREE },
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	bool raw = false;
+	int c;
+
+	while ((c = cli_getopt(&args, argc, argv, ":h", longopts)) != -1) {
+		if (c == CLI_OPT_FIRST_FREE)
+			raw = true;
+	}
+	if (optind >= argc)
+		return cli_usage_error(cmd, "missing IMAGE");
+	if (argc - optind > 1)
+		return cli_usage_error(cmd, "too many arguments");
+	const char *image = argv[optind];
+
+	struct butter_fs *fs;
+	if (cli_open(&args, image, &fs) < 0) {
+		free(args.devices);
+		return CLI_EXIT_ERROR;
+	}
+
+	int status = CLI_EXIT_OK;
+	struct butter_info info;
+	char a[64], b[64], u[37];
+	int ret = butter_get_info(fs, &info);
+	if (ret < 0) {
+		cli_error("%s: %s", image, strerror(-ret));
+		status = CLI_EXIT_ERROR;
+		goto out;
+	}
+
+	printf("Label:           %s\n", info.label[0] ? info.label : "(none)");
+	printf("UUID:            %s\n", cli_uuid(u, info.fsid));
+	if (memcmp(info.metadata_uuid, info.fsid, 16) != 0 &&
+	    memcmp(info.metadata_uuid, (uint8_t[16]){ 0 }, 16) != 0)
+		printf("Metadata UUID:   %s\n", cli_uuid(u, info.metadata_uuid));
+	printf("Generation:      %" PRIu64 "\n", info.generation);
+	printf("Total bytes:     %s\n", cli_size(a, sizeof(a), info.total_bytes, raw));
+	printf("Bytes used:      %s\n", cli_size(a, sizeof(a), info.bytes_used, raw));
+	printf("Sector size:     %" PRIu32 "\n", info.sectorsize);
+	printf("Node size:       %" PRIu32 "\n", info.nodesize);
+	printf("Checksum:        %s\n", info.csum_name ? info.csum_name : "unknown");
+	printf("Default subvol:  %" PRIu64 "\n", info.default_subvol);
+	printf("Features:\n");
+	print_features("compat:", 0, info.compat_flags);
+	print_features("compat_ro:", 1, info.compat_ro_flags);
+	print_features("incompat:", 2, info.incompat_flags);
+
+	printf("Devices:         %" PRIu64 "\n", info.num_devices);
+	struct butter_device_info *devs = NULL;
+	size_t ndevs = 0;
+	for (;; ndevs++) {
+		struct butter_device_info dev, *v = NULL;
+		ret = butter_get_device(fs, ndevs, &dev);
+		if (ret == -ENOENT)
+			break;
+		if (ret == 0) {
+			v = realloc(devs, (ndevs + 1) * sizeof(*v));
+			if (!v)
+				ret = -ENOMEM;
+		}
+		if (ret < 0) {
+			cli_error("%s: reading device list: %s", image, strerror(-ret));
+			status = CLI_EXIT_ERROR;
+			break;
+		}
+		devs = v;
+		devs[ndevs] = dev;
+	}
+	qsort(devs, ndevs, sizeof(*devs), devid_cmp);
+	for (size_t i = 0; i < ndevs; i++)
+		printf("  devid %4" PRIu64 " size %s used %s path %s\n", devs[i].devid,
+		       cli_size(a, sizeof(a), devs[i].total_bytes, raw),
+		       cli_size(b, sizeof(b), devs[i].bytes_used, raw),
+		       devs[i].path ? devs[i].path : "MISSING");
+	free(devs);
+
+	printf("Space:\n");
+	for (size_t i = 0;; i++) {
+		struct butter_space_info sp;
+		ret = butter_get_space(fs, i, &sp);
+		if (ret == -ENOENT)
+			break;
+		if (ret < 0) {
+			cli_error("%s: reading chunk profiles: %s", image, strerror(-ret));
+			status = CLI_EXIT_ERROR;
+			break;
+		}
+		const char *profile = butter_profile_name(sp.flags);
+		printf("  %s, %s: total=%s, used=%s\n", space_type(sp.flags),
+		       profile ? profile : "unknown", cli_size(a, sizeof(a), sp.total, raw),
+		       cli_size(b, sizeof(b), sp.used, raw));
+	}
+
+out:
+	butter_close(fs);
+	free(args.devices);
+	return cli_finish_stdout(status);
+}

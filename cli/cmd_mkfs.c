@@ -1,0 +1,387 @@
+/*
+ * cmd_mkfs.c — `butter mkfs`: make a btrfs filesystem on image files or block
+ * devices, optionally filled from a host directory (--rootdir), and print a
+ * summary of what was made, as mkfs.btrfs does.
+ *
+ * Promises:
+ *  1. Nothing is written before every argument was checked: options parse,
+ *     --rootdir names a directory, every DEV exists (or -b SIZE says how big
+ *     to create it). The library then refuses to overwrite a filesystem
+ *     without -f.
+ *  2. With --rootdir the tree is copied by copyin.c (the code `butter put`
+ *     uses) and committed with butter_sync(), whose result is checked; a file
+ *     that could not be copied is reported by path and the exit status is 1.
+ *  3. The summary is read back from the new filesystem (butter_get_info and
+ *     friends on a fresh read-only open), never from the options.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "copyin.h"
+
+enum {
+	OPT_CSUM = CLI_OPT_FIRST_FREE,
+	OPT_SUBVOL,
+	OPT_COMPRESS,
+	OPT_SHRINK,
+};
+
+/* Block group type bits (on-disk values), for the summary. */
+#define BG_DATA 0x1ull
+#define BG_SYSTEM 0x2ull
+#define BG_METADATA 0x4ull
+
+/*
+ * Parse a size: digits with an optional K, M, G, T, P or E suffix (powers of
+ * 1024, either case, "KiB" and "KB" spellings too). 0 or -EINVAL/-ERANGE.
+ */
+static int parse_size(const char *s, uint64_t *out)
+{
+	static const char units[] = "kmgtpe";
+	char *end;
+
+	if (!isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -ERANGE;
+	unsigned shift = 0;
+	if (*end) {
+		const char *u = strchr(units, tolower((unsigned char)*end));
+		if (!u)
+			return -EINVAL;
+		shift = 10 * (unsigned)(u - units + 1);
+		end++;
+		if (strcasecmp(end, "ib") == 0 || strcasecmp(end, "b") == 0)
+			end += strlen(end);
+		if (*end)
+			return -EINVAL;
+	}
+	if (shift && v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_u32_size(const struct cli_command *cmd, const char *opt, const char *s,
+			  uint32_t *out)
+{
+	uint64_t v;
+
+	if (parse_size(s, &v) < 0 || v > UINT32_MAX) {
+		cli_usage_error(cmd, "%s: invalid size '%s'", opt, s);
+		return -EINVAL;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static const char *bg_name(uint64_t flags)
+{
+	switch (flags & (BG_DATA | BG_SYSTEM | BG_METADATA)) {
+	case BG_DATA:
+		return "Data:";
+	case BG_SYSTEM:
+		return "System:";
+	case BG_METADATA:
+		return "Metadata:";
+	default:
+		return "Data+Metadata:";
+	}
+}
+
+static void print_features(const struct butter_info *info)
+{
+	const uint64_t flags[3] = { info->compat_flags, info->compat_ro_flags,
+				    info->incompat_flags };
+	const char *sep = "";
+
+	printf("Features:           ");
+	for (int kind = 0; kind < 3; kind++) {
+		for (int bit = 0; bit < 64; bit++) {
+			if (!(flags[kind] & (1ull << bit)))
+				continue;
+			const char *name = butter_feature_name(kind, bit);
+			if (name)
+				printf("%s%s", sep, name);
+			else
+				printf("%sunknown(%d:%d)", sep, kind, bit);
+			sep = ", ";
+		}
+	}
+	printf("\n");
+}
+
+/* Print what mkfs made, read back from the filesystem (promise 3). */
+static int print_summary(const struct cli_command *cmd, const char *const *devs, size_t ndevs,
+			 const struct copyin_stats *copied, const char *rootdir)
+{
+	struct cli_args args = { .cmd = cmd, .devices = (const char **)devs + 1,
+				 .ndevices = ndevs - 1 };
+	struct butter_info info;
+	struct butter_fs *fs;
+	char a[64], u[37];
+	int ret;
+
+	if (cli_open(&args, devs[0], &fs) < 0)
+		return -1;
+	ret = butter_get_info(fs, &info);
+	if (ret < 0) {
+		cli_error("%s: %s", devs[0], strerror(-ret));
+		butter_close(fs);
+		return -1;
+	}
+	printf("Label:              %s\n", info.label[0] ? info.label : "(none)");
+	printf("UUID:               %s\n", cli_uuid(u, info.fsid));
+	printf("Node size:          %" PRIu32 "\n", info.nodesize);
+	printf("Sector size:        %" PRIu32 "\n", info.sectorsize);
+	printf("Filesystem size:    %s\n", cli_size(a, sizeof(a), info.total_bytes, false));
+	printf("Block group profiles:\n");
+	for (size_t i = 0;; i++) {
+		struct butter_space_info sp;
+		ret = butter_get_space(fs, i, &sp);
+		if (ret < 0)
+			break;
+		const char *profile = butter_profile_name(sp.flags);
+		printf("  %-17s %-10s %12s\n", bg_name(sp.flags), profile ? profile : "unknown",
+		       cli_size(a, sizeof(a), sp.total, false));
+	}
+	printf("Checksum:           %s\n", info.csum_name ? info.csum_name : "unknown");
+	print_features(&info);
+	if (rootdir)
+		printf("Copied:             %" PRIu64 " entries, %s of data from %s\n", copied->files,
+		       cli_size(a, sizeof(a), copied->bytes, false), rootdir);
+	printf("Number of devices:  %" PRIu64 "\n", info.num_devices);
+	printf("Devices:\n   ID        SIZE  PATH\n");
+	for (size_t i = 0;; i++) {
+		struct butter_device_info dev;
+		if (butter_get_device(fs, i, &dev) < 0)
+			break;
+		printf("  %3" PRIu64 " %11s  %s\n", dev.devid,
+		       cli_size(a, sizeof(a), dev.total_bytes, false), dev.path ? dev.path : "MISSING");
+	}
+	butter_close(fs);
+	return 0;
+}
+
+/* Fill the new filesystem from @rootdir (promise 2); 0, 1 (files failed) or -1. */
+static int fill(const char *const *devs, size_t ndevs, const char *rootdir, bool verbose,
+		struct copyin_stats *stats)
+{
+	uint64_t (*skip)[2] = calloc(ndevs, sizeof(*skip));
+	struct butter_fs *fs;
+	butter_ino_t root;
+	size_t nskip = 0;
+	int ret, status;
+
+	if (!skip) {
+		cli_error("%s", strerror(ENOMEM));
+		return -1;
+	}
+	/* an image file inside the tree must not copy itself into itself */
+	for (size_t i = 0; i < ndevs; i++) {
+		struct stat st;
+		if (stat(devs[i], &st) == 0 && S_ISREG(st.st_mode)) {
+			skip[nskip][0] = st.st_dev;
+			skip[nskip][1] = st.st_ino;
+			nskip++;
+		}
+	}
+	struct copyin_opts opts = { .copy_ctime = true, .verbose = verbose,
+				    .skip = (const uint64_t (*)[2])skip, .nskip = nskip };
+
+	if (copyin_open_rw(devs[0], devs + 1, ndevs - 1, &fs) < 0) {
+		free(skip);
+		return -1;
+	}
+	ret = butter_root(fs, 5, &root);
+	if (ret < 0) {
+		cli_error("%s: top-level directory: %s", devs[0], strerror(-ret));
+		status = -1;
+	} else {
+		status = copyin(fs, rootdir, root, NULL, &opts, stats);
+	}
+	ret = butter_sync(fs);
+	if (ret < 0) {
+		cli_error("%s: committing: %s", devs[0], strerror(-ret));
+		status = -1;
+	}
+	butter_close(fs);
+	free(skip);
+	return status;
+}
+
+int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "label", required_argument, NULL, 'L' },
+		{ "data", required_argument, NULL, 'd' },
+		{ "metadata", required_argument, NULL, 'm' },
+		{ "nodesize", required_argument, NULL, 'n' },
+		{ "sectorsize", required_argument, NULL, 's' },
+		{ "byte-count", required_argument, NULL, 'b' },
+		{ "force", no_argument, NULL, 'f' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "nodiscard", no_argument, NULL, 'K' },
+		{ "rootdir", required_argument, NULL, 'r' },
+		{ "csum", required_argument, NULL, OPT_CSUM },
+		{ "checksum", required_argument, NULL, OPT_CSUM },
+		{ "subvol", required_argument, NULL, OPT_SUBVOL },
+		{ "compress", required_argument, NULL, OPT_COMPRESS },
+		{ "shrink", no_argument, NULL, OPT_SHRINK },
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	struct butter_mkfs_opts o = { .csum_type = -1 };
+	const char *rootdir = NULL;
+	bool quiet = false, verbose = false;
+	const char **devs = NULL;
+	int status = CLI_EXIT_ERROR;
+	int c, ret;
+
+	while ((c = cli_getopt(&args, argc, argv, ":hL:d:m:n:s:b:fqvKr:", longopts)) != -1) {
+		switch (c) {
+		case 'L':
+			o.label = optarg;
+			break;
+		case 'd':
+		case 'm':
+			if (butter_profile_parse(optarg, c == 'd' ? &o.data_profile
+								  : &o.meta_profile) < 0) {
+				status = cli_usage_error(cmd, "unknown profile '%s'", optarg);
+				goto out;
+			}
+			break;
+		case 'n':
+			if (parse_u32_size(cmd, "-n", optarg, &o.nodesize) < 0) {
+				status = CLI_EXIT_USAGE;
+				goto out;
+			}
+			break;
+		case 's':
+			if (parse_u32_size(cmd, "-s", optarg, &o.sectorsize) < 0) {
+				status = CLI_EXIT_USAGE;
+				goto out;
+			}
+			break;
+		case 'b':
+			if (parse_size(optarg, &o.size) < 0) {
+				status = cli_usage_error(cmd, "-b: invalid size '%s'", optarg);
+				goto out;
+			}
+			break;
+		case 'f':
+			o.force = 1;
+			break;
+		case 'q':
+			quiet = true;
+			break;
+		case 'v':
+			verbose = true;
+			break;
+		case 'K':
+			break; /* butter never discards */
+		case 'r':
+			rootdir = optarg;
+			break;
+		case OPT_CSUM:
+			if (butter_csum_parse(optarg, &o.csum_type) < 0) {
+				status = cli_usage_error(cmd, "unknown checksum '%s' (crc32c, xxhash, "
+							 "sha256, blake2)", optarg);
+				goto out;
+			}
+			break;
+		case OPT_SUBVOL:
+		case OPT_COMPRESS:
+		case OPT_SHRINK:
+			cli_error("mkfs: %s is not supported yet",
+				  c == OPT_SUBVOL ? "--subvol" : c == OPT_COMPRESS ? "--compress"
+										   : "--shrink");
+			goto out;
+		}
+	}
+	if (optind >= argc && args.ndevices == 0) {
+		status = cli_usage_error(cmd, "missing DEV");
+		goto out;
+	}
+
+	/* DEV operands first, then any --device: one list */
+	size_t ndevs = (size_t)(argc - optind) + args.ndevices;
+	devs = calloc(ndevs, sizeof(*devs));
+	if (!devs) {
+		cli_error("%s", strerror(ENOMEM));
+		goto out;
+	}
+	for (int i = optind; i < argc; i++)
+		devs[i - optind] = argv[i];
+	for (size_t i = 0; i < args.ndevices; i++)
+		devs[(size_t)(argc - optind) + i] = args.devices[i];
+
+	/* promise 1: check before writing anything */
+	for (size_t i = 0; i < ndevs; i++) {
+		struct stat st;
+		for (size_t j = 0; j < i; j++) {
+			if (strcmp(devs[i], devs[j]) == 0) {
+				status = cli_usage_error(cmd, "%s is given twice", devs[i]);
+				goto out;
+			}
+		}
+		if (stat(devs[i], &st) < 0) {
+			if (errno == ENOENT && o.size) /* the library creates the image file */
+				continue;
+			cli_error("%s: %s%s", devs[i], strerror(errno),
+				  errno == ENOENT ? " (give -b SIZE to create an image file)" : "");
+			goto out;
+		}
+		if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+			cli_error("%s: not a regular file or block device", devs[i]);
+			goto out;
+		}
+	}
+	if (rootdir) {
+		struct stat st;
+		if (stat(rootdir, &st) < 0) {
+			cli_error("%s: %s", rootdir, strerror(errno));
+			goto out;
+		}
+		if (!S_ISDIR(st.st_mode)) {
+			cli_error("%s: %s", rootdir, strerror(ENOTDIR));
+			goto out;
+		}
+	}
+
+	o.devices = devs;
+	o.ndevices = ndevs;
+	ret = butter_mkfs(&o);
+	if (ret < 0) {
+		/* the library has named the device and the problem ("use -f" for -EEXIST) */
+		if (ret != -EEXIST)
+			cli_error("mkfs failed: %s", strerror(-ret));
+		goto out;
+	}
+
+	struct copyin_stats copied = { 0 };
+	status = CLI_EXIT_OK;
+	if (rootdir) {
+		ret = fill(devs, ndevs, rootdir, verbose, &copied);
+		if (ret != 0)
+			status = CLI_EXIT_ERROR;
+		if (ret < 0)
+			goto out;
+	}
+	if (!quiet && print_summary(cmd, devs, ndevs, &copied, rootdir) < 0)
+		status = CLI_EXIT_ERROR;
+
+out:
+	free(devs);
+	free(args.devices);
+	return cli_finish_stdout(status);
+}

@@ -1,0 +1,95 @@
+/*
+ * cmd_subvol.c — `butter subvolume list`: one line per subvolume in the
+ * format of `btrfs subvolume list`, with the same optional columns
+ * (-c, -q, -R, -u) in the same order, plus -f for a read-only marker.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define ROOT_SUBVOL_RDONLY 0x1ull /* BTRFS_ROOT_SUBVOL_RDONLY */
+
+struct list_opts {
+	bool readonly_only, flags, uuid, parent_uuid, received_uuid, cgen;
+};
+
+static void print_uuid(const char *label, const uint8_t uuid[16])
+{
+	static const uint8_t zero[16];
+	char u[37];
+
+	printf(" %s %-36s", label, memcmp(uuid, zero, 16) ? cli_uuid(u, uuid) : "-");
+}
+
+static int print_subvol(void *arg, const struct butter_subvol_info *si)
+{
+	const struct list_opts *o = arg;
+	bool ro = si->flags & ROOT_SUBVOL_RDONLY;
+
+	if (o->readonly_only && !ro)
+		return 0;
+	printf("ID %" PRIu64 " gen %" PRIu64, si->id, si->generation);
+	if (o->cgen)
+		printf(" cgen %" PRIu64, si->otransid);
+	printf(" top level %" PRIu64, si->parent_id);
+	if (o->parent_uuid)
+		print_uuid("parent_uuid", si->parent_uuid);
+	if (o->received_uuid)
+		print_uuid("received_uuid", si->received_uuid);
+	if (o->uuid)
+		print_uuid("uuid", si->uuid);
+	if (o->flags)
+		printf(" flags %s", ro ? "ro" : "-");
+	printf(" path %s\n", si->path);
+	return 0;
+}
+
+int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "readonly", no_argument, NULL, 'r' },
+		{ "flags", no_argument, NULL, 'f' },
+		{ "uuid", no_argument, NULL, 'u' },
+		{ "parent-uuid", no_argument, NULL, 'q' },
+		{ "received-uuid", no_argument, NULL, 'R' },
+		{ "cgen", no_argument, NULL, 'c' },
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	struct list_opts o = { 0 };
+	int c;
+
+	while ((c = cli_getopt(&args, argc, argv, ":hrfuqRc", longopts)) != -1) {
+		switch (c) {
+		case 'r': o.readonly_only = true; break;
+		case 'f': o.flags = true; break;
+		case 'u': o.uuid = true; break;
+		case 'q': o.parent_uuid = true; break;
+		case 'R': o.received_uuid = true; break;
+		case 'c': o.cgen = true; break;
+		}
+	}
+	if (optind >= argc)
+		return cli_usage_error(cmd, "missing IMAGE");
+	if (argc - optind > 1)
+		return cli_usage_error(cmd, "too many arguments");
+	const char *image = argv[optind];
+
+	struct butter_fs *fs;
+	if (cli_open(&args, image, &fs) < 0) {
+		free(args.devices);
+		return CLI_EXIT_ERROR;
+	}
+	int status = CLI_EXIT_OK;
+	int ret = butter_subvol_list(fs, print_subvol, &o);
+	if (ret < 0) {
+		cli_error("%s: listing subvolumes: %s", image, strerror(-ret));
+		status = CLI_EXIT_ERROR;
+	}
+	butter_close(fs);
+	free(args.devices);
+	return cli_finish_stdout(status);
+}

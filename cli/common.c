@@ -1,0 +1,247 @@
+/*
+ * common.c — what every command of `butter` shares: option parsing for
+ * --device and --help, usage and error messages, opening the image, size and
+ * uuid formatting, and path resolution that follows a final symlink.
+ *
+ * Promises: usage errors exit 2 with the usage on stderr; --help prints on
+ * stdout and exits 0; every error message starts with "butter: " and names
+ * the file it is about.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+void cli_print_usage(const struct cli_command *cmd, FILE *out)
+{
+	fprintf(out, "usage: butter %s %s\n\n%s", cmd->name, cmd->synopsis, cmd->usage);
+	fprintf(out, "\n  --device DEV   another member of a multi-device filesystem (repeatable)\n"
+		     "  -h, --help     show this help\n");
+}
+
+int cli_usage_error(const struct cli_command *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "butter %s: ", cmd->name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\n", stderr);
+	cli_print_usage(cmd, stderr);
+	return CLI_EXIT_USAGE;
+}
+
+void cli_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fputs("butter: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\n", stderr);
+}
+
+int cli_getopt(struct cli_args *args, int argc, char **argv, const char *shortopts,
+	       const struct option *longopts)
+{
+	for (;;) {
+		opterr = 0;
+		int c = getopt_long(argc, argv, shortopts, longopts, NULL);
+		switch (c) {
+		case CLI_OPT_DEVICE: {
+			const char **d = realloc(args->devices, (args->ndevices + 1) * sizeof(*d));
+			if (!d) {
+				cli_error("out of memory");
+				exit(CLI_EXIT_ERROR);
+			}
+			d[args->ndevices++] = optarg;
+			args->devices = d;
+			continue;
+		}
+		case CLI_OPT_HELP:
+			cli_print_usage(args->cmd, stdout);
+			exit(cli_finish_stdout(CLI_EXIT_OK));
+		case '?':
+			if (optopt && optopt < 0x100)
+				exit(cli_usage_error(args->cmd, "unknown option '-%c'", optopt));
+			exit(cli_usage_error(args->cmd, "unknown option '%s'", argv[optind - 1]));
+		case ':':
+			if (optopt && optopt < 0x100)
+				exit(cli_usage_error(args->cmd, "option '-%c' needs an argument",
+						     optopt));
+			exit(cli_usage_error(args->cmd, "option '%s' needs an argument",
+					     argv[optind - 1]));
+		default:
+			return c;
+		}
+	}
+}
+
+/* Explain the butter_open() errors whose strerror() text would mislead. */
+static const char *open_error(int err)
+{
+	switch (err) {
+	case EINVAL:
+		return "not a btrfs filesystem";
+	case ENXIO:
+		return "devices are missing (give the other members with --device)";
+	case EUCLEAN:
+		return "filesystem is corrupt";
+	case EOPNOTSUPP:
+		return "uses a feature butter does not support";
+	default:
+		return strerror(err);
+	}
+}
+
+int cli_open(const struct cli_args *args, const char *image, struct butter_fs **fs)
+{
+	struct stat st;
+
+	/* Name the missing file ourselves: the library's -ENOENT does not say which. */
+	if (stat(image, &st) < 0) {
+		int err = errno;
+		cli_error("%s: %s", image, strerror(err));
+		return -err;
+	}
+	for (size_t i = 0; i < args->ndevices; i++) {
+		if (stat(args->devices[i], &st) < 0) {
+			int err = errno;
+			cli_error("%s: %s", args->devices[i], strerror(err));
+			return -err;
+		}
+	}
+
+	struct butter_open_opts opts = {
+		.devices = args->devices,
+		.ndevices = args->ndevices,
+		.flags = BUTTER_OPEN_RDONLY | BUTTER_OPEN_DEGRADED,
+	};
+	int ret = butter_open(image, &opts, fs);
+	if (ret < 0)
+		cli_error("%s: %s", image, open_error(-ret));
+	return ret;
+}
+
+int cli_finish_stdout(int status)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		int err = errno;
+		fprintf(stderr, "butter: standard output: %s\n", strerror(err ? err : EIO));
+		return CLI_EXIT_ERROR;
+	}
+	return status;
+}
+
+const char *cli_size(char *buf, size_t bufsize, uint64_t bytes, bool raw)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+
+	if (raw) {
+		snprintf(buf, bufsize, "%llu", (unsigned long long)bytes);
+		return buf;
+	}
+	double v = (double)bytes;
+	size_t u = 0;
+	while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+		v /= 1024.0;
+		u++;
+	}
+	snprintf(buf, bufsize, "%.2f%s", v, units[u]);
+	return buf;
+}
+
+const char *cli_uuid(char buf[37], const uint8_t uuid[16])
+{
+	static const char hex[] = "0123456789abcdef";
+	char *p = buf;
+
+	for (int i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			*p++ = '-';
+		*p++ = hex[uuid[i] >> 4];
+		*p++ = hex[uuid[i] & 15];
+	}
+	*p = '\0';
+	return buf;
+}
+
+int cli_readlink(struct butter_fs *fs, butter_ino_t ino, uint64_t size_hint, char **out)
+{
+	size_t size = size_hint < 4096 ? 4096 : size_hint + 1;
+
+	for (;;) {
+		if (size > (1u << 20))
+			return -ENAMETOOLONG;
+		char *buf = malloc(size);
+		if (!buf)
+			return -ENOMEM;
+		ssize_t n = butter_readlink(fs, ino, buf, size);
+		if (n < 0) {
+			free(buf);
+			return (int)n;
+		}
+		if ((size_t)n < size) {
+			buf[n] = '\0';
+			*out = buf;
+			return 0;
+		}
+		free(buf);
+		size = (size_t)n + 1;
+	}
+}
+
+int cli_resolve(struct butter_fs *fs, const char *path, bool follow, butter_ino_t *out)
+{
+	char *cur = strdup(path);
+	int ret;
+
+	if (!cur)
+		return -ENOMEM;
+	for (int hops = 0;; hops++) {
+		struct butter_stat st;
+		char *target;
+
+		ret = butter_resolve(fs, cur, out);
+		if (ret < 0 || !follow)
+			break;
+		ret = butter_stat(fs, *out, &st);
+		if (ret < 0 || !S_ISLNK(st.mode))
+			break;
+		if (hops == 40) {
+			ret = -ELOOP;
+			break;
+		}
+		ret = cli_readlink(fs, *out, st.size, &target);
+		if (ret < 0)
+			break;
+
+		/* A relative target is relative to the directory holding the link. */
+		size_t len = strlen(cur);
+		while (len > 1 && cur[len - 1] == '/')
+			len--;
+		while (len > 0 && cur[len - 1] != '/')
+			len--;
+		if (target[0] == '/')
+			len = 0;
+		char *next = malloc(len + strlen(target) + 1);
+		if (!next) {
+			free(target);
+			ret = -ENOMEM;
+			break;
+		}
+		memcpy(next, cur, len);
+		strcpy(next + len, target);
+		free(target);
+		free(cur);
+		cur = next;
+	}
+	free(cur);
+	return ret;
+}

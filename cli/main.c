@@ -1,0 +1,273 @@
+/*
+ * main.c — the `butter` command: find the command named by argv and run it.
+ *
+ * Commands are rows of one table; a two-word command ("subvolume list") is a
+ * row whose name has a space, and the first word alone names its group. A new
+ * command is a new row (and its cmd_*.c file); nothing else changes here.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#ifdef BUTTER_HAVE_FUSE
+#include "mount.h" /* fuse/mount.h: `butter mount` */
+
+static int cmd_mount(const struct cli_command *cmd, int argc, char **argv)
+{
+	(void)cmd;
+	return butter_mount_main(argc, argv);
+}
+#endif
+
+static const struct cli_command commands[] = {
+	{
+		.name = "info",
+		.main = cmd_info,
+		.summary = "show label, fsid, sizes, features, devices and chunk profiles",
+		.synopsis = "[--raw] [--device DEV]... IMAGE",
+		.usage = "Show what the superblocks and the chunk tree say about the filesystem.\n"
+			 "\n"
+			 "  --raw          print sizes in bytes\n",
+	},
+	{
+		.name = "ls",
+		.main = cmd_ls,
+		.summary = "list a directory of the image",
+		.synopsis = "[-l] [--device DEV]... IMAGE [PATH]",
+		.usage = "List the directory PATH (default \"/\") one name a line, sorted by name\n"
+			 "(bytewise). If PATH is not a directory, show PATH itself.\n"
+			 "\n"
+			 "  -l, --long     mode, links, uid, gid, size, mtime, name (and \"-> target\")\n",
+	},
+	{
+		.name = "cat",
+		.main = cmd_cat,
+		.summary = "write a file of the image to standard output",
+		.synopsis = "[--device DEV]... IMAGE PATH",
+		.usage = "Write the contents of the file PATH to standard output (symlinks are\n"
+			 "followed inside the image). Stops with an error at an unreadable range.\n",
+	},
+	{
+		.name = "extract",
+		.main = cmd_extract,
+		.summary = "copy files out of the image into a host directory",
+		.synopsis = "[-v] [-q] [--device DEV]... IMAGE [SRC] DEST",
+		.usage = "Copy SRC (default \"/\") out of the image. A directory SRC becomes DEST\n"
+			 "itself (DEST is created if missing and receives SRC's contents and\n"
+			 "attributes); any other SRC is created as DEST/NAME. Modes, owners,\n"
+			 "timestamps, xattrs and ACLs, symlinks, hard links, fifos, sockets,\n"
+			 "device nodes and holes are preserved; subvolumes become directories.\n"
+			 "Unreadable ranges are reported by path and skipped (left as holes);\n"
+			 "the exit status is 1 if anything could not be copied.\n"
+			 "\n"
+			 "  -v, --verbose  print each path as it is extracted\n"
+			 "  -q, --quiet    no progress line on a terminal\n",
+	},
+	{
+		.name = "subvolume list",
+		.main = cmd_subvolume_list,
+		.summary = "list the subvolumes and snapshots",
+		.synopsis = "[-r] [-f] [-u] [-q] [-R] [-c] [--device DEV]... IMAGE",
+		.usage = "One line per subvolume, as `btrfs subvolume list` prints it:\n"
+			 "  ID <id> gen <gen> top level <parent id> path <path>\n"
+			 "\n"
+			 "  -r, --readonly       only read-only subvolumes\n"
+			 "  -f, --flags          add \"flags ro\" or \"flags -\" before the path\n"
+			 "  -u, --uuid           add the uuid\n"
+			 "  -q, --parent-uuid    add the parent uuid (snapshots)\n"
+			 "  -R, --received-uuid  add the received uuid\n"
+			 "  -c, --cgen           add the generation at creation\n",
+	},
+	{
+		.name = "mkfs",
+		.main = cmd_mkfs,
+		.summary = "make a btrfs filesystem, optionally filled from a host directory",
+		.synopsis = "[-L LABEL] [-d PROFILE] [-m PROFILE] [-n NODESIZE] [-s SECTORSIZE]\n"
+			    "                   [--csum ALGO] [-b SIZE] [-f] [-q] [-v] [--rootdir DIR] DEV...",
+		.usage = "Make one btrfs filesystem over the image files or block devices DEV...\n"
+			 "(with the features of current mkfs.btrfs: no-holes, free-space-tree,\n"
+			 "skinny-metadata, extref). An image file that does not exist is created\n"
+			 "with -b SIZE; a smaller one is grown to it. A device that holds a btrfs\n"
+			 "filesystem is refused without -f. SIZE takes K, M, G, T suffixes.\n"
+			 "\n"
+			 "  -L, --label LABEL        filesystem label\n"
+			 "  -d, --data PROFILE       data profile: single, dup, raid0, raid1, raid1c3,\n"
+			 "                           raid1c4, raid10 (default single)\n"
+			 "  -m, --metadata PROFILE   metadata profile (default dup on one device,\n"
+			 "                           raid1 on several)\n"
+			 "  -n, --nodesize SIZE      tree node size, 4K to 64K (default 16K)\n"
+			 "  -s, --sectorsize SIZE    sector size (4K)\n"
+			 "      --csum ALGO          crc32c (default), xxhash, sha256, blake2\n"
+			 "  -b, --byte-count SIZE    use (and create or grow image files to) SIZE bytes\n"
+			 "                           per device\n"
+			 "  -f, --force              overwrite an existing filesystem\n"
+			 "  -r, --rootdir DIR        copy the tree DIR into the top-level subvolume:\n"
+			 "                           data and holes, every file type, hard links,\n"
+			 "                           owners, modes, times, xattrs and ACLs\n"
+			 "  -q, --quiet              no summary\n"
+			 "  -v, --verbose            print each path copied from DIR\n"
+			 "\n"
+			 "Not supported yet: --subvol, --compress, --shrink; raid5 and raid6.\n"
+			 "A DEV may also be given with --device.\n",
+	},
+	{
+		.name = "put",
+		.main = cmd_put,
+		.summary = "copy a host file or directory tree into the image",
+		.synopsis = "[-v] [--device DEV]... IMAGE HOSTPATH DEST",
+		.usage = "Copy HOSTPATH (a file of any type, or a directory with everything below\n"
+			 "it) into the unmounted image as the new entry DEST; a DEST ending in \"/\"\n"
+			 "is a directory that receives HOSTPATH under its own name. Data and holes,\n"
+			 "hard links, owners, modes, times, xattrs and ACLs are kept (as cp -a).\n"
+			 "DEST must not exist: nothing is ever replaced, and a refused command\n"
+			 "leaves the image unchanged. Problems with single host files are reported\n"
+			 "by path, the rest is copied, and the exit status is 1.\n"
+			 "\n"
+			 "  -v, --verbose  print each host path as it is copied\n",
+	},
+	{
+		.name = "mkdir",
+		.main = cmd_mkdir,
+		.summary = "make a directory in the image",
+		.synopsis = "[-p] [-m MODE] [--device DEV]... IMAGE PATH",
+		.usage = "Make the directory PATH in the unmounted image, owned by your uid and\n"
+			 "gid, with mode 0777 minus the umask.\n"
+			 "\n"
+			 "  -p, --parents  make missing parents too; an existing directory is fine\n"
+			 "  -m, --mode     the new directory's mode (octal)\n",
+	},
+	{
+		.name = "ln",
+		.main = cmd_ln,
+		.summary = "make a symlink (or a hard link) in the image",
+		.synopsis = "[-s] [--device DEV]... TARGET IMAGE PATH",
+		.usage = "With -s, make PATH in the unmounted image a symlink to TARGET (any\n"
+			 "text). Without it, make PATH a hard link to the existing file TARGET of\n"
+			 "the image. PATH must not exist.\n"
+			 "\n"
+			 "  -s, --symbolic make a symlink\n",
+	},
+#ifdef BUTTER_HAVE_FUSE
+	{
+		.name = "mount",
+		.main = cmd_mount,
+		.summary = butter_mount_summary,
+		.synopsis = butter_mount_synopsis,
+		.usage = butter_mount_usage,
+	},
+#endif
+	/*
+	 * Commands still to come take a row here: mkfs, mount, check, scrub,
+	 * balance, device add/remove/replace, resize, subvolume create/delete/
+	 * snapshot, send, receive.
+	 */
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void print_main_usage(FILE *out)
+{
+	fprintf(out, "usage: butter COMMAND [ARGS]...\n"
+		     "       butter COMMAND --help\n"
+		     "\n"
+		     "Read and write btrfs filesystem images without the kernel.\n"
+		     "\n"
+		     "Commands:\n");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(out, "  %-17s %s\n", commands[i].name, commands[i].summary);
+	fprintf(out, "\n"
+		     "Every command opening IMAGE takes --device DEV (repeatable) for the other\n"
+		     "members of a multi-device filesystem. IMAGE may be a file or a block device.\n");
+}
+
+/* Does @name start with the word @word followed by a space? */
+static bool in_group(const char *name, const char *word)
+{
+	size_t n = strlen(word);
+	return strncmp(name, word, n) == 0 && name[n] == ' ';
+}
+
+static void print_group_usage(const char *group, FILE *out)
+{
+	fprintf(out, "usage: butter %s SUBCOMMAND [ARGS]...\n\nSubcommands:\n", group);
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (in_group(commands[i].name, group))
+			fprintf(out, "  %-17s %s\n", commands[i].name + strlen(group) + 1,
+				commands[i].summary);
+}
+
+static bool is_help(const char *arg)
+{
+	return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
+}
+
+static int run(const struct cli_command *cmd, int argc, char **argv)
+{
+	optind = 1;
+	return cmd->main(cmd, argc, argv);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		print_main_usage(stderr);
+		return CLI_EXIT_USAGE;
+	}
+	const char *word = argv[1];
+	if (is_help(word) || strcmp(word, "help") == 0) {
+		if (strcmp(word, "help") == 0 && argc > 2) {
+			/* "butter help CMD [SUB]": same as "butter CMD [SUB] --help" */
+			for (size_t i = 0; i < NCOMMANDS; i++) {
+				bool one = strcmp(commands[i].name, argv[2]) == 0;
+				bool two = argc > 3 && in_group(commands[i].name, argv[2]) &&
+					   strcmp(commands[i].name + strlen(argv[2]) + 1, argv[3]) == 0;
+				if (one || two) {
+					cli_print_usage(&commands[i], stdout);
+					return cli_finish_stdout(CLI_EXIT_OK);
+				}
+			}
+			fprintf(stderr, "butter: unknown command '%s'\n", argv[2]);
+			print_main_usage(stderr);
+			return CLI_EXIT_USAGE;
+		}
+		print_main_usage(stdout);
+		return cli_finish_stdout(CLI_EXIT_OK);
+	}
+	if (strcmp(word, "--version") == 0) {
+		printf("butter 0.1.0\n");
+		return cli_finish_stdout(CLI_EXIT_OK);
+	}
+
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (strcmp(commands[i].name, word) == 0)
+			return run(&commands[i], argc - 1, argv + 1);
+
+	bool group = false;
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (in_group(commands[i].name, word))
+			group = true;
+	if (group) {
+		if (argc < 3) {
+			fprintf(stderr, "butter %s: missing subcommand\n", word);
+			print_group_usage(word, stderr);
+			return CLI_EXIT_USAGE;
+		}
+		if (is_help(argv[2])) {
+			print_group_usage(word, stdout);
+			return cli_finish_stdout(CLI_EXIT_OK);
+		}
+		for (size_t i = 0; i < NCOMMANDS; i++)
+			if (in_group(commands[i].name, word) &&
+			    strcmp(commands[i].name + strlen(word) + 1, argv[2]) == 0)
+				return run(&commands[i], argc - 2, argv + 2);
+		fprintf(stderr, "butter %s: unknown subcommand '%s'\n", word, argv[2]);
+		print_group_usage(word, stderr);
+		return CLI_EXIT_USAGE;
+	}
+
+	fprintf(stderr, "butter: unknown command '%s'\n", word);
+	print_main_usage(stderr);
+	return CLI_EXIT_USAGE;
+}

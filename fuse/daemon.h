@@ -1,0 +1,53 @@
+/*
+ * daemon.h — what the files of the FUSE daemon share: the daemon's state
+ * (one per mount), its lock rule, and the table of request handlers.
+ *
+ * Locking:
+ *   fs_lock  read-side library calls (lookup, stat, read, readdir, xattrs,
+ *            seek, statfs) hold it shared; changes (create, write, setattr,
+ *            link, unlink, rename, xattr changes) and commits hold it
+ *            exclusive. The library serialises changes itself, but a change
+ *            edits dirty tree nodes in place, so a reader walking the same
+ *            nodes must not run beside it. Writers are preferred, so a stream
+ *            of reads cannot starve a commit.
+ *   nodes    its own mutex (nodes.c); taken inside fs_lock, never around it.
+ * Every other field is set before the session starts and only read after.
+ */
+#ifndef BUTTER_FUSE_DAEMON_H
+#define BUTTER_FUSE_DAEMON_H
+
+#define FUSE_USE_VERSION 314
+
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include <butter/butter.h>
+
+#include "nodes.h"
+#include "options.h"
+
+struct daemon {
+	const struct mount_opts *opts;
+	struct butter_fs *fs;
+	struct node_table nodes;
+	pthread_rwlock_t fs_lock;     /* see above */
+	bool readonly;
+	unsigned blksize;             /* st_blksize: the sector size */
+	struct fuse_session *se;
+	bool daemonized;              /* messages go to syslog, stderr is /dev/null */
+
+	/* shutdown: see daemon.c */
+	pthread_t main_thread;
+	atomic_bool loop_done;        /* the session loop has returned */
+};
+
+/* The request handlers (ops.c). */
+extern const struct fuse_lowlevel_ops butter_fuse_ops;
+
+/* Report @msg at @level (a BUTTER_LOG_* value): stderr, or syslog once daemonized. */
+void daemon_log(struct daemon *d, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,29 @@
+/*
+ * mount.h — `butter mount`: the FUSE daemon, as the `butter` command runs it.
+ *
+ * The daemon lives in fuse/ and is linked into the `butter` executable; the
+ * command table in cli/main.c has one row that calls butter_mount_main() and
+ * shows the texts below in `butter --help` and `butter help mount`.
+ */
+#ifndef BUTTER_FUSE_MOUNT_H
+#define BUTTER_FUSE_MOUNT_H
+
+#include <stdio.h>
+
+/*
+ * Run `butter mount` with its arguments (argv[0] is "mount"). Returns the
+ * exit status: 0 after a clean unmount (or SIGTERM/SIGINT/SIGHUP, which
+ * unmount), 1 on an error, 2 on a usage error. Without -f it returns in the
+ * parent as soon as the mount is live, and the daemon carries on alone.
+ */
+int butter_mount_main(int argc, char **argv);
+
+/* The row of the command table. */
+extern const char butter_mount_summary[];
+extern const char butter_mount_synopsis[];
+extern const char butter_mount_usage[];
+
+/* Print "usage: butter mount SYNOPSIS" and the usage text on @out. */
+void butter_mount_print_usage(FILE *out);
+
+#endif

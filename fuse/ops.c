@@ -1,0 +1,958 @@
+/*
+ * ops.c — the FUSE request handlers: one function per operation, each
+ * translating its request into calls of <butter/butter.h> and ending in
+ * exactly one fuse_reply_*().
+ *
+ * Rules every handler follows:
+ *  1. Node ids come in and go out through nodes.c; st_ino is always the node
+ *     id (nodes.c says why and how it is made).
+ *  2. Library calls run under d->fs_lock (daemon.h): shared for reads,
+ *     exclusive for changes and commits. Replies are sent after unlocking.
+ *  3. Errors are the library's negative errno, replied as fuse_reply_err(req,
+ *     -ret) through reply_err(), which changes one value: ENOSYS. To the
+ *     kernel ENOSYS means "this daemon lacks the operation" and it stops
+ *     asking for the rest of the mount; a library function that is not there
+ *     yet is "not supported" (EOPNOTSUPP) instead.
+ *  4. A reply that hands the kernel a node (lookup, create, mkdir, mknod,
+ *     symlink, link, readdirplus entries) counts one lookup of it; if the
+ *     reply fails (the request was interrupted), the count is dropped again.
+ *  5. The kernel enforces read-only mounts (-o ro) and, with
+ *     default_permissions, permissions; the library refuses changes on a
+ *     read-only handle too (-EROFS).
+ *
+ * Readdir offsets: 0 is the start, 1 follows ".", 2 follows "..", and any
+ * larger offset is the library's resume position (DIR_INDEX + 1, always >= 3
+ * since btrfs indexes start at 2).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+#define NAME_MAX_BTRFS 255
+#define SYMLINK_MAX 4096
+#define FIRST_DIR_OFFSET 3
+
+static struct daemon *D(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void read_lock(struct daemon *d)
+{
+	pthread_rwlock_rdlock(&d->fs_lock);
+}
+
+static void write_lock(struct daemon *d)
+{
+	pthread_rwlock_wrlock(&d->fs_lock);
+}
+
+static void unlock(struct daemon *d)
+{
+	pthread_rwlock_unlock(&d->fs_lock);
+}
+
+static void reply_err(fuse_req_t req, int ret)
+{
+	if (ret == -ENOSYS)
+		ret = -EOPNOTSUPP;
+	fuse_reply_err(req, ret < 0 ? -ret : 0);
+}
+
+static int check_name(const char *name, size_t *len)
+{
+	*len = strlen(name);
+	return *len > NAME_MAX_BTRFS ? -ENAMETOOLONG : 0;
+}
+
+static void fill_attr(const struct daemon *d, const struct butter_stat *bs, uint64_t nodeid,
+		      struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = nodeid;
+	st->st_mode = bs->mode;
+	st->st_nlink = bs->nlink;
+	st->st_uid = bs->uid;
+	st->st_gid = bs->gid;
+	st->st_rdev = (dev_t)bs->rdev;
+	st->st_size = (off_t)bs->size;
+	st->st_blocks = (blkcnt_t)bs->blocks;
+	st->st_blksize = (blksize_t)d->blksize;
+	st->st_atim = bs->atime;
+	st->st_mtim = bs->mtime;
+	st->st_ctim = bs->ctime;
+}
+
+/*
+ * Fill @e for the file @id, named @name in @parent, and count one kernel
+ * lookup of its node. Called with fs_lock held.
+ */
+static int make_entry(struct daemon *d, butter_ino_t parent, const char *name, size_t len,
+		      butter_ino_t id, struct fuse_entry_param *e)
+{
+	struct butter_stat bs;
+	uint64_t nodeid;
+	int ret;
+
+	memset(e, 0, sizeof(*e));
+	ret = butter_stat(d->fs, id, &bs);
+	if (ret)
+		return ret;
+	ret = nodes_get(&d->nodes, id, parent, name, len, true, &nodeid);
+	if (ret)
+		return ret;
+	e->ino = nodeid;
+	e->generation = bs.generation;
+	fill_attr(d, &bs, nodeid, &e->attr);
+	e->attr_timeout = d->opts->attr_timeout;
+	e->entry_timeout = d->opts->entry_timeout;
+	return 0;
+}
+
+/* Reply @e (or the error @ret); undo the lookup count if the kernel never got it. */
+static void reply_entry(struct daemon *d, fuse_req_t req, int ret, const struct fuse_entry_param *e)
+{
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	if (fuse_reply_entry(req, e) != 0)
+		nodes_forget(&d->nodes, e->ino, 1);
+}
+
+/* ---- init ------------------------------------------------------------------ */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct daemon *d = userdata;
+	const struct mount_opts *o = d->opts;
+
+	/* O_TRUNC comes as a separate setattr; the kernel clears setuid bits on writes */
+	conn->want &= ~(unsigned)(FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_HANDLE_KILLPRIV);
+	if (!d->readonly && o->writeback_cache != 0) {
+		if (conn->capable & FUSE_CAP_WRITEBACK_CACHE)
+			conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+		else if (o->writeback_cache == 1)
+			daemon_log(d, BUTTER_LOG_WARNING, "the kernel offers no writeback cache");
+	}
+	/*
+	 * No FUSE_CAP_POSIX_ACL yet: with it the daemon must inherit default ACLs
+	 * and keep the mode in step with the access ACL, which is the library's
+	 * work (btrfs_init_acl, posix_acl_update_mode). Until then ACLs pass
+	 * through as plain xattrs, and only mode bits are enforced.
+	 */
+	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	conn->max_write = o->max_write;
+	if (o->max_readahead)
+		conn->max_readahead = o->max_readahead;
+	conn->time_gran = 1;
+}
+
+/* ---- names and attributes ---------------------------------------------------- */
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct daemon *d = D(req);
+	struct fuse_entry_param e;
+	butter_ino_t dir, id;
+	size_t len;
+	int ret = check_name(name, &len);
+
+	if (ret == 0)
+		ret = nodes_resolve(&d->nodes, parent, &dir);
+	if (ret == 0) {
+		read_lock(d);
+		ret = butter_lookup(d->fs, dir, name, len, &id);
+		if (ret == 0)
+			ret = make_entry(d, dir, name, len, id, &e);
+		unlock(d);
+	}
+	reply_entry(d, req, ret, &e);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	nodes_forget(&D(req)->nodes, ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct daemon *d = D(req);
+
+	for (size_t i = 0; i < count; i++)
+		nodes_forget(&d->nodes, forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct daemon *d = D(req);
+	struct butter_stat bs;
+	struct stat st;
+	butter_ino_t id;
+	int ret = nodes_resolve(&d->nodes, ino, &id);
+
+	(void)fi;
+	if (ret == 0) {
+		read_lock(d);
+		ret = butter_stat(d->fs, id, &bs);
+		unlock(d);
+	}
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	fill_attr(d, &bs, ino, &st);
+	fuse_reply_attr(req, &st, d->opts->attr_timeout);
+}
+
+static void now(struct timespec *ts)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct daemon *d = D(req);
+	struct butter_stat bs = { 0 };
+	unsigned mask = 0;
+	struct stat st;
+	butter_ino_t id;
+	int ret = nodes_resolve(&d->nodes, ino, &id);
+
+	(void)fi;
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		mask |= BUTTER_SET_MODE;
+		bs.mode = attr->st_mode;
+	}
+	if (to_set & FUSE_SET_ATTR_UID) {
+		mask |= BUTTER_SET_UID;
+		bs.uid = attr->st_uid;
+	}
+	if (to_set & FUSE_SET_ATTR_GID) {
+		mask |= BUTTER_SET_GID;
+		bs.gid = attr->st_gid;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		mask |= BUTTER_SET_SIZE;
+		bs.size = (uint64_t)attr->st_size;
+	}
+	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
+		mask |= BUTTER_SET_ATIME;
+		if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+			now(&bs.atime);
+		else
+			bs.atime = attr->st_atim;
+	}
+	if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) {
+		mask |= BUTTER_SET_MTIME;
+		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+			now(&bs.mtime);
+		else
+			bs.mtime = attr->st_mtim;
+	}
+	if (to_set & FUSE_SET_ATTR_CTIME) {
+		mask |= BUTTER_SET_CTIME;
+		bs.ctime = attr->st_ctim;
+	}
+	if (ret == 0) {
+		write_lock(d);
+		if (mask)
+			ret = butter_setattr(d->fs, id, &bs, mask);
+		if (ret == 0)
+			ret = butter_stat(d->fs, id, &bs);
+		unlock(d);
+	}
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	fill_attr(d, &bs, ino, &st);
+	fuse_reply_attr(req, &st, d->opts->attr_timeout);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct daemon *d = D(req);
+	char buf[SYMLINK_MAX + 1];
+	butter_ino_t id;
+	ssize_t n = nodes_resolve(&d->nodes, ino, &id);
+
+	if (n == 0) {
+		read_lock(d);
+		n = butter_readlink(d->fs, id, buf, sizeof(buf));
+		unlock(d);
+	}
+	if (n >= (ssize_t)sizeof(buf))
+		n = -ENAMETOOLONG;
+	if (n < 0) {
+		reply_err(req, (int)n);
+		return;
+	}
+	buf[n] = '\0';
+	fuse_reply_readlink(req, buf);
+}
+
+/* ---- making names ------------------------------------------------------------ */
+
+/*
+ * Create @name in @parent: a symlink to @target if it is not NULL, else an
+ * inode of @mode (type and permissions) and @rdev, owned by the caller.
+ * As the kernel does for local filesystems (inode_init_owner), a directory
+ * with the setgid bit passes its group on, and its setgid bit to new
+ * directories.
+ */
+static int make_node(struct daemon *d, fuse_req_t req, fuse_ino_t parent, const char *name,
+		     uint32_t mode, uint64_t rdev, const char *target, struct fuse_entry_param *e)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct butter_new_inode attr = { mode, ctx->uid, ctx->gid, rdev };
+	struct butter_stat pst;
+	butter_ino_t dir, id;
+	size_t len;
+	int ret = check_name(name, &len);
+
+	if (ret == 0)
+		ret = nodes_resolve(&d->nodes, parent, &dir);
+	if (ret)
+		return ret;
+	write_lock(d);
+	ret = butter_stat(d->fs, dir, &pst);
+	if (ret == 0 && (pst.mode & S_ISGID)) {
+		attr.gid = pst.gid;
+		if (S_ISDIR(mode))
+			attr.mode |= S_ISGID;
+	}
+	if (ret == 0 && target)
+		ret = butter_symlink(d->fs, dir, name, len, target, attr.uid, attr.gid, &id);
+	else if (ret == 0)
+		ret = butter_create(d->fs, dir, name, len, &attr, &id);
+	if (ret == 0)
+		ret = make_entry(d, dir, name, len, id, e);
+	unlock(d);
+	return ret;
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	struct fuse_entry_param e;
+	int ret = make_node(D(req), req, parent, name, mode, rdev, NULL, &e);
+
+	reply_entry(D(req), req, ret, &e);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct fuse_entry_param e;
+	int ret = make_node(D(req), req, parent, name, S_IFDIR | (mode & 07777), 0, NULL, &e);
+
+	reply_entry(D(req), req, ret, &e);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	struct fuse_entry_param e;
+	int ret = make_node(D(req), req, parent, name, S_IFLNK | 0777, 0, link, &e);
+
+	reply_entry(D(req), req, ret, &e);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct daemon *d = D(req);
+	struct fuse_entry_param e;
+	butter_ino_t id, dir;
+	size_t len;
+	int ret = check_name(newname, &len);
+
+	if (ret == 0)
+		ret = nodes_resolve(&d->nodes, ino, &id);
+	if (ret == 0)
+		ret = nodes_resolve(&d->nodes, newparent, &dir);
+	if (ret == 0) {
+		write_lock(d);
+		ret = butter_link(d->fs, id, dir, newname, len);
+		if (ret == 0)
+			ret = make_entry(d, dir, newname, len, id, &e);
+		unlock(d);
+	}
+	reply_entry(d, req, ret, &e);
+}
+
+/* ---- removing and moving names ------------------------------------------------- */
+
+static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
+{
+	struct daemon *d = D(req);
+	butter_ino_t p;
+	size_t len;
+	int ret = check_name(name, &len);
+
+	if (ret == 0)
+		ret = nodes_resolve(&d->nodes, parent, &p);
+	if (ret == 0) {
+		write_lock(d);
+		ret = dir ? butter_rmdir(d->fs, p, name, len) : butter_unlink(d->fs, p, name, len);
+		unlock(d);
+	}
+	reply_err(req, ret);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, false);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, true);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	struct daemon *d = D(req);
+	butter_ino_t from, to;
+	unsigned bflags = 0;
+	size_t len, newlen;
+	int ret = check_name(name, &len);
+
+	if (ret == 0)
+		ret = check_name(newname, &newlen);
+	if (flags & RENAME_NOREPLACE)
+		bflags |= BUTTER_RENAME_NOREPLACE;
+	if (flags & RENAME_EXCHANGE)
+		bflags |= BUTTER_RENAME_EXCHANGE;
+	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		ret = -EINVAL; /* RENAME_WHITEOUT: overlayfs upper layers only */
+	if (ret == 0)
+		ret = nodes_resolve(&d->nodes, parent, &from);
+	if (ret == 0)
+		ret = nodes_resolve(&d->nodes, newparent, &to);
+	if (ret == 0) {
+		write_lock(d);
+		ret = butter_rename(d->fs, from, name, len, to, newname, newlen, bflags);
+		unlock(d);
+	}
+	reply_err(req, ret);
+}
+
+/* ---- files ----------------------------------------------------------------------- */
+
+/* Let the kernel keep its page cache if the file is as it was at the previous open. */
+static void set_keep_cache(struct daemon *d, fuse_ino_t ino, const struct butter_stat *bs,
+			   struct fuse_file_info *fi)
+{
+	bool same = nodes_open_unchanged(&d->nodes, ino, &bs->mtime, bs->size);
+
+	fi->keep_cache = d->opts->keep_cache && same;
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct daemon *d = D(req);
+	struct fuse_entry_param e;
+	struct butter_stat bs = { 0 };
+	int ret = make_node(d, req, parent, name, S_IFREG | (mode & 07777), 0, NULL, &e);
+
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	bs.mtime = e.attr.st_mtim;
+	bs.size = (uint64_t)e.attr.st_size;
+	set_keep_cache(d, e.ino, &bs, fi);
+	fi->fh = 0;
+	if (fuse_reply_create(req, &e, fi) != 0)
+		nodes_forget(&d->nodes, e.ino, 1);
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct daemon *d = D(req);
+	struct butter_stat bs;
+	butter_ino_t id;
+	int ret = nodes_resolve(&d->nodes, ino, &id);
+
+	if (ret == 0) {
+		read_lock(d);
+		ret = butter_stat(d->fs, id, &bs);
+		unlock(d);
+	}
+	if (ret == 0 && S_ISDIR(bs.mode))
+		ret = -EISDIR;
+	if (ret == 0 && d->readonly && (fi->flags & O_ACCMODE) != O_RDONLY)
+		ret = -EROFS;
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	set_keep_cache(d, ino, &bs, fi);
+	fi->fh = 0;
+	fuse_reply_open(req, fi);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct daemon *d = D(req);
+	butter_ino_t id;
+	ssize_t n = nodes_resolve(&d->nodes, ino, &id);
+	char *buf = NULL;
+
+	(void)fi;
+	if (n == 0 && off < 0)
+		n = -EINVAL;
+	if (n == 0 && size) {
+		buf = malloc(size);
+		if (!buf)
+			n = -ENOMEM;
+	}
+	if (n == 0 && size) {
+		read_lock(d);
+		n = butter_read(d->fs, id, buf, size, (uint64_t)off);
+		unlock(d);
+	}
+	if (n < 0)
+		reply_err(req, (int)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct daemon *d = D(req);
+	butter_ino_t id;
+	ssize_t n = nodes_resolve(&d->nodes, ino, &id);
+
+	(void)fi;
+	if (n == 0 && off < 0)
+		n = -EINVAL;
+	if (n == 0) {
+		write_lock(d);
+		n = butter_write(d->fs, id, buf, size, (uint64_t)off);
+		unlock(d);
+	}
+	if (n < 0)
+		reply_err(req, (int)n);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
+/* Data reaches the library at each write; a close has nothing left to push. */
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+/* fsync and fsyncdir: a full commit (the tree log comes later). */
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct daemon *d = D(req);
+	int ret;
+
+	(void)ino;
+	(void)datasync;
+	(void)fi;
+	write_lock(d);
+	ret = butter_sync(d->fs);
+	unlock(d);
+	reply_err(req, ret);
+}
+
+static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+		     struct fuse_file_info *fi)
+{
+	struct daemon *d = D(req);
+	uint64_t result = 0;
+	butter_ino_t id;
+	int ret = nodes_resolve(&d->nodes, ino, &id);
+
+	(void)fi;
+	if (ret == 0 && ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0))
+		ret = -EINVAL;
+	if (ret == 0) {
+		read_lock(d);
+		ret = butter_seek(d->fs, id, (uint64_t)off, whence, &result);
+		unlock(d);
+	}
+	if (ret)
+		reply_err(req, ret);
+	else
+		fuse_reply_lseek(req, (off_t)result);
+}
+
+/* ---- directories ----------------------------------------------------------------- */
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct daemon *d = D(req);
+	struct butter_stat bs;
+	butter_ino_t id;
+	int ret = nodes_resolve(&d->nodes, ino, &id);
+
+	if (ret == 0) {
+		read_lock(d);
+		ret = butter_stat(d->fs, id, &bs);
+		unlock(d);
+	}
+	if (ret == 0 && !S_ISDIR(bs.mode))
+		ret = -ENOTDIR;
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	fi->fh = 0;
+	fuse_reply_open(req, fi);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+struct dir_fill {
+	struct daemon *d;
+	fuse_req_t req;
+	butter_ino_t dir;
+	bool plus;
+	char *buf;
+	size_t size, used;
+	uint64_t *refs;    /* readdirplus: nodes whose lookup this reply counts */
+	size_t nrefs;
+};
+
+/* Add "." and ".." (no lookup counted: the kernel links neither). */
+static bool add_dot(struct dir_fill *f, const char *name, fuse_ino_t dirnode, off_t next)
+{
+	size_t room = f->size - f->used, n;
+
+	if (f->plus) {
+		struct fuse_entry_param e;
+
+		memset(&e, 0, sizeof(e));
+		e.attr.st_ino = dirnode;
+		e.attr.st_mode = S_IFDIR;
+		n = fuse_add_direntry_plus(f->req, f->buf + f->used, room, name, &e, next);
+	} else {
+		struct stat st;
+
+		memset(&st, 0, sizeof(st));
+		st.st_ino = dirnode;
+		st.st_mode = S_IFDIR;
+		n = fuse_add_direntry(f->req, f->buf + f->used, room, name, &st, next);
+	}
+	if (n > room)
+		return false;
+	f->used += n;
+	return true;
+}
+
+static int fill_one(void *arg, const char *name, size_t namelen, butter_ino_t ino, unsigned dtype,
+		    uint64_t next_pos)
+{
+	struct dir_fill *f = arg;
+	struct daemon *d = f->d;
+	char cname[NAME_MAX_BTRFS + 1];
+	size_t room = f->size - f->used;
+	off_t next = (off_t)(next_pos < FIRST_DIR_OFFSET ? FIRST_DIR_OFFSET : next_pos);
+	uint64_t nodeid;
+	int ret;
+
+	if (namelen > NAME_MAX_BTRFS)
+		return -EUCLEAN; /* the library checks names; never reached */
+	memcpy(cname, name, namelen);
+	cname[namelen] = '\0';
+
+	if (!f->plus) {
+		struct stat st;
+		size_t n;
+
+		ret = nodes_get(&d->nodes, ino, f->dir, name, namelen, false, &nodeid);
+		if (ret)
+			return ret;
+		memset(&st, 0, sizeof(st));
+		st.st_ino = nodeid;
+		st.st_mode = dtype << 12;
+		n = fuse_add_direntry(f->req, f->buf + f->used, room, cname, &st, next);
+		if (n > room)
+			return 1;
+		f->used += n;
+		return 0;
+	}
+
+	struct fuse_entry_param e;
+
+	if (fuse_add_direntry_plus(f->req, NULL, 0, cname, NULL, next) > room)
+		return 1;
+	uint64_t *refs = realloc(f->refs, (f->nrefs + 1) * sizeof(*refs));
+
+	if (!refs)
+		return -ENOMEM;
+	f->refs = refs;
+	ret = make_entry(d, f->dir, name, namelen, ino, &e);
+	if (ret == 0) {
+		f->refs[f->nrefs++] = e.ino;
+	} else {
+		/* no attributes: the entry is listed, and a lookup of it reports the error */
+		ret = nodes_get(&d->nodes, ino, f->dir, name, namelen, false, &nodeid);
+		if (ret)
+			return ret;
+		memset(&e, 0, sizeof(e));
+		e.attr.st_ino = nodeid;
+		e.attr.st_mode = dtype << 12;
+	}
+	f->used += fuse_add_direntry_plus(f->req, f->buf + f->used, room, cname, &e, next);
+	return 0;
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
+{
+	struct daemon *d = D(req);
+	struct dir_fill f = { .d = d, .req = req, .plus = plus, .size = size };
+	int ret = nodes_resolve(&d->nodes, ino, &f.dir);
+
+	if (ret == 0 && off < 0)
+		ret = -EINVAL;
+	if (ret == 0) {
+		f.buf = malloc(size ? size : 1);
+		if (!f.buf)
+			ret = -ENOMEM;
+	}
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	read_lock(d);
+	if (off == 0 && !add_dot(&f, ".", ino, 1))
+		goto full;
+	if (off <= 1 && !add_dot(&f, "..", ino, 2))
+		goto full;
+	ret = butter_readdir(d->fs, f.dir, off < FIRST_DIR_OFFSET ? 0 : (uint64_t)off, fill_one, &f);
+full:
+	unlock(d);
+	if (ret < 0 && f.used == 0) {
+		reply_err(req, ret);
+	} else if (fuse_reply_buf(req, f.buf, f.used) != 0) {
+		for (size_t i = 0; i < f.nrefs; i++)
+			nodes_forget(&d->nodes, f.refs[i], 1);
+	}
+	free(f.refs);
+	free(f.buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)fi;
+	do_readdir(req, ino, size, off, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	(void)fi;
+	do_readdir(req, ino, size, off, true);
+}
+
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	op_fsync(req, ino, datasync, fi);
+}
+
+/* ---- the filesystem ----------------------------------------------------------------- */
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct daemon *d = D(req);
+	struct butter_statfs bs;
+	struct statvfs sv;
+	int ret;
+
+	(void)ino;
+	read_lock(d);
+	ret = butter_statfs(d->fs, &bs);
+	unlock(d);
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = bs.bsize;
+	sv.f_frsize = bs.bsize;
+	sv.f_blocks = bs.blocks;
+	sv.f_bfree = bs.bfree;
+	sv.f_bavail = bs.bavail;
+	sv.f_files = bs.files;
+	sv.f_ffree = bs.ffree;
+	sv.f_favail = bs.ffree;
+	sv.f_namemax = bs.namemax;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* ---- extended attributes ------------------------------------------------------------- */
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct daemon *d = D(req);
+	butter_ino_t id;
+	char *buf = NULL;
+	ssize_t n = nodes_resolve(&d->nodes, ino, &id);
+
+	if (n == 0 && size) {
+		buf = malloc(size);
+		if (!buf)
+			n = -ENOMEM;
+	}
+	if (n == 0) {
+		read_lock(d);
+		n = butter_getxattr(d->fs, id, name, buf, size);
+		unlock(d);
+	}
+	if (n < 0)
+		reply_err(req, (int)n);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct daemon *d = D(req);
+	butter_ino_t id;
+	char *buf = NULL;
+	ssize_t n = nodes_resolve(&d->nodes, ino, &id);
+
+	if (n == 0 && size) {
+		buf = malloc(size);
+		if (!buf)
+			n = -ENOMEM;
+	}
+	if (n == 0) {
+		read_lock(d);
+		n = butter_listxattr(d->fs, id, buf, size);
+		unlock(d);
+	}
+	if (n < 0)
+		reply_err(req, (int)n);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+/*
+ * XATTR_CREATE and XATTR_REPLACE are checked here, under the exclusive lock,
+ * since butter_setxattr() always sets.
+ */
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	struct daemon *d = D(req);
+	butter_ino_t id;
+	int ret = nodes_resolve(&d->nodes, ino, &id);
+
+	if (ret == 0 && (flags & ~(XATTR_CREATE | XATTR_REPLACE)))
+		ret = -EINVAL;
+	if (ret == 0) {
+		write_lock(d);
+		if (flags) {
+			ssize_t have = butter_getxattr(d->fs, id, name, NULL, 0);
+
+			if (have >= 0 && (flags & XATTR_CREATE))
+				ret = -EEXIST;
+			else if (have == -ENODATA && (flags & XATTR_REPLACE))
+				ret = -ENODATA;
+			else if (have < 0 && have != -ENODATA)
+				ret = (int)have;
+		}
+		if (ret == 0)
+			ret = butter_setxattr(d->fs, id, name, value, size);
+		unlock(d);
+	}
+	reply_err(req, ret);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct daemon *d = D(req);
+	butter_ino_t id;
+	int ret = nodes_resolve(&d->nodes, ino, &id);
+
+	if (ret == 0) {
+		write_lock(d);
+		ret = butter_removexattr(d->fs, id, name);
+		unlock(d);
+	}
+	reply_err(req, ret);
+}
+
+const struct fuse_lowlevel_ops butter_fuse_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.open = op_open,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.releasedir = op_releasedir,
+	.fsyncdir = op_fsyncdir,
+	.statfs = op_statfs,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
+	.create = op_create,
+	.lseek = op_lseek,
+};

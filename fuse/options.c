@@ -1,0 +1,331 @@
+/*
+ * options.c — parsing `butter mount [-f] [-d] [-s] [-o OPTIONS] DEV... MOUNTPOINT`.
+ *
+ * -o options are rows of one table (mount_options below): the btrfs names
+ * where btrfs has them, then the FUSE performance knobs. An option that is
+ * not in the table goes to libfuse untouched, which accepts the kernel's and
+ * FUSE's mount options and refuses what nobody knows ("fuse: unknown
+ * option"). Rows marked `pass` are read here and passed on too (ro, rw and
+ * default_permissions matter to the kernel as well). The last of repeated
+ * options wins, except device=, which adds a device each time.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mount.h"
+#include "options.h"
+
+enum opt_kind {
+	OPT_TRUE,    /* bool field := true */
+	OPT_FALSE,   /* bool field := false */
+	OPT_ON,      /* int field := 1 */
+	OPT_OFF,     /* int field := 0 */
+	OPT_UINT,    /* unsigned field := NAME=N */
+	OPT_U64,     /* uint64_t field := NAME=N */
+	OPT_SECONDS, /* double field := NAME=S (decimal seconds, >= 0) */
+	OPT_STRING,  /* const char * field := NAME=VALUE */
+	OPT_DEVICE,  /* append to devices */
+	OPT_COMPRESS /* compress[=ALGO], compress-force[=ALGO] */
+};
+
+struct opt_def {
+	const char *name;    /* ends in '=' when the option takes a value */
+	enum opt_kind kind;
+	size_t off;          /* the field in struct mount_opts */
+	bool pass;           /* also hand it to libfuse */
+};
+
+#define F(field) offsetof(struct mount_opts, field)
+
+static const struct opt_def mount_options[] = {
+	{ "ro", OPT_TRUE, F(readonly), true },
+	{ "rw", OPT_FALSE, F(readonly), true },
+	{ "subvol=", OPT_STRING, F(subvol), false },
+	{ "subvolid=", OPT_U64, F(subvolid), false },
+	{ "device=", OPT_DEVICE, 0, false },
+	{ "commit=", OPT_UINT, F(commit_secs), false },
+	{ "degraded", OPT_TRUE, F(degraded), false },
+	{ "compress", OPT_COMPRESS, 0, false },
+	{ "compress=", OPT_COMPRESS, 0, false },
+	{ "compress-force", OPT_COMPRESS, 0, false },
+	{ "compress-force=", OPT_COMPRESS, 0, false },
+	{ "default_permissions", OPT_TRUE, F(default_permissions), true },
+	{ "writeback_cache", OPT_ON, F(writeback_cache), false },
+	{ "no_writeback_cache", OPT_OFF, F(writeback_cache), false },
+	{ "keep_cache", OPT_TRUE, F(keep_cache), false },
+	{ "no_keep_cache", OPT_FALSE, F(keep_cache), false },
+	{ "max_write=", OPT_UINT, F(max_write), false },
+	{ "max_readahead=", OPT_UINT, F(max_readahead), false },
+	{ "attr_timeout=", OPT_SECONDS, F(attr_timeout), false },
+	{ "entry_timeout=", OPT_SECONDS, F(entry_timeout), false },
+	{ "max_threads=", OPT_UINT, F(max_threads), false },
+};
+
+#define NOPTIONS (sizeof(mount_options) / sizeof(mount_options[0]))
+
+static int usage_error(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "butter mount: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n");
+	butter_mount_print_usage(stderr);
+	return -1;
+}
+
+/* Keep @s until mount_opts_free(); returns @s, or NULL (and frees it) on ENOMEM. */
+static char *own(struct mount_opts *o, char *s)
+{
+	char **n;
+
+	if (!s)
+		return NULL;
+	n = realloc(o->owned, (o->nowned + 1) * sizeof(*n));
+	if (!n) {
+		free(s);
+		return NULL;
+	}
+	o->owned = n;
+	o->owned[o->nowned++] = s;
+	return s;
+}
+
+/* An absolute path for @path if it exists, else @path itself (opening it reports why). */
+static const char *absolute(struct mount_opts *o, const char *path)
+{
+	char *abs = realpath(path, NULL);
+
+	if (!abs)
+		return path;
+	return own(o, abs) ? abs : path;
+}
+
+static int add_device(struct mount_opts *o, const char *path)
+{
+	const char **d = realloc(o->devices, (o->ndevices + 1) * sizeof(*d));
+
+	if (!d)
+		return -ENOMEM;
+	o->devices = d;
+	o->devices[o->ndevices++] = absolute(o, path);
+	return 0;
+}
+
+static int add_fuse_opt(struct mount_opts *o, const char *opt)
+{
+	size_t old = o->fuse_opts ? strlen(o->fuse_opts) : 0;
+	char *s = realloc(o->fuse_opts, old + strlen(opt) + 2);
+
+	if (!s)
+		return -ENOMEM;
+	if (old)
+		s[old++] = ',';
+	strcpy(s + old, opt);
+	o->fuse_opts = s;
+	return 0;
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	*out = strtoull(s, &end, 0);
+	return errno == 0 && *end == '\0';
+}
+
+/* Apply one -o option (@opt is NUL-terminated, without commas). */
+static int apply_option(struct mount_opts *o, const char *opt)
+{
+	for (size_t i = 0; i < NOPTIONS; i++) {
+		const struct opt_def *d = &mount_options[i];
+		size_t n = strlen(d->name);
+		bool valued = d->name[n - 1] == '=';
+		const char *val = opt + n;
+		char *field = (char *)o + d->off;
+		uint64_t u;
+
+		if (valued ? strncmp(opt, d->name, n) != 0 : strcmp(opt, d->name) != 0)
+			continue;
+		switch (d->kind) {
+		case OPT_TRUE:
+		case OPT_FALSE:
+			*(bool *)field = d->kind == OPT_TRUE;
+			break;
+		case OPT_ON:
+		case OPT_OFF:
+			*(int *)field = d->kind == OPT_ON;
+			break;
+		case OPT_UINT:
+			if (!parse_u64(val, &u) || u > UINT_MAX)
+				return usage_error("bad number in -o %s", opt);
+			*(unsigned *)field = (unsigned)u;
+			break;
+		case OPT_U64:
+			if (!parse_u64(val, &u))
+				return usage_error("bad number in -o %s", opt);
+			*(uint64_t *)field = u;
+			break;
+		case OPT_SECONDS: {
+			char *end;
+			double v = strtod(val, &end);
+
+			if (*val == '\0' || *end != '\0' || !(v >= 0))
+				return usage_error("bad number of seconds in -o %s", opt);
+			*(double *)field = v;
+			break;
+		}
+		case OPT_STRING:
+			if (*val == '\0')
+				return usage_error("-o %s needs a value", opt);
+			*(const char **)field = val;
+			break;
+		case OPT_DEVICE:
+			if (*val == '\0')
+				return usage_error("-o %s needs a device", opt);
+			if (add_device(o, val))
+				return usage_error("%s: out of memory", opt);
+			break;
+		case OPT_COMPRESS:
+			o->compress = opt;
+			break;
+		}
+		if (d->pass && add_fuse_opt(o, opt))
+			return usage_error("%s: out of memory", opt);
+		return 0;
+	}
+	if (add_fuse_opt(o, opt))
+		return usage_error("%s: out of memory", opt);
+	return 0;
+}
+
+/* Split one -o argument at commas and apply each option. */
+static int apply_option_list(struct mount_opts *o, const char *list)
+{
+	char *copy = own(o, strdup(list));
+	char *save = NULL;
+
+	if (!copy)
+		return usage_error("%s: out of memory", list);
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (apply_option(o, tok))
+			return -1;
+	return 0;
+}
+
+enum { OPT_LONG_DEVICE = 0x100 };
+
+int mount_opts_parse(struct mount_opts *o, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "device", required_argument, NULL, OPT_LONG_DEVICE },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char **extra = NULL;
+	size_t nextra = 0;
+	int c, ret = 0;
+
+	memset(o, 0, sizeof(*o));
+	o->commit_secs = MOUNT_DEFAULT_COMMIT;
+	o->writeback_cache = -1;
+	o->keep_cache = true;
+	o->max_write = MOUNT_DEFAULT_MAX_WRITE;
+	o->attr_timeout = 1.0;
+	o->entry_timeout = 1.0;
+
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:fdso:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'f':
+			o->foreground = true;
+			break;
+		case 'd':
+			o->debug = o->foreground = true;
+			break;
+		case 's':
+			o->single_thread = true;
+			break;
+		case 'o':
+			if (apply_option_list(o, optarg))
+				goto fail;
+			break;
+		case OPT_LONG_DEVICE: {
+			const char **e = realloc(extra, (nextra + 1) * sizeof(*e));
+
+			if (!e) {
+				usage_error("%s: out of memory", optarg);
+				goto fail;
+			}
+			extra = e;
+			extra[nextra++] = optarg;
+			break;
+		}
+		case 'h':
+			butter_mount_print_usage(stdout);
+			free(extra);
+			return 1;
+		case ':':
+			usage_error("option '%s' needs an argument", argv[optind - 1]);
+			goto fail;
+		default:
+			usage_error("unknown option '%s'", argv[optind - 1]);
+			goto fail;
+		}
+	}
+	if (argc - optind < 2) {
+		usage_error("%s", argc - optind < 1 ? "missing DEV and MOUNTPOINT" : "missing MOUNTPOINT");
+		goto fail;
+	}
+
+	/* DEV... first, then the device= and --device members, in the order given */
+	{
+		const char **opt_devices = o->devices;
+		size_t nopt = o->ndevices;
+
+		o->devices = NULL;
+		o->ndevices = 0;
+		for (int i = optind; i < argc - 1 && ret == 0; i++)
+			ret = add_device(o, argv[i]);
+		for (size_t i = 0; i < nopt && ret == 0; i++)
+			ret = add_device(o, opt_devices[i]);
+		for (size_t i = 0; i < nextra && ret == 0; i++)
+			ret = add_device(o, extra[i]);
+		free(opt_devices);
+	}
+	free(extra);
+	extra = NULL;
+	if (ret) {
+		usage_error("%s", "out of memory");
+		goto fail;
+	}
+	o->mountpoint = absolute(o, argv[argc - 1]);
+	if (o->commit_secs == 0)
+		o->commit_secs = MOUNT_DEFAULT_COMMIT; /* as btrfs: commit=0 is the default */
+	if (o->max_write < 4096) {
+		usage_error("%s", "max_write must be at least 4096");
+		goto fail;
+	}
+	return 0;
+fail:
+	free(extra);
+	mount_opts_free(o);
+	return -1;
+}
+
+void mount_opts_free(struct mount_opts *o)
+{
+	for (size_t i = 0; i < o->nowned; i++)
+		free(o->owned[i]);
+	free(o->owned);
+	free(o->devices);
+	free(o->fuse_opts);
+	memset(o, 0, sizeof(*o));
+}

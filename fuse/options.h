@@ -1,0 +1,57 @@
+/*
+ * options.h — the command line of `butter mount`: what the user asked for,
+ * parsed once into struct mount_opts. Options butter does not know are
+ * collected for libfuse, which knows the kernel's mount options
+ * (allow_other, default_permissions, noatime, nodev, ...).
+ */
+#ifndef BUTTER_FUSE_OPTIONS_H
+#define BUTTER_FUSE_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MOUNT_DEFAULT_COMMIT 30u            /* seconds, as btrfs */
+#define MOUNT_DEFAULT_MAX_WRITE (1u << 20)   /* libfuse's largest request */
+
+struct mount_opts {
+	/* how the daemon runs */
+	bool foreground;         /* -f (and -d) */
+	bool debug;              /* -d: libfuse prints every request */
+	bool single_thread;      /* -s */
+	unsigned max_threads;    /* 0: libfuse's default */
+
+	/* the filesystem */
+	const char **devices;    /* DEV... then device=DEV and --device DEV, absolute paths */
+	size_t ndevices;
+	const char *mountpoint;  /* absolute */
+	bool readonly;           /* ro */
+	bool degraded;
+	const char *subvol;      /* subvol=PATH; NULL: not given */
+	uint64_t subvolid;       /* subvolid=ID; 0: not given */
+	unsigned commit_secs;    /* commit=SECONDS */
+	const char *compress;    /* compress= or compress-force=, accepted, not honoured yet */
+
+	/* FUSE behaviour */
+	int writeback_cache;     /* -1: on when read-write; 0/1 as asked */
+	bool keep_cache;         /* FOPEN_KEEP_CACHE for files unchanged since their last open */
+	unsigned max_write;
+	unsigned max_readahead;  /* 0: the kernel's default */
+	double attr_timeout, entry_timeout;
+	bool default_permissions;
+
+	char *fuse_opts;         /* comma-separated options passed on to libfuse */
+	char **owned;            /* strings to free */
+	size_t nowned;
+};
+
+/*
+ * Parse the arguments of `butter mount` (argv[0] is "mount"). Returns 0 and
+ * fills @o, 1 if --help was printed (exit 0), or -1 after printing a usage
+ * error on stderr (exit 2).
+ */
+int mount_opts_parse(struct mount_opts *o, int argc, char **argv);
+
+void mount_opts_free(struct mount_opts *o);
+
+#endif

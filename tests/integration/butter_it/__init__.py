@@ -1,0 +1,10 @@
+"""Helpers of butter's integration tests: the kernel is the oracle.
+
+Modules:
+  env       environment knobs (scale, timeouts, temp dir) and the skip-or-fail rule
+  kfs       kernel-made btrfs images: sparse files, loop devices, mkfs, mount, and
+            always cleaning them up; chunk mapping and corruption of on-disk bytes
+  tree      the deterministic, seeded tree generator that fills a mounted filesystem
+  manifest  a stat-for-stat, byte-for-byte description of a tree, and the comparison
+  butter    running the butter CLI with timeouts
+"""

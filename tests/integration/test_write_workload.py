@@ -1,0 +1,105 @@
+"""butter's write path judged by btrfs itself.
+
+A seeded random workload (tests/tools/workload.c: create, overwrite and append at
+random offsets, truncate, unlink, rename with and without RENAME_NOREPLACE, mkdir,
+rmdir, hard links, symlinks, xattrs, with commits every few operations) runs through
+libbutter on an image made by mkfs.btrfs, and with POSIX calls on a reference directory
+on the host. The workload itself fails when butter and the kernel disagree on an
+operation's result. Then:
+
+  1. `btrfs check --readonly` must find no error;
+  2. the kernel mounts the image and shows exactly the reference tree (types, modes,
+     owners, sizes, contents, symlink targets, xattrs, hard-link groups; times differ
+     by construction and are not compared);
+  3. the kernel can write to it, and btrfs check still finds no error.
+"""
+import os
+
+import pytest
+
+from butter_it import kfs, manifest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKLOAD = os.environ.get("BUTTER_WORKLOAD",
+                          os.path.join(REPO, "build", "tests", "tools", "butter-workload"))
+
+FIELDS = ("type", "mode", "uid", "gid", "size", "target", "sha256", "xattrs")
+
+
+def _compare(ref, img):
+    diffs = []
+    for p in sorted(set(ref) | set(img)):
+        if p not in img:
+            diffs.append(f"{p!r}: missing from the image")
+            continue
+        if p not in ref:
+            diffs.append(f"{p!r}: in the image only")
+            continue
+        for f in FIELDS:
+            if f == "size" and ref[p]["type"] == "dir":
+                continue  # directory sizes are filesystem-specific
+            if ref[p].get(f) != img[p].get(f):
+                diffs.append(f"{p!r}: {f}: reference={ref[p].get(f)!r} image={img[p].get(f)!r}")
+    groups = {}
+    for name, m in (("ref", ref), ("img", img)):
+        g = {}
+        for p, e in m.items():
+            if e["type"] != "dir":
+                g.setdefault((e["_dev"], e["_ino"]), []).append(p)
+        groups[name] = sorted(sorted(v) for v in g.values())
+    if groups["ref"] != groups["img"]:
+        diffs.append(f"hard-link groups differ: reference={groups['ref']} image={groups['img']}")
+    return diffs
+
+
+def _check(image):
+    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
+    assert r.returncode == 0, f"btrfs check found errors:\n{r.stdout}\n{r.stderr}"
+
+
+SEEDS = int(os.environ.get("BUTTER_WORKLOAD_SEEDS", "24"))
+OPS = int(os.environ.get("BUTTER_WORKLOAD_OPS", "1000"))
+CASES = [(seed, OPS, (4096, 16384, 65536)[seed % 3], (1, 7, 50, 1000)[seed % 4])
+         for seed in range(1, SEEDS + 1)]
+
+
+@pytest.mark.parametrize("seed,ops,nodesize,sync_every", CASES)
+def test_random_workload(kernel, workdir, seed, ops, nodesize, sync_every):
+    if not os.access(WORKLOAD, os.X_OK):
+        pytest.fail(f"workload tool missing: {WORKLOAD} (build with ninja -C build)",
+                    pytrace=False)
+    image = os.path.join(workdir, "img")
+    ref = os.path.join(workdir, "ref")
+    os.mkdir(ref)
+    with open(image, "wb") as f:
+        f.truncate(1 << 30)
+    kfs.run(["mkfs.btrfs", "-q", "-f", "-n", str(nodesize), image])
+    r = kfs.run([WORKLOAD, image, ref, str(seed), str(ops), str(sync_every)], check=False,
+                timeout=600)
+    assert r.returncode == 0, f"workload failed:\n{r.stdout}\n{r.stderr}"
+    assert "AddressSanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr
+    _check(image)
+    mnt = os.path.join(workdir, "mnt")
+    os.mkdir(mnt)
+    dev = kfs.loop_attach(image)
+    try:
+        kfs.mount(dev, mnt, ["ro"])
+        try:
+            diffs = _compare(manifest.take(ref), manifest.take(mnt))
+        finally:
+            kfs.umount(mnt)
+        assert not diffs, "\n".join(diffs[:40])
+        # the kernel must be able to carry on writing where butter left off
+        kfs.mount(dev, mnt, [])
+        try:
+            with open(os.path.join(mnt, "kernel-was-here"), "wb") as f:
+                f.write(os.urandom(100000))
+            for name in sorted(os.listdir(mnt))[:3]:
+                p = os.path.join(mnt, name)
+                if os.path.isfile(p) and not os.path.islink(p):
+                    os.unlink(p)
+        finally:
+            kfs.umount(mnt)
+    finally:
+        kfs.loop_detach(dev)
+    _check(image)
