@@ -359,7 +359,7 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 		return 0;
 	if (off + len < off || off + len > (1ULL << 62))
 		return -EFBIG;
-	ret = begin_change(fs, &w);
+	ret = begin_change_rsv(fs, &w, (off % ss + len + 2ULL * ss) / ss * ss, 0);
 	if (ret)
 		return ret;
 	ret = fs_read_inode(fs, ino, &ii);

@@ -225,12 +225,6 @@ int fs_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino)
 	}
 }
 
-static void touch_ctime(struct btrfs_inode_item *ii, void *arg)
-{
-	(void)arg;
-	now_ts(&ii->ctime);
-}
-
 static void dec_nlink(struct btrfs_inode_item *ii, void *arg)
 {
 	(void)arg;
@@ -292,7 +286,7 @@ int butter_unlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size
 	struct subvol *sv;
 	int ret;
 
-	ret = begin_change(fs, &w);
+	ret = begin_change_rsv(fs, &w, 0, 1);
 	if (ret)
 		return ret;
 	ret = check_old_name(fs, dir, name, namelen, &target, &ii, &sv);
@@ -314,7 +308,7 @@ int butter_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_
 	struct subvol *sv;
 	int ret;
 
-	ret = begin_change(fs, &w);
+	ret = begin_change_rsv(fs, &w, 0, 1);
 	if (ret)
 		return ret;
 	ret = check_old_name(fs, dir, name, namelen, &target, &ii, &sv);

@@ -183,7 +183,85 @@ fail:
 }
 
 /* Start a change: take the lock and make sure a transaction runs. */
-int begin_change(struct butter_fs *fs, struct fs_write_state **wp)
+/* Bytes free in block groups of @type, and the profile bits they use. */
+static u64 group_free(const struct extent_state *es, u64 type, u64 *profile)
+{
+	u64 sum = 0;
+	size_t i;
+
+	for (i = 0; i < es->nbgs; i++) {
+		if ((es->bgs[i]->flags & BTRFS_BLOCK_GROUP_TYPE_MASK) != type)
+			continue;
+		sum += es->bgs[i]->free.total;
+		if (profile)
+			*profile = es->bgs[i]->flags & BTRFS_BLOCK_GROUP_PROFILE_MASK;
+	}
+	return sum;
+}
+
+/* Unallocated device bytes usable by a profile (divided by its copies). */
+static u64 unallocated(const struct extent_state *es, u64 profile)
+{
+	u64 raw = 0, copies = 1;
+	size_t i;
+
+	for (i = 0; i < es->ndevspace; i++)
+		raw += es->devspace[i].free.total;
+	if (profile & (BTRFS_BLOCK_GROUP_DUP | BTRFS_BLOCK_GROUP_RAID1 | BTRFS_BLOCK_GROUP_RAID10))
+		copies = 2;
+	else if (profile & BTRFS_BLOCK_GROUP_RAID1C3)
+		copies = 3;
+	else if (profile & BTRFS_BLOCK_GROUP_RAID1C4)
+		copies = 4;
+	return raw / copies;
+}
+
+/*
+ * Make sure a change can finish once it starts: metadata room (a new
+ * metadata chunk when the groups run low) and @data_bytes of data space.
+ * Deletions may use the last reserve (they give space back). -ENOSPC
+ * before anything changed, never half way through a change.
+ */
+static int reserve_space(struct fs_write_state *w, u64 data_bytes, int deleting)
+{
+	u64 meta_profile = 0, data_profile = w->data_profile, meta_free, need;
+	u64 total = btrfs_super_total_bytes(&w->es.vol->super);
+	u64 low = total / 32 < META_LOW_WATER ? total / 32 : META_LOW_WATER;
+	u64 floor = deleting ? META_RESERVE / 4 : META_RESERVE;
+	int ret;
+
+	meta_free = group_free(&w->es, BTRFS_BLOCK_GROUP_METADATA, &meta_profile);
+	if (meta_free < low) {
+		u64 chunk, size = 256ULL << 20;
+
+		while (size >= (16ULL << 20) && unallocated(&w->es, meta_profile) < size)
+			size /= 2;
+		if (size >= (16ULL << 20) && meta_free >= META_RESERVE / 4) {
+			ret = chunk_create(&w->es, BTRFS_BLOCK_GROUP_METADATA | meta_profile, size,
+					   &chunk);
+			if (ret == 0)
+				ret = chunk_insert_items(&w->es, &w->txn.tt, chunk);
+			if (ret && ret != -ENOSPC) {
+				txn_abort(&w->txn, ret, "allocating a metadata chunk");
+				return ret;
+			}
+			meta_free = group_free(&w->es, BTRFS_BLOCK_GROUP_METADATA, NULL);
+		}
+	}
+	if (meta_free < floor)
+		return -ENOSPC;
+	if (data_bytes) {
+		need = data_bytes;
+		if (group_free(&w->es, BTRFS_BLOCK_GROUP_DATA, &data_profile) +
+			    unallocated(&w->es, data_profile) <
+		    need)
+			return -ENOSPC;
+	}
+	return 0;
+}
+
+int begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_bytes,
+		     int deleting)
 {
 	struct fs_write_state *w = fs->w;
 	int ret;
@@ -192,12 +270,19 @@ int begin_change(struct butter_fs *fs, struct fs_write_state **wp)
 		return -EROFS;
 	pthread_mutex_lock(&w->lock);
 	ret = txn_begin(&w->txn);
+	if (ret == 0)
+		ret = reserve_space(w, data_bytes, deleting);
 	if (ret) {
 		pthread_mutex_unlock(&w->lock);
 		return ret;
 	}
 	*wp = w;
 	return 0;
+}
+
+int begin_change(struct butter_fs *fs, struct fs_write_state **wp)
+{
+	return begin_change_rsv(fs, wp, 0, 0);
 }
 
 /* End a change; @failed_in_trees: the error came from phase 2 (abort). */
@@ -352,6 +437,12 @@ u8 mode_to_ft(u32 mode)
 	case S_IFLNK: return BTRFS_FT_SYMLINK;
 	default: return BTRFS_FT_UNKNOWN;
 	}
+}
+
+void touch_ctime(struct btrfs_inode_item *ii, void *arg)
+{
+	(void)arg;
+	now_ts(&ii->ctime);
 }
 
 void touch_dir(struct btrfs_inode_item *ii, void *arg)
@@ -641,7 +732,6 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
 	struct btrfs_inode_item ii;
 	struct fs_write_state *w;
 	struct tree_path path;
-	struct dir_update nochange = { 0 };
 	struct subvol *sv;
 	u32 entry = (u32)(sizeof(struct btrfs_dir_item) + nlen + size);
 	u8 *buf;
@@ -700,7 +790,7 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
 		free(buf);
 	}
 	if (ret == 0)
-		ret = modify_inode(fs, sv, ino.ino, touch_dir, &nochange);
+		ret = modify_inode(fs, sv, ino.ino, touch_ctime, NULL);
 	return end_change(w, ret, 1);
 }
 

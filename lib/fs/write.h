@@ -12,6 +12,8 @@
 #define MAX_INLINE 2048u
 #define MAX_EXTENT_SIZE (128ULL << 20)
 #define DIRTY_COMMIT_BYTES (64ULL << 20)
+#define META_LOW_WATER (32ULL << 20)  /* below this much free metadata, add a chunk */
+#define META_RESERVE (4ULL << 20)     /* changes stop here; deletions may use a quarter */
 #define BTRFS_INODE_NODATASUM_FLAG (1ULL << 0)
 
 struct fs_write_state {
@@ -29,6 +31,9 @@ struct dir_update {
 
 /* Start a change: take the lock and make sure a transaction runs. */
 int begin_change(struct butter_fs *fs, struct fs_write_state **wp);
+/* The same, first making sure the change will find room (see reserve_space()). */
+int begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_bytes,
+		     int deleting);
 /* End a change; @failed_in_trees: the error came from changing trees (abort). */
 int end_change(struct fs_write_state *w, int ret, int failed_in_trees);
 
@@ -41,6 +46,7 @@ int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out);
 int next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out);
 u8 mode_to_ft(u32 mode);
 void touch_dir(struct btrfs_inode_item *ii, void *arg);
+void touch_ctime(struct btrfs_inode_item *ii, void *arg);
 int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		   struct subvol **svp);
 int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name, size_t namelen,
