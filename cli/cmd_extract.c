@@ -377,6 +377,10 @@ static void copy_xattrs(struct extract *x, butter_ino_t ino, int fd, int dirfd, 
 		}
 		int ret = fd >= 0 ? fsetxattr(fd, k, x->xval, (size_t)v, 0)
 				  : lsetxattr(proc, k, x->xval, (size_t)v, 0);
+		/* btrfs.* names are btrfs properties (e.g. btrfs.compression), kept only
+		 * where the host is btrfs: elsewhere they are not an error */
+		if (ret < 0 && !strncmp(k, "btrfs.", 6) && (errno == EOPNOTSUPP || errno == EINVAL))
+			continue;
 		if (ret < 0) {
 			snprintf(what, sizeof(what), "setting xattr %s", k);
 			host_error(x, what, errno);

@@ -206,7 +206,7 @@ int cli_resolve(struct butter_fs *fs, const char *path, bool follow, butter_ino_
 		return -ENOMEM;
 	for (int hops = 0;; hops++) {
 		struct butter_stat st;
-		char *target;
+		char *target = NULL;
 
 		ret = butter_resolve(fs, cur, out);
 		if (ret < 0 || !follow)

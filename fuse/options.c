@@ -271,6 +271,7 @@ int mount_opts_parse(struct mount_opts *o, int argc, char **argv)
 		case 'h':
 			butter_mount_print_usage(stdout);
 			free(extra);
+			mount_opts_free(o);
 			return 1;
 		case ':':
 			usage_error("option '%s' needs an argument", argv[optind - 1]);

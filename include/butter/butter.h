@@ -136,7 +136,7 @@ struct butter_stat {
 	uint32_t nlink;
 	uint32_t uid;
 	uint32_t gid;
-	uint64_t rdev;
+	uint64_t rdev;       /* userspace dev_t, as st_rdev (makedev) */
 	uint64_t size;
 	uint64_t blocks;     /* in 512-byte units, as st_blocks */
 	uint64_t generation;

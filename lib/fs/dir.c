@@ -34,7 +34,7 @@ int butter_readdir(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, butter_
 	struct btrfs_key key;
 	struct tree_path path;
 	struct subvol sv;
-	int ret;
+	int ret, stopped = 0;
 
 	if (dir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return 0;
@@ -81,12 +81,16 @@ int butter_readdir(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, butter_
 			break;
 		ret = fn(arg, (const char *)(di + 1), name_len, ino, ft_to_dtype(di->type),
 			 key.offset + 1);
-		if (ret)
+		if (ret) {
+			stopped = ret;
 			break;
+		}
 		if (key.offset == UINT64_MAX)
 			break;
 		ret = tree_next_item(&fs->cache, &path);
 	}
 	tree_path_release(&fs->cache, &path);
+	if (stopped)
+		return stopped;
 	return ret == 1 ? 0 : ret;
 }

@@ -373,6 +373,30 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 		return end_change(w, ret, 0);
 	isize = btrfs_inode_size(&ii);
 	nodatasum = !!(btrfs_inode_flags(&ii) & BTRFS_INODE_NODATASUM_FLAG);
+	if (is_inline) {
+		u64 newsize = isize > off + len ? isize : off + len;
+
+		if (newsize > MAX_INLINE || newsize >= ss) {
+			/* the file outgrows inline: its bytes move to a regular first sector */
+			tmp = calloc(1, ss);
+			if (!tmp)
+				return end_change(w, -ENOMEM, 0);
+			ret = read_existing(fs, ino, tmp, isize < ss ? isize : ss, 0);
+			if (ret) {
+				free(tmp);
+				return end_change(w, ret, 0);
+			}
+			ret = fs_drop_extents(fs, sv, ino.ino, 0, (u64)-1);
+			if (ret == 0)
+				ret = write_extents(fs, sv, ino.ino, nodatasum, tmp, ss, 0);
+			free(tmp);
+			tmp = NULL;
+			if (ret)
+				return end_change(w, ret, 1);
+			is_inline = 0;
+			end = ss;
+		}
+	}
 	if (is_inline || (off == 0 && isize <= len && len <= MAX_INLINE && len < ss && end == 0)) {
 		/* small files are rewritten whole: inline while they stay small */
 		u64 newsize = isize > off + len ? isize : off + len;

@@ -507,8 +507,25 @@ int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 	key.objectid = ino;
 	key.type = BTRFS_INODE_REF_KEY;
 	key.offset = dir;
-	ret = insert_or_extend(t, &sv->root, &key, ref,
-			       (u32)(sizeof(struct btrfs_inode_ref) + namelen));
+	ret = tree_lookup_item(&fs->cache, &sv->root, &key, NULL, 0);
+	if (ret >= 0 && (u64)ret + sizeof(struct btrfs_inode_ref) + namelen >
+				tree_max_item_size(&fs->cache) / 2 &&
+	    (btrfs_super_incompat_flags(&fs->vol.super) & BTRFS_FEATURE_INCOMPAT_EXTENDED_IREF)) {
+		/* the ref item of this parent is full: an extended ref holds the name */
+		u8 ext[sizeof(struct btrfs_inode_extref) + BTRFS_NAME_LEN];
+		struct btrfs_inode_extref *er = (void *)ext;
+
+		btrfs_set_inode_extref_parent(er, dir);
+		btrfs_set_inode_extref_index(er, index);
+		btrfs_set_inode_extref_name_len(er, (u16)namelen);
+		memcpy(ext + sizeof(*er), name, namelen);
+		key.type = BTRFS_INODE_EXTREF_KEY;
+		key.offset = btrfs_extref_hash(dir, name, namelen);
+		ret = insert_or_extend(t, &sv->root, &key, ext, (u32)(sizeof(*er) + namelen));
+	} else if (ret >= 0 || ret == -ENOENT) {
+		ret = insert_or_extend(t, &sv->root, &key, ref,
+				       (u32)(sizeof(struct btrfs_inode_ref) + namelen));
+	}
 	if (ret)
 		return ret;
 	memset(buf, 0, sizeof(*di));

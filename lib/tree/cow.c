@@ -352,6 +352,20 @@ static int split_leaf(struct tree_trans *t, struct tree_root *root, struct tree_
 			found = 1;
 		}
 	}
+	if (!found && n > 1 && need <= cap) {
+		/*
+		 * No single cut gives room: isolate the target step by step (the
+		 * caller searches again and splits again): cut just before it, or
+		 * just after it when it is first.
+		 */
+		if (slot > 0 && slot < n) {
+			best = slot;
+			found = 1;
+		} else if (slot == 0 && !new_item) {
+			best = 1;
+			found = 1;
+		}
+	}
 	if (!found) {
 		/* only an item alone in a new leaf fits: appending past the end */
 		if (!new_item || slot != n || need > cap)

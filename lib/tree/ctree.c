@@ -184,7 +184,7 @@ static int check_leaf_order(struct node_cache *cache, const struct btrfs_key *be
 int tree_next_item(struct node_cache *cache, struct tree_path *path)
 {
 	struct tree_node *leaf = path->nodes[0];
-	struct btrfs_key last, first;
+	struct btrfs_key last = { 0, 0, 0 }, first = { 0, 0, 0 };
 	int ret, have_last = 0;
 
 	if (leaf && path->slots[0] + 1 < leaf->nritems) {
@@ -209,7 +209,7 @@ int tree_next_item(struct node_cache *cache, struct tree_path *path)
 int tree_prev_item(struct node_cache *cache, struct tree_path *path)
 {
 	struct tree_node *leaf = path->nodes[0];
-	struct btrfs_key last, first;
+	struct btrfs_key last = { 0, 0, 0 }, first = { 0, 0, 0 };
 	int ret, have_first = 0;
 
 	if (leaf && path->slots[0] > 0) {
@@ -264,7 +264,8 @@ int tree_lookup_item(struct node_cache *cache, const struct tree_root *root,
 	ret = tree_search(cache, root, key, &path);
 	if (ret == 0) {
 		data = path_item(&path, &size);
-		memcpy(buf, data, size < cap ? size : cap);
+		if (cap)
+			memcpy(buf, data, size < cap ? size : cap);
 		ret = (int)size;
 	} else if (ret == 1) {
 		ret = -ENOENT;

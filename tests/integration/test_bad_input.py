@@ -239,8 +239,9 @@ def _fill_tree(root):
     os.symlink("hello.txt", os.path.join(root, "link"))
     many = os.path.join(root, "many")
     os.mkdir(many)
-    # enough entries that the fs tree has internal nodes two levels deep (4 KiB nodes)
-    for i in range(3000):
+    # enough entries that the fs tree has internal nodes two levels deep (4 KiB nodes) and
+    # that /many's DIR_INDEX items fill more leaves than one level-1 node can point to
+    for i in range(6000):
         with open(os.path.join(many, f"entry-with-a-fairly-long-name-{i:05d}"), "w") as f:
             f.write(f"{i}\n")
 
@@ -499,12 +500,50 @@ def test_sys_chunk_array_garbage(image, tmp_path):
 
 
 # ---- tree block damage (single-profile metadata: no other copy) -------------------------
+#
+# mkfs --rootdir numbers inodes after the host's, so where an item lands differs from run to
+# run. Edits therefore aim at blocks found by key: the leaves holding the DIR_INDEX items of
+# /many (which every listing and extract of /many iterates) and the nodes above them.
+
+
+def _many_objectid(img):
+    _leaf, _slot, _key, data_off, _size = _dir_entry(img, DIR_INDEX_KEY, b"many")
+    return struct.unpack_from("<Q", img.data, data_off)[0]   # dir_item.location.objectid
+
+
+def _path_to(img, root_logical, key):
+    """[(logical, physical, slot)] from the root down to the leaf where @key is or would be."""
+    path = []
+    logical = root_logical
+    while True:
+        phys = img.block(logical)
+        h = img.header(phys)
+        if h["level"] == 0:
+            items = img.items(phys)
+            slot = max([i for i, it in enumerate(items) if it[0] <= key] or [0])
+            path.append((logical, phys, slot))
+            return path
+        ptrs = img.ptrs(phys)
+        slot = max([i for i, p in enumerate(ptrs) if p[0] <= key] or [0])
+        path.append((logical, phys, slot))
+        logical = ptrs[slot][1]
+
+
+def _listing_path(img):
+    """Path to a leaf in the middle of /many's DIR_INDEX items (root first, leaf last)."""
+    return _path_to(img, img.tree_root(FS_TREE_OBJECTID),
+                    (_many_objectid(img), DIR_INDEX_KEY, 2 + 3000))
+
+
+def _listing_leaf(img):
+    return _listing_path(img)[-1][1]
 
 
 def test_node_checksum_error_in_fs_tree_leaf(image, tmp_path):
-    leaf = image.all_leaves(image.tree_root(FS_TREE_OBJECTID))[0]
+    leaf = _listing_leaf(image)
     image.data[leaf + 2000] ^= 0xff
     image.save()
+    expect_error("ls", image.path, "/many", words=("checksum",))
     walk_fails(image.path, tmp_path, words=("checksum", "tree block", "input/output"))
 
 
@@ -530,7 +569,7 @@ def test_node_checksum_error_in_fs_tree_root(image, tmp_path):
 
 
 def test_wrong_bytenr_in_header(image, tmp_path):
-    leaf = image.all_leaves(image.tree_root(FS_TREE_OBJECTID))[1]
+    leaf = _listing_leaf(image)
     struct.pack_into("<Q", image.data, leaf + 0x30, 4096)
     image.fix_node_csum(leaf)
     image.save()
@@ -538,21 +577,28 @@ def test_wrong_bytenr_in_header(image, tmp_path):
 
 
 def test_wrong_fsid_in_header(image, tmp_path):
-    leaf = image.all_leaves(image.tree_root(FS_TREE_OBJECTID))[1]
+    leaf = _listing_leaf(image)
     image.data[leaf + 0x20] ^= 0x55
     image.fix_node_csum(leaf)
     image.save()
     walk_fails(image.path, tmp_path, words=("fsid", "tree block"))
 
 
+def test_wrong_level_in_header(image, tmp_path):
+    leaf = _listing_leaf(image)
+    image.data[leaf + 0x64] = 1
+    image.fix_node_csum(leaf)
+    image.save()
+    walk_fails(image.path, tmp_path, words=("level", "tree block"))
+
+
 ITEM_DAMAGE = ["offset-past-end", "offset-huge", "size-huge", "overlap-headers",
-               "nritems-huge", "keys-out-of-order"]
+               "nritems-huge", "nritems-zero", "keys-out-of-order"]
 
 
 @pytest.mark.parametrize("how", ITEM_DAMAGE)
 def test_leaf_items_outside_node(image, tmp_path, how):
-    leaves = image.all_leaves(image.tree_root(FS_TREE_OBJECTID))
-    leaf = leaves[len(leaves) // 2]
+    leaf = _listing_leaf(image)
     item0 = leaf + HEADER_SIZE
     if how == "offset-past-end":
         struct.pack_into("<I", image.data, item0 + 17, image.nodesize)
@@ -566,128 +612,135 @@ def test_leaf_items_outside_node(image, tmp_path, how):
         struct.pack_into("<I", image.data, last + 17, 10)
     elif how == "nritems-huge":
         struct.pack_into("<I", image.data, leaf + 0x60, 0xFFFF)
+    elif how == "nritems-zero":
+        struct.pack_into("<I", image.data, leaf + 0x60, 0)
     elif how == "keys-out-of-order":
         struct.pack_into("<Q", image.data, item0 + ITEM_SIZE, 0)   # item 1 objectid -> 0
     image.fix_node_csum(leaf)
     image.save()
+    expect_error("ls", image.path, "/many")
     walk_fails(image.path, tmp_path)
 
 
 # ---- loops and cross-links in the tree ------------------------------------------------------
 
 
-def _internal_nodes(img, objectid=FS_TREE_OBJECTID):
-    root = img.tree_root(objectid)
-    return [(lg, ph, lv) for lg, ph, lv in img.nodes(root) if lv > 0]
-
-
-def _set_ptr(img, node_phys, slot, target_logical, target_gen=None):
+def _set_ptr(img, node_phys, slot, target_logical, target_gen=None, key_from=None):
     p = node_phys + HEADER_SIZE + slot * KEY_PTR_SIZE
+    if key_from is not None:
+        img.data[p:p + 17] = img.data[key_from:key_from + 17]
     struct.pack_into("<Q", img.data, p + 17, target_logical)
     if target_gen is not None:
         struct.pack_into("<Q", img.data, p + 25, target_gen)
     img.fix_node_csum(node_phys)
 
 
+def _gen(img, logical):
+    return img.header(img.block(logical))["generation"]
+
+
 def test_loop_pointer_to_itself(image, tmp_path):
-    nodes = _internal_nodes(image)
-    logical, phys, _level = nodes[-1]           # a level-1 node
-    gen = image.header(phys)["generation"]
-    _set_ptr(image, phys, 0, logical, gen)
+    path = _listing_path(image)
+    assert len(path) == 3, "want root (level 2) / node (level 1) / leaf"
+    logical, phys, slot = path[1]
+    _set_ptr(image, phys, slot, logical, _gen(image, logical))
     image.save()
-    walk_fails(image.path, tmp_path, words=("level", "tree block"))
+    expect_error("ls", image.path, "/many", words=("level", "tree block", "parent"))
+    walk_fails(image.path, tmp_path, words=("level", "tree block", "parent"))
 
 
 def test_loop_pointer_to_root(image, tmp_path):
-    nodes = _internal_nodes(image)
-    root_logical, root_phys, _ = nodes[0]
-    _lg, phys, level = nodes[-1]
-    assert level == 1
-    gen = image.header(root_phys)["generation"]
-    _set_ptr(image, phys, 1, root_logical, gen)
+    path = _listing_path(image)
+    root_logical = path[0][0]
+    _lg, phys, slot = path[1]
+    _set_ptr(image, phys, slot, root_logical, _gen(image, root_logical))
     image.save()
-    walk_fails(image.path, tmp_path, words=("level", "tree block"))
+    expect_error("ls", image.path, "/many", words=("level", "tree block", "parent"))
+    walk_fails(image.path, tmp_path, words=("level", "tree block", "parent"))
 
 
 def test_loop_root_pointer_to_root(image, tmp_path):
-    nodes = _internal_nodes(image)
-    root_logical, root_phys, _ = nodes[0]
-    gen = image.header(root_phys)["generation"]
-    _set_ptr(image, root_phys, image.header(root_phys)["nritems"] - 1, root_logical, gen)
+    path = _listing_path(image)
+    root_logical, root_phys, slot = path[0]
+    _set_ptr(image, root_phys, slot, root_logical, _gen(image, root_logical))
     image.save()
-    walk_fails(image.path, tmp_path, words=("level", "tree block"))
+    expect_error("ls", image.path, "/many", words=("level", "tree block", "parent"))
+    walk_fails(image.path, tmp_path, words=("level", "tree block", "parent"))
 
 
 def test_cross_link_back_to_first_leaf(image, tmp_path):
-    """The last pointer of the last level-1 node names the tree's first leaf, with the right
-    level and generation: the walk would go back to the start of the tree (a loop as far as
-    iteration is concerned); only the first-key check can stop it."""
-    nodes = _internal_nodes(image)
-    root_logical = nodes[0][0]
-    _lg, phys, level = nodes[-1]
-    assert level == 1
+    """A level-1 pointer names the tree's first leaf, with the right level and generation:
+    the walk would go back to the start of the tree; the first-key check must stop it."""
+    path = _listing_path(image)
+    root_logical = path[0][0]
+    _lg, phys, slot = path[1]
     first_leaf = [lg for lg, _ph, lv in image.nodes(root_logical) if lv == 0][0]
-    leaf_gen = image.header(image.block(first_leaf))["generation"]
-    last = image.header(phys)["nritems"] - 1
-    _set_ptr(image, phys, last, first_leaf, leaf_gen)
+    _set_ptr(image, phys, slot, first_leaf, _gen(image, first_leaf))
     image.save()
-    walk_fails(image.path, tmp_path, words=("key", "tree block", "corrupt"))
+    expect_error("ls", image.path, "/many", words=("key", "tree block", "parent"))
+    walk_fails(image.path, tmp_path, words=("key", "tree block", "parent"))
 
 
 def test_cross_linked_subtree(image, tmp_path):
-    """Two pointers of the root to the same child (keys kept): the iteration must not
-    revisit a subtree forever; the damage is reported."""
-    nodes = _internal_nodes(image)
-    _root_logical, root_phys, _ = nodes[0]
+    """A root pointer names its left neighbour's subtree (its key kept): the first-key check
+    must catch the subtree standing in for another."""
+    path = _listing_path(image)
+    _root_logical, root_phys, slot = path[0]
     ptrs = image.ptrs(root_phys)
-    if len(ptrs) < 2:
-        pytest.skip("root has one child")
-    _k, bp0, g0 = ptrs[0]
-    _set_ptr(image, root_phys, 1, bp0, g0)
+    other = slot - 1 if slot > 0 else slot + 1
+    _k, bp, gen = ptrs[other]
+    _set_ptr(image, root_phys, slot, bp, gen)
     image.save()
-    walk_fails(image.path, tmp_path, words=("key", "tree block", "corrupt"))
+    expect_error("ls", image.path, "/many", words=("key", "tree block", "parent"))
+    walk_fails(image.path, tmp_path, words=("key", "tree block", "parent"))
 
 
 def test_cross_linked_overlapping_subtree(image, tmp_path):
-    """The root's first child also points at a leaf of the second child (the pointer's key is
-    that leaf's first key, so every block validates alone): iteration would visit that leaf
-    twice, going backwards in between. It must be reported, not listed twice."""
-    nodes = _internal_nodes(image)
-    root_phys = nodes[0][1]
-    rptrs = image.ptrs(root_phys)
-    first = image.block(rptrs[0][1])
-    second = image.block(rptrs[1][1])
-    n = image.header(first)["nritems"]
-    assert HEADER_SIZE + (n + 1) * KEY_PTR_SIZE <= image.nodesize
-    dst = first + HEADER_SIZE + n * KEY_PTR_SIZE
-    src = second + HEADER_SIZE + 1 * KEY_PTR_SIZE
-    image.data[dst:dst + KEY_PTR_SIZE] = image.data[src:src + KEY_PTR_SIZE]
-    struct.pack_into("<I", image.data, first + 0x60, n + 1)
-    image.fix_node_csum(first)
+    """Two level-1 nodes B and A, consecutive under the root, where /many's listing crosses
+    from B into A. B's last pointer is replaced by A's second pointer, key and all: every
+    block still validates alone (keys sorted, each child's first key equal to its pointer's),
+    but iteration would run B's leaves, A's second leaf, then A's first leaf — backwards —
+    and A's second leaf again. It must be reported, not listed twice."""
+    many = _many_objectid(image)
+    root_logical = image.tree_root(FS_TREE_OBJECTID)
+    root_phys = image.block(root_logical)
+    children = image.ptrs(root_phys)
+    pair = None
+    for i in range(len(children) - 1):
+        b_phys = image.block(children[i][1])
+        a_phys = image.block(children[i + 1][1])
+        b_last = image.items(image.block(image.ptrs(b_phys)[-1][1]))[-1][0]
+        a_first = image.ptrs(a_phys)[0][0]
+        if b_last[:2] == (many, DIR_INDEX_KEY) and a_first[:2] == (many, DIR_INDEX_KEY):
+            pair = (b_phys, a_phys)
+    assert pair, "/many's DIR_INDEX items should span two level-1 nodes"
+    b_phys, a_phys = pair
+    a_ptrs = image.ptrs(a_phys)
+    last = image.header(b_phys)["nritems"] - 1
+    _set_ptr(image, b_phys, last, a_ptrs[1][1], a_ptrs[1][2],
+             key_from=a_phys + HEADER_SIZE + 1 * KEY_PTR_SIZE)
     image.save()
     rc, out, err = run_butter("ls", image.path, "/many")
     check_sane(("ls", "/many"), rc, err)
     names = out.split()
     assert len(names) == len(set(names)), "a directory listed the same name twice"
+    assert rc != 0 and "overlap" in err, f"ls /many: exit {rc}, stderr: {err}"
     walk_fails(image.path, tmp_path, words=("overlap", "cross-linked"))
 
 
 def test_leaf_last_key_past_next_leaf(image, tmp_path):
     """A leaf's last key moved past the first key of the next leaf (sorted inside the leaf,
     checksum fixed): iteration would go backwards."""
-    many = image.find_item(image.tree_root(FS_TREE_OBJECTID),
-                           lambda k, d, s: k[1] == DIR_INDEX_KEY and k[2] > 100)
-    leaf = many[0]
+    leaf = _listing_leaf(image)
     n = image.header(leaf)["nritems"]
     last = leaf + HEADER_SIZE + (n - 1) * ITEM_SIZE
     objectid, ktype, _offset = struct.unpack_from("<QBQ", image.data, last)
-    assert ktype == DIR_INDEX_KEY
+    assert (objectid, ktype) == (_many_objectid(image), DIR_INDEX_KEY)
     struct.pack_into("<Q", image.data, last + 9, 1 << 40)
     image.fix_node_csum(leaf)
     image.save()
     expect_error("ls", image.path, "/many", words=("overlap",))
     walk_fails(image.path, tmp_path, words=("overlap",))
-    assert objectid > 256
 
 
 # ---- names ------------------------------------------------------------------------------------

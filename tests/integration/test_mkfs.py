@@ -22,7 +22,6 @@ import contextlib
 import hashlib
 import os
 import re
-import shutil
 import stat
 
 import pytest
@@ -341,19 +340,11 @@ def test_nodesize_out_of_range(butter, workdir):
 # ---------------------------------------------------------------------------------
 # --rootdir
 
-def drop_extref(root):
-    """Remove links/extref made by tree.Gen.links(): see test_rootdir_many_long_hard_links."""
-    shutil.rmtree(os.path.join(root, "links", "extref"))
-
-
 def rootdir_source(fs):
     """Fill the kernel btrfs at fs.mnt with the full generated tree, for --rootdir."""
     gen = tree.populate(fs.mnt, subvolumes=False)
     gen.many("many-5000", 5000)
     tree.populate_long_path(fs.mnt, "longpath")
-    # LIBRARY BUG (see test_rootdir_many_long_hard_links): 100 long-named links of one
-    # inode in one directory need INODE_EXTREF, which butter_link() does not write yet.
-    drop_extref(fs.mnt)
     fs.sync()
     return gen
 
@@ -384,7 +375,6 @@ def test_rootdir_multi_device_raid10(kernel, butter, workdir):
         gen.sizes()
         gen.sparse()
         gen.links()
-        drop_extref(fs.mnt)
         gen.stamp_dirs()
         fs.sync()
         src = manifest.take(fs.mnt)
@@ -395,9 +385,6 @@ def test_rootdir_multi_device_raid10(kernel, butter, workdir):
         assert_tree(src, mnt, "kernel mount")
 
 
-@pytest.mark.xfail(strict=True, reason="LIBRARY BUG: butter_link() extends the INODE_REF item "
-                   "instead of adding an INODE_EXTREF when it outgrows the leaf (-EOVERFLOW, "
-                   "transaction aborted)")
 def test_rootdir_many_long_hard_links(kernel, butter, workdir):
     src = os.path.join(workdir, "src")
     os.makedirs(os.path.join(src, "d"))

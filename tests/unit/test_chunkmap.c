@@ -886,7 +886,7 @@ static void test_e2e_healthy(void)
 	for (int k = 0; k < e.nchunks; k++) {
 		const struct e2e_chunk *c = &e.chunks[k];
 		int copies = volumes_num_copies(&e.vol, c->logical);
-		int same;
+		int same = 0;
 
 		for (int m = 1; m <= copies; m++) {
 			CHECK_EQ_U64(read_cmp(&e, c, 0, c->length, m, &same), 0);
@@ -1212,7 +1212,7 @@ static void test_e2e_degraded_bulk(void)
 {
 	struct e2e e;
 	const struct e2e_chunk *c;
-	int same;
+	int same = 0;
 
 	if (e2e_setup(&e)) {
 		CHECK(0);

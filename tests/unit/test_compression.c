@@ -116,7 +116,7 @@ static ssize_t decode(int type, const u8 *in, size_t in_len, u8 *out, size_t out
 static ssize_t encode(int type, int level, const u8 *in, size_t in_len, u8 *out, size_t out_cap,
 		      u32 ss)
 {
-	u8 *inc = malloc(in_len ? in_len : 1), *outc = malloc(out_cap ? out_cap : 1);
+	u8 *inc = calloc(1, in_len ? in_len : 1), *outc = malloc(out_cap ? out_cap : 1);
 	ssize_t r;
 
 	if (in_len)
