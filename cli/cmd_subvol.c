@@ -3,11 +3,13 @@
  * format of `btrfs subvolume list`, with the same optional columns
  * (-c, -q, -R, -u) in the same order, plus -f for a read-only marker.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "copyin.h"
 
 #define ROOT_SUBVOL_RDONLY 0x1ull /* BTRFS_ROOT_SUBVOL_RDONLY */
 
@@ -92,4 +94,63 @@ int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv)
 	butter_close(fs);
 	free(args.devices);
 	return cli_finish_stdout(status);
+}
+
+/* butter subvolume create [--device DEV]... IMAGE PATH */
+int cmd_subvolume_create(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	struct butter_fs *fs;
+	butter_ino_t dir;
+	uint64_t id = 0;
+	char *copy, *slash, *name;
+	int c, ret, status = CLI_EXIT_ERROR;
+
+	while ((c = cli_getopt(&args, argc, argv, ":h", longopts)) != -1)
+		;
+	if (argc - optind != 2) {
+		free(args.devices);
+		return cli_usage_error(cmd, argc - optind < 2 ? "missing IMAGE or PATH"
+							    : "too many arguments");
+	}
+	copy = strdup(argv[optind + 1]);
+	if (!copy) {
+		free(args.devices);
+		cli_error("%s", strerror(ENOMEM));
+		return CLI_EXIT_ERROR;
+	}
+	while (strlen(copy) > 1 && copy[strlen(copy) - 1] == '/')
+		copy[strlen(copy) - 1] = '\0';
+	slash = strrchr(copy, '/');
+	name = slash ? slash + 1 : copy;
+	if (!*name || !strcmp(name, ".") || !strcmp(name, "..")) {
+		cli_error("%s: not a name for a new subvolume", argv[optind + 1]);
+		goto out_free;
+	}
+	if (copyin_open_rw(argv[optind], args.devices, args.ndevices, &fs) < 0)
+		goto out_free;
+	if (slash) {
+		*slash = '\0';
+		ret = butter_resolve(fs, *copy ? copy : "/", &dir);
+	} else {
+		ret = butter_root(fs, 5, &dir);
+	}
+	if (ret == 0)
+		ret = butter_subvol_create(fs, dir, name, strlen(name), &id);
+	if (ret < 0) {
+		cli_error("%s: %s", argv[optind + 1], strerror(-ret));
+		butter_close(fs);
+		goto out_free;
+	}
+	butter_close(fs);
+	printf("Create subvolume '%s' (id %llu)\n", argv[optind + 1], (unsigned long long)id);
+	status = CLI_EXIT_OK;
+out_free:
+	free(copy);
+	free(args.devices);
+	return status;
 }

@@ -81,6 +81,13 @@ static const struct cli_command commands[] = {
 			 "  -c, --cgen           add the generation at creation\n",
 	},
 	{
+		.name = "subvolume create",
+		.main = cmd_subvolume_create,
+		.summary = "create an empty subvolume in an image",
+		.synopsis = "[--device DEV]... IMAGE PATH",
+		.usage = "Create the empty subvolume PATH (its parent directory must exist).\n",
+	},
+	{
 		.name = "mkfs",
 		.main = cmd_mkfs,
 		.summary = "make a btrfs filesystem, optionally filled from a host directory",

@@ -299,6 +299,14 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
 int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
 		   unsigned mask);
 
+/*
+ * Create an empty subvolume named @name in directory @dir; *out_id gets its id.
+ * (Snapshots come later: writing to a tree that shares blocks with a snapshot
+ * is refused today, -EOPNOTSUPP.)
+ */
+int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name,
+			 size_t namelen, uint64_t *out_id);
+
 /* Commit everything changed so far. */
 int butter_sync(struct butter_fs *fs);
 

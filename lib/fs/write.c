@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <uuid/uuid.h>
 
 #include "format/checksum.h"
 #include "fs/fs.h"
@@ -485,15 +486,48 @@ int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name,
 }
 
 /* Add the name @name in @dir for @ino (phase 2). */
+/*
+ * The directory side of a name: DIR_ITEM and DIR_INDEX entries for
+ * @location in @dir, and the parent's size and times. Returns the index used.
+ */
+static int add_dir_entries(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+			   size_t namelen, const struct btrfs_key *location, u8 ft, u64 index)
+{
+	struct fs_write_state *w = fs->w;
+	struct tree_trans *t = &w->txn.tt;
+	struct dir_update u = { 2 * (s64)namelen };
+	u8 buf[sizeof(struct btrfs_dir_item) + BTRFS_NAME_LEN];
+	struct btrfs_dir_item *di = (void *)buf;
+	struct btrfs_key key;
+	int ret;
+
+	memset(buf, 0, sizeof(*di));
+	btrfs_cpu_to_disk_key(&di->location, location);
+	btrfs_set_dir_transid(di, t->transid);
+	btrfs_set_dir_data_len(di, 0);
+	btrfs_set_dir_name_len(di, (u16)namelen);
+	di->type = ft;
+	memcpy(buf + sizeof(*di), name, namelen);
+	key.objectid = dir;
+	key.type = BTRFS_DIR_ITEM_KEY;
+	key.offset = btrfs_name_hash(name, namelen);
+	ret = insert_or_extend(t, &sv->root, &key, buf, (u32)(sizeof(*di) + namelen));
+	if (ret)
+		return ret;
+	key.type = BTRFS_DIR_INDEX_KEY;
+	key.offset = index;
+	ret = tree_insert_item(t, &sv->root, &key, buf, (u32)(sizeof(*di) + namelen));
+	if (ret)
+		return ret;
+	return modify_inode(fs, sv, dir, touch_dir, &u);
+}
+
 int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
-		    size_t namelen, u64 ino, u32 mode)
+	     size_t namelen, u64 ino, u32 mode)
 {
 	struct fs_write_state *w = fs->w;
 	struct tree_trans *t = &w->txn.tt;
 	struct btrfs_key key, loc = { ino, BTRFS_INODE_ITEM_KEY, 0 };
-	struct dir_update u = { 2 * (s64)namelen };
-	u8 buf[sizeof(struct btrfs_dir_item) + BTRFS_NAME_LEN];
-	struct btrfs_dir_item *di = (void *)buf;
 	u8 ref[sizeof(struct btrfs_inode_ref) + BTRFS_NAME_LEN];
 	u64 index;
 	int ret;
@@ -528,25 +562,158 @@ int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 	}
 	if (ret)
 		return ret;
-	memset(buf, 0, sizeof(*di));
-	btrfs_cpu_to_disk_key(&di->location, &loc);
-	btrfs_set_dir_transid(di, t->transid);
-	btrfs_set_dir_data_len(di, 0);
-	btrfs_set_dir_name_len(di, (u16)namelen);
-	di->type = mode_to_ft(mode);
-	memcpy(buf + sizeof(*di), name, namelen);
-	key.objectid = dir;
-	key.type = BTRFS_DIR_ITEM_KEY;
-	key.offset = btrfs_name_hash(name, namelen);
-	ret = insert_or_extend(t, &sv->root, &key, buf, (u32)(sizeof(*di) + namelen));
+	return add_dir_entries(fs, sv, dir, name, namelen, &loc, mode_to_ft(mode), index);
+}
+
+/* The root directory (inode 256, its own parent) of a new subvolume tree. */
+static int make_subvol_root_dir(struct butter_fs *fs, struct subvol *sv)
+{
+	struct butter_new_inode a = { S_IFDIR | 0755, 0, 0, 0 };
+	struct btrfs_inode_item ii;
+	struct btrfs_key key = { BTRFS_FIRST_FREE_OBJECTID, BTRFS_INODE_ITEM_KEY, 0 };
+	u8 ref[sizeof(struct btrfs_inode_ref) + 2];
+	struct tree_trans *t = &fs->w->txn.tt;
+	int ret;
+
+	(void)a;
+	memset(&ii, 0, sizeof(ii));
+	btrfs_set_inode_generation(&ii, t->transid);
+	btrfs_set_inode_transid(&ii, t->transid);
+	btrfs_set_inode_nlink(&ii, 1);
+	btrfs_set_inode_mode(&ii, S_IFDIR | 0755);
+	now_ts(&ii.atime);
+	ii.ctime = ii.mtime = ii.otime = ii.atime;
+	ret = tree_insert_item(t, &sv->root, &key, &ii, sizeof(ii));
 	if (ret)
 		return ret;
-	key.type = BTRFS_DIR_INDEX_KEY;
-	key.offset = index;
-	ret = tree_insert_item(t, &sv->root, &key, buf, (u32)(sizeof(*di) + namelen));
+	memset(ref, 0, sizeof(ref));
+	btrfs_set_inode_ref_name_len((struct btrfs_inode_ref *)ref, 2);
+	memcpy(ref + sizeof(struct btrfs_inode_ref), "..", 2);
+	key.type = BTRFS_INODE_REF_KEY;
+	key.offset = BTRFS_FIRST_FREE_OBJECTID;
+	return tree_insert_item(t, &sv->root, &key, ref, sizeof(ref));
+}
+
+/* The next free subvolume id (largest root item id + 1, at least 256). */
+static int next_subvol_id(struct butter_fs *fs, u64 *id)
+{
+	struct btrfs_key key = { BTRFS_LAST_FREE_OBJECTID, 0xff, (u64)-1 };
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_backward(&fs->cache, &fs->root_tree, &key, &path);
+	if (ret == 0)
+		path_key(&path, &key);
+	tree_path_release(&fs->cache, &path);
+	if (ret < 0)
+		return ret;
+	*id = BTRFS_FIRST_FREE_OBJECTID;
+	if (ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID)
+		*id = key.objectid + 1;
+	return *id > BTRFS_LAST_FREE_OBJECTID ? -ENOSPC : 0;
+}
+
+int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name,
+			 size_t namelen, uint64_t *out_id)
+{
+	struct fs_write_state *w;
+	struct subvol *parent, *sv, **arr;
+	struct btrfs_root_item ri;
+	struct btrfs_key key, loc;
+	u8 ref[sizeof(struct btrfs_root_ref) + BTRFS_NAME_LEN];
+	struct btrfs_root_ref *rr = (void *)ref;
+	u64 id, index;
+	int ret;
+
+	ret = begin_change(fs, &w);
 	if (ret)
 		return ret;
-	return modify_inode(fs, sv, dir, touch_dir, &u);
+	ret = check_new_name(fs, dir, name, namelen, &parent);
+	if (ret == 0)
+		ret = next_subvol_id(fs, &id);
+	if (ret == 0)
+		ret = next_dir_index(fs, parent, dir.ino, &index);
+	if (ret)
+		return end_change(w, ret, 0);
+	sv = calloc(1, sizeof(*sv));
+	arr = sv ? realloc(fs->subvols, (fs->nsubvols + 1) * sizeof(*arr)) : NULL;
+	if (!arr) {
+		free(sv);
+		return end_change(w, -ENOMEM, 0);
+	}
+	pthread_mutex_lock(&fs->subvol_lock);
+	fs->subvols = arr;
+	pthread_mutex_unlock(&fs->subvol_lock);
+	sv->id = id;
+	sv->dirid = BTRFS_FIRST_FREE_OBJECTID;
+	ret = tree_create_root(&w->txn.tt, id, &sv->root);
+	if (ret == 0)
+		ret = make_subvol_root_dir(fs, sv);
+	if (ret == 0)
+		ret = txn_track_root(&w->txn, &sv->root);
+	if (ret) {
+		free(sv);
+		return end_change(w, ret, 1);
+	}
+	memset(&ri, 0, sizeof(ri));
+	btrfs_set_inode_generation(&ri.inode, 1);
+	btrfs_set_inode_size(&ri.inode, 3);
+	btrfs_set_inode_nlink(&ri.inode, 1);
+	btrfs_set_inode_nbytes(&ri.inode, fs->vol.nodesize);
+	btrfs_set_inode_mode(&ri.inode, S_IFDIR | 0755);
+	btrfs_set_root_generation(&ri, w->txn.tt.transid);
+	btrfs_set_root_generation_v2(&ri, w->txn.tt.transid);
+	btrfs_set_root_dirid(&ri, BTRFS_FIRST_FREE_OBJECTID);
+	btrfs_set_root_bytenr(&ri, sv->root.bytenr);
+	btrfs_set_root_bytes_used(&ri, sv->root.bytes_used);
+	btrfs_set_root_refs(&ri, 1);
+	ri.level = sv->root.level;
+	uuid_generate(ri.uuid);
+	put_le64(&ri.ctransid, w->txn.tt.transid);
+	put_le64(&ri.otransid, w->txn.tt.transid);
+	now_ts(&ri.ctime);
+	ri.otime = ri.ctime;
+	key.objectid = id;
+	key.type = BTRFS_ROOT_ITEM_KEY;
+	key.offset = 0;
+	ret = tree_insert_item(&w->txn.tt, &fs->root_tree, &key, &ri, sizeof(ri));
+	/* ROOT_REF from the parent subvolume, ROOT_BACKREF from the new one */
+	memset(ref, 0, sizeof(ref));
+	btrfs_set_root_ref_dirid(rr, dir.ino);
+	btrfs_set_root_ref_sequence(rr, index);
+	btrfs_set_root_ref_name_len(rr, (u16)namelen);
+	memcpy(ref + sizeof(*rr), name, namelen);
+	if (ret == 0) {
+		key.objectid = parent->id;
+		key.type = BTRFS_ROOT_REF_KEY;
+		key.offset = id;
+		ret = tree_insert_item(&w->txn.tt, &fs->root_tree, &key, ref,
+				       (u32)(sizeof(*rr) + namelen));
+	}
+	if (ret == 0) {
+		key.objectid = id;
+		key.type = BTRFS_ROOT_BACKREF_KEY;
+		key.offset = parent->id;
+		ret = tree_insert_item(&w->txn.tt, &fs->root_tree, &key, ref,
+				       (u32)(sizeof(*rr) + namelen));
+	}
+	loc.objectid = id;
+	loc.type = BTRFS_ROOT_ITEM_KEY;
+	loc.offset = (u64)-1;
+	if (ret == 0)
+		ret = add_dir_entries(fs, parent, dir.ino, name, namelen, &loc, BTRFS_FT_DIR, index);
+	if (ret == 0) {
+		pthread_mutex_lock(&fs->subvol_lock);
+		fs->subvols[fs->nsubvols++] = sv;
+		pthread_mutex_unlock(&fs->subvol_lock);
+		if (out_id)
+			*out_id = id;
+	} else {
+		txn_ctx_forget_root(&w->txn, &sv->root);
+		free(sv);
+	}
+	return end_change(w, ret, 1);
 }
 
 int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_new_inode *a,

@@ -26,6 +26,18 @@ int txn_track_root(struct txn_ctx *ctx, struct tree_root *root)
 	return 0;
 }
 
+void txn_ctx_forget_root(struct txn_ctx *ctx, struct tree_root *root)
+{
+	size_t i;
+
+	for (i = 0; i < ctx->nroots; i++) {
+		if (ctx->roots[i] == root) {
+			ctx->roots[i] = ctx->roots[--ctx->nroots];
+			return;
+		}
+	}
+}
+
 void txn_ctx_destroy(struct txn_ctx *ctx)
 {
 	tree_trans_release_dirty(&ctx->tt);

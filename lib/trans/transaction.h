@@ -42,6 +42,9 @@ struct txn_ctx {
 /* Register a tree whose root item must follow its root at commit. */
 int txn_track_root(struct txn_ctx *ctx, struct tree_root *root);
 
+/* Stop tracking @root (a tree whose creation failed; the transaction is aborted). */
+void txn_ctx_forget_root(struct txn_ctx *ctx, struct tree_root *root);
+
 int txn_begin(struct txn_ctx *ctx);
 
 /* Commit the running transaction (see the order above). */
