@@ -197,11 +197,7 @@ int fs_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino)
 		u32 slot, nr = 0;
 
 		/* find the first item of @ino, then take the path to it for changing */
-		tree_path_init(&path);
-		ret = tree_search_forward(&fs->cache, &sv->root, &key, &path);
-		if (ret == 0)
-			path_key(&path, &key);
-		tree_path_release(&fs->cache, &path);
+		ret = tree_find_key(&fs->cache, &sv->root, &key, 0, &key);
 		if (ret)
 			return ret < 0 ? ret : 0;
 		if (key.objectid != ino)
@@ -256,14 +252,8 @@ static int check_old_name(struct butter_fs *fs, butter_ino_t dir, const char *na
 static int dir_is_empty(struct butter_fs *fs, struct subvol *sv, u64 dir)
 {
 	struct btrfs_key key = { dir, BTRFS_DIR_INDEX_KEY, 0 };
-	struct tree_path path;
-	int ret;
+	int ret = tree_find_key(&fs->cache, &sv->root, &key, 0, &key);
 
-	tree_path_init(&path);
-	ret = tree_search_forward(&fs->cache, &sv->root, &key, &path);
-	if (ret == 0)
-		path_key(&path, &key);
-	tree_path_release(&fs->cache, &path);
 	if (ret < 0)
 		return ret;
 	return ret == 1 || key.objectid != dir || key.type != BTRFS_DIR_INDEX_KEY;

@@ -387,14 +387,8 @@ int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out)
 {
 	if (!sv->next_ino) {
 		struct btrfs_key key = { BTRFS_LAST_FREE_OBJECTID, 0xff, (u64)-1 };
-		struct tree_path path;
-		int ret;
+		int ret = tree_find_key(&fs->cache, &sv->root, &key, 1, &key);
 
-		tree_path_init(&path);
-		ret = tree_search_backward(&fs->cache, &sv->root, &key, &path);
-		if (ret == 0)
-			path_key(&path, &key);
-		tree_path_release(&fs->cache, &path);
 		if (ret < 0)
 			return ret;
 		sv->next_ino = BTRFS_FIRST_FREE_OBJECTID + 1;
@@ -410,14 +404,8 @@ int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out)
 int next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out)
 {
 	struct btrfs_key key = { dir, BTRFS_DIR_INDEX_KEY, (u64)-1 };
-	struct tree_path path;
-	int ret;
+	int ret = tree_find_key(&fs->cache, &sv->root, &key, 1, &key);
 
-	tree_path_init(&path);
-	ret = tree_search_backward(&fs->cache, &sv->root, &key, &path);
-	if (ret == 0)
-		path_key(&path, &key);
-	tree_path_release(&fs->cache, &path);
 	if (ret < 0)
 		return ret;
 	*out = 2;
@@ -598,14 +586,8 @@ static int make_subvol_root_dir(struct butter_fs *fs, struct subvol *sv)
 static int next_subvol_id(struct butter_fs *fs, u64 *id)
 {
 	struct btrfs_key key = { BTRFS_LAST_FREE_OBJECTID, 0xff, (u64)-1 };
-	struct tree_path path;
-	int ret;
+	int ret = tree_find_key(&fs->cache, &fs->root_tree, &key, 1, &key);
 
-	tree_path_init(&path);
-	ret = tree_search_backward(&fs->cache, &fs->root_tree, &key, &path);
-	if (ret == 0)
-		path_key(&path, &key);
-	tree_path_release(&fs->cache, &path);
 	if (ret < 0)
 		return ret;
 	*id = BTRFS_FIRST_FREE_OBJECTID;

@@ -273,3 +273,18 @@ int tree_lookup_item(struct node_cache *cache, const struct tree_root *root,
 	tree_path_release(cache, &path);
 	return ret;
 }
+
+int tree_find_key(struct node_cache *cache, const struct tree_root *root,
+		  const struct btrfs_key *key, int backward, struct btrfs_key *found)
+{
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = backward ? tree_search_backward(cache, root, key, &path)
+		       : tree_search_forward(cache, root, key, &path);
+	if (ret == 0)
+		path_key(&path, found);
+	tree_path_release(cache, &path);
+	return ret;
+}

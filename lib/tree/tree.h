@@ -184,6 +184,13 @@ static inline const u8 *path_item(const struct tree_path *path, u32 *size)
 }
 
 /*
+ * The key of the last item <= @key (@backward) or the first item >= @key:
+ * 0 with *found, 1 if there is none, negative errno.
+ */
+int tree_find_key(struct node_cache *cache, const struct tree_root *root,
+		  const struct btrfs_key *key, int backward, struct btrfs_key *found);
+
+/*
  * Look up exactly @key and copy up to @cap bytes of its item into @buf.
  * Returns the item's full size (>= 0), -ENOENT if absent, negative errno.
  */
