@@ -488,15 +488,25 @@ def test_inconsistent_superblock(image, tmp_path, field, value, words):
     every_command_fails(image.path, tmp_path, words=words)
 
 
-def test_sys_chunk_array_garbage(image, tmp_path):
-    size = image.sb("sys_chunk_array_size")
-    start = SUPER_OFFSET + SYS_CHUNK_ARRAY
-    # keep the key, damage the chunk: stripe count far past the array
-    struct.pack_into("<H", image.data, start + 17 + 44, 5000)
+SYS_ARRAY_DAMAGE = {
+    # (offset in the array's first entry, struct format, value)
+    "num-stripes-past-array": (17 + 44, "<H", 5000),
+    "num-stripes-zero": (17 + 44, "<H", 0),
+    "key-type-not-chunk": (8, "<B", 1),
+    "length-zero": (17, "<Q", 0),
+    "stripe-len-not-pow2": (17 + 16, "<Q", 3 << 16),
+    "type-data-only": (17 + 24, "<Q", 1),
+    "stripe-offset-past-device": (17 + 48 + 8, "<Q", 1 << 50),
+}
+
+
+@pytest.mark.parametrize("how", sorted(SYS_ARRAY_DAMAGE))
+def test_sys_chunk_array_damage(image, tmp_path, how):
+    off, fmt, value = SYS_ARRAY_DAMAGE[how]
+    struct.pack_into(fmt, image.data, SUPER_OFFSET + SYS_CHUNK_ARRAY + off, value)
     image.fix_super_csum()
     image.save()
-    every_command_fails(image.path, tmp_path, words=("sys_chunk_array", "chunk"))
-    assert size
+    every_command_fails(image.path, tmp_path)
 
 
 # ---- tree block damage (single-profile metadata: no other copy) -------------------------
