@@ -8,9 +8,13 @@
 # Exits non-zero on any crash, sanitizer report, leak, timeout (-timeout=10 s
 # per input) or memory blow-up (-rss_limit_mb=2048); the input that did it is
 # saved in tests/fuzz/crashes/ (gitignored). Inputs that found new coverage
-# accumulate in tests/fuzz/work/ (gitignored), seeded from tests/fuzz/corpus*
-# (committed, tiny). Environment: BUTTER_FUZZ_BUILD (build directory, default
-# <repo>/build-fuzz), BUTTER_FUZZ_JOBS (parallel fuzzing processes, default 1).
+# accumulate in tests/fuzz/work/ (gitignored), which starts from the committed
+# corpus: corpus.tar.gz (a merged corpus from earlier runs, unpacked here) plus
+# the hand-written inputs in corpus/ and corpus-decompress/. To refresh the
+# archive after a long run: fuzz_open_walk -merge=1 NEW corpus work/open_walk
+# (likewise decompress), then tar NEW dirs as open_walk/ and decompress/.
+# Environment: BUTTER_FUZZ_BUILD (build directory, default <repo>/build-fuzz),
+# BUTTER_FUZZ_JOBS (parallel fuzzing processes, default 1).
 set -eu
 
 secs=${1:-60}
@@ -29,6 +33,7 @@ fi
 ninja -C "$build" tests/fuzz/fuzz_open_walk tests/fuzz/fuzz_decompress tests/fuzz/fuzz_replay
 
 mkdir -p "$here/crashes" "$here/work/open_walk" "$here/work/decompress"
+tar -xzf "$here/corpus.tar.gz" -C "$here/work"
 status=0
 
 # 1. Every finding so far must stay fixed.
