@@ -350,8 +350,9 @@ static void copy_xattrs(struct extract *x, butter_ino_t ino, int fd, int dirfd, 
 		read_error(x, "listing xattrs", (int)-n);
 		return;
 	}
-	if (n > 0)
-		x->xnames[n] = '\0'; /* the walk below stops even if the last name is not ended */
+	if (n == 0)
+		return; /* no xattrs (and xnames may still be NULL) */
+	x->xnames[n] = '\0'; /* the walk below stops even if the last name is not ended */
 	if (fd < 0)
 		snprintf(proc, sizeof(proc), "/proc/self/fd/%d/%s", dirfd, name);
 

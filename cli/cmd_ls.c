@@ -168,7 +168,8 @@ static int ls_dir(struct butter_fs *fs, const char *path, butter_ino_t dir, bool
 		cli_error("%s: %s", path, strerror(-ret));
 		status = CLI_EXIT_ERROR;
 	}
-	qsort(l.v, l.n, sizeof(*l.v), ls_cmp);
+	if (l.n)
+		qsort(l.v, l.n, sizeof(*l.v), ls_cmp);
 
 	if (lng) {
 		struct ls_widths w = { 0 };
