@@ -15,7 +15,7 @@
 
 #include "butter/butter.h"
 #include "log.h"
-#include "tree/tree.h"
+#include "tree/cow.h"
 #include "volumes/volumes.h"
 
 struct subvol {
@@ -69,6 +69,9 @@ int fs_get_subvol(struct butter_fs *fs, u64 id, struct subvol *out);
 
 /* The canonical subvolume record (for the write path); NULL with *err set. */
 struct subvol *fs_subvol_mut(struct butter_fs *fs, u64 id, int *err);
+
+/* Make the root directory (inode 256) of a new subvolume tree (write.c). */
+int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes);
 
 /* Set up the write side of a handle opened read-write (write.c). */
 int fs_setup_write(struct butter_fs *fs);

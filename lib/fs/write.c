@@ -553,25 +553,27 @@ int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 	return add_dir_entries(fs, sv, dir, name, namelen, &loc, mode_to_ft(mode), index);
 }
 
-/* The root directory (inode 256, its own parent) of a new subvolume tree. */
-static int make_subvol_root_dir(struct butter_fs *fs, struct subvol *sv)
+/*
+ * The root directory (inode 256, its own parent) of a new subvolume tree,
+ * made in @t. @nbytes goes into the inode (mkfs.btrfs uses the node size).
+ * Used by subvolume creation and by mkfs.
+ */
+int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes)
 {
-	struct butter_new_inode a = { S_IFDIR | 0755, 0, 0, 0 };
 	struct btrfs_inode_item ii;
 	struct btrfs_key key = { BTRFS_FIRST_FREE_OBJECTID, BTRFS_INODE_ITEM_KEY, 0 };
 	u8 ref[sizeof(struct btrfs_inode_ref) + 2];
-	struct tree_trans *t = &fs->w->txn.tt;
 	int ret;
 
-	(void)a;
 	memset(&ii, 0, sizeof(ii));
 	btrfs_set_inode_generation(&ii, t->transid);
 	btrfs_set_inode_transid(&ii, t->transid);
+	btrfs_set_inode_nbytes(&ii, nbytes);
 	btrfs_set_inode_nlink(&ii, 1);
 	btrfs_set_inode_mode(&ii, S_IFDIR | 0755);
 	now_ts(&ii.atime);
 	ii.ctime = ii.mtime = ii.otime = ii.atime;
-	ret = tree_insert_item(t, &sv->root, &key, &ii, sizeof(ii));
+	ret = tree_insert_item(t, root, &key, &ii, sizeof(ii));
 	if (ret)
 		return ret;
 	memset(ref, 0, sizeof(ref));
@@ -579,7 +581,7 @@ static int make_subvol_root_dir(struct butter_fs *fs, struct subvol *sv)
 	memcpy(ref + sizeof(struct btrfs_inode_ref), "..", 2);
 	key.type = BTRFS_INODE_REF_KEY;
 	key.offset = BTRFS_FIRST_FREE_OBJECTID;
-	return tree_insert_item(t, &sv->root, &key, ref, sizeof(ref));
+	return tree_insert_item(t, root, &key, ref, sizeof(ref));
 }
 
 /* The next free subvolume id (largest root item id + 1, at least 256). */
@@ -631,7 +633,7 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 	sv->dirid = BTRFS_FIRST_FREE_OBJECTID;
 	ret = tree_create_root(&w->txn.tt, id, &sv->root);
 	if (ret == 0)
-		ret = make_subvol_root_dir(fs, sv);
+		ret = fs_make_root_dir(&w->txn.tt, &sv->root, 0);
 	if (ret == 0)
 		ret = txn_track_root(&w->txn, &sv->root);
 	if (ret) {
@@ -713,6 +715,8 @@ int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_ne
 	btrfs_set_inode_generation(&ii, w->txn.tt.transid);
 	btrfs_set_inode_transid(&ii, w->txn.tt.transid);
 	btrfs_set_inode_size(&ii, size);
+	if (S_ISLNK(a->mode))
+		btrfs_set_inode_nbytes(&ii, size); /* the target is an inline extent */
 	btrfs_set_inode_nlink(&ii, 1);
 	btrfs_set_inode_uid(&ii, a->uid);
 	btrfs_set_inode_gid(&ii, a->gid);
@@ -804,22 +808,6 @@ int butter_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, siz
 	ret = create_inode(fs, sv, &a, tlen, &ino);
 	if (ret == 0)
 		ret = insert_inline(fs, sv, ino, target, (u32)tlen);
-	if (ret == 0) {
-		struct btrfs_key key = { ino, BTRFS_INODE_ITEM_KEY, 0 };
-		struct tree_path path;
-
-		tree_path_init(&path);
-		ret = tree_search_slot(&w->txn.tt, &sv->root, &key, &path, 0, 1);
-		if (ret == 0) {
-			u32 size;
-			struct btrfs_inode_item *ii = (void *)path_item_mut(&path, &size);
-
-			btrfs_set_inode_nbytes(ii, tlen);
-		} else if (ret == 1) {
-			ret = -EUCLEAN;
-		}
-		tree_path_release(&fs->cache, &path);
-	}
 	if (ret == 0)
 		ret = add_name(fs, sv, dir.ino, name, namelen, ino, a.mode);
 	if (ret == 0 && out) {

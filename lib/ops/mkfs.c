@@ -26,6 +26,7 @@
 
 #include "butter/butter.h"
 #include "format/checksum.h"
+#include "fs/fs.h"
 #include "trans/transaction.h"
 
 #define MIB (1ULL << 20)
@@ -125,27 +126,6 @@ static int insert_root_item(struct mkfs_state *m, struct tree_root *root, int su
 	btrfs_set_root_refs(&ri, 1);
 	ri.level = root->level;
 	return tree_insert_item(&m->txn.tt, &m->root_tree, &key, &ri, sizeof(ri));
-}
-
-/* The root directory (inode 256) of a subvolume tree. */
-static int make_root_dir(struct mkfs_state *m, struct tree_root *root, const struct timespec *now)
-{
-	struct btrfs_inode_item ii;
-	struct btrfs_key key = { BTRFS_FIRST_FREE_OBJECTID, BTRFS_INODE_ITEM_KEY, 0 };
-	u8 ref[sizeof(struct btrfs_inode_ref) + 2];
-	int ret;
-
-	fill_dir_inode(&ii, m->txn.tt.transid, m->vol.nodesize, now);
-	ret = tree_insert_item(&m->txn.tt, root, &key, &ii, sizeof(ii));
-	if (ret)
-		return ret;
-	memset(ref, 0, sizeof(ref));
-	btrfs_set_inode_ref_index((struct btrfs_inode_ref *)ref, 0);
-	btrfs_set_inode_ref_name_len((struct btrfs_inode_ref *)ref, 2);
-	memcpy(ref + sizeof(struct btrfs_inode_ref), "..", 2);
-	key.type = BTRFS_INODE_REF_KEY;
-	key.offset = BTRFS_FIRST_FREE_OBJECTID;
-	return tree_insert_item(&m->txn.tt, root, &key, ref, sizeof(ref));
 }
 
 /* Directory 6 of the root tree and its "default" entry. */
@@ -473,9 +453,9 @@ int butter_mkfs(const struct butter_mkfs_opts *o)
 	if (ret == 0)
 		ret = chunk_insert_items(&m->es, &m->txn.tt, data_l);
 	if (ret == 0)
-		ret = make_root_dir(m, &m->fs_tree, &now);
+		ret = fs_make_root_dir(&m->txn.tt, &m->fs_tree, m->vol.nodesize);
 	if (ret == 0)
-		ret = make_root_dir(m, &m->data_reloc, &now);
+		ret = fs_make_root_dir(&m->txn.tt, &m->data_reloc, m->vol.nodesize);
 	if (ret == 0)
 		ret = make_root_tree_dir(m, &now);
 	if (ret == 0)

@@ -410,27 +410,8 @@ again:
 		goto fail;
 	for (;;) {
 		struct tree_node *node = path->nodes[level];
-		u32 lo = 0, hi = node->nritems, slot;
-		int found = 0;
-		struct btrfs_key k;
-
-		while (lo < hi) {
-			u32 mid = lo + (hi - lo) / 2;
-			int cmp;
-
-			node_key(node, mid, &k);
-			cmp = btrfs_comp_keys(&k, key);
-			if (cmp < 0)
-				lo = mid + 1;
-			else if (cmp > 0)
-				hi = mid;
-			else {
-				lo = mid;
-				found = 1;
-				break;
-			}
-		}
-		slot = lo;
+		u32 slot;
+		int found = node_bin_search(node, key, &slot) == 0;
 		if (level == 0) {
 			path->slots[0] = slot;
 			if (ins_len > 0 && leaf_free_space(cache, node) < (u32)ins_len) {
@@ -450,16 +431,9 @@ again:
 				goto fail;
 			goto again;
 		}
-		{
-			const struct btrfs_key_ptr *p = node_key_ptr(node, slot);
-			struct btrfs_key first;
-
-			btrfs_disk_to_cpu_key(&first, &p->key);
-			ret = node_read(cache, btrfs_key_ptr_blockptr(p), btrfs_key_ptr_generation(p),
-					level - 1, &first, &path->nodes[level - 1]);
-			if (ret)
-				goto fail;
-		}
+		ret = node_read_child(cache, node, slot, &path->nodes[level - 1]);
+		if (ret)
+			goto fail;
 		level--;
 		ret = cow_node(t, root, path, level);
 		if (ret)

@@ -31,11 +31,8 @@ void tree_path_release(struct node_cache *cache, struct tree_path *path)
 	}
 }
 
-/*
- * Binary search @node for @key: returns 0 and the slot if found, 1 and the
- * first slot with a greater key if not.
- */
-static int bin_search(const struct tree_node *node, const struct btrfs_key *key, u32 *slot)
+/* Binary search one node (see tree.h for the return values). */
+int node_bin_search(const struct tree_node *node, const struct btrfs_key *key, u32 *slot)
 {
 	u32 lo = 0, hi = node->nritems;
 	struct btrfs_key k;
@@ -59,8 +56,8 @@ static int bin_search(const struct tree_node *node, const struct btrfs_key *key,
 	return 1;
 }
 
-/* Read child @slot of internal node @parent, checked against its pointer. */
-static int read_child(struct node_cache *cache, const struct tree_node *parent, u32 slot,
+/* Read a child through its parent's pointer, checking level, generation, first key. */
+int node_read_child(struct node_cache *cache, const struct tree_node *parent, u32 slot,
 		      struct tree_node **out)
 {
 	const struct btrfs_key_ptr *ptr = node_key_ptr(parent, slot);
@@ -86,7 +83,7 @@ int tree_search(struct node_cache *cache, const struct tree_root *root,
 
 		level = node->level;
 		path->nodes[level] = node;
-		ret = bin_search(node, key, &slot);
+		ret = node_bin_search(node, key, &slot);
 		if (level == 0) {
 			path->slots[0] = slot;
 			return ret;
@@ -95,7 +92,7 @@ int tree_search(struct node_cache *cache, const struct tree_root *root,
 		if (ret && slot > 0)
 			slot--;
 		path->slots[level] = slot;
-		ret = read_child(cache, node, slot, &node);
+		ret = node_read_child(cache, node, slot, &node);
 		if (ret) {
 			tree_path_release(cache, path);
 			return ret;
@@ -124,7 +121,7 @@ static int next_leaf(struct node_cache *cache, struct tree_path *path)
 	path->slots[level]++;
 	while (level > 0) {
 		struct tree_node *child;
-		int ret = read_child(cache, path->nodes[level], path->slots[level], &child);
+		int ret = node_read_child(cache, path->nodes[level], path->slots[level], &child);
 
 		if (ret)
 			return ret;
@@ -152,7 +149,7 @@ static int prev_leaf(struct node_cache *cache, struct tree_path *path)
 	path->slots[level]--;
 	while (level > 0) {
 		struct tree_node *child;
-		int ret = read_child(cache, path->nodes[level], path->slots[level], &child);
+		int ret = node_read_child(cache, path->nodes[level], path->slots[level], &child);
 
 		if (ret)
 			return ret;

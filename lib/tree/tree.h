@@ -128,6 +128,16 @@ static inline u32 leaf_item_size(const struct tree_node *n, u32 slot)
 	return btrfs_item_size(node_item(n, slot));
 }
 
+/*
+ * Binary search @node for @key: returns 0 and the slot if found, 1 and the
+ * first slot with a greater key if not.
+ */
+int node_bin_search(const struct tree_node *node, const struct btrfs_key *key, u32 *slot);
+
+/* Read child @slot of internal node @parent, checked against its pointer. */
+int node_read_child(struct node_cache *cache, const struct tree_node *parent, u32 slot,
+		    struct tree_node **out);
+
 /* ---- paths and search ---- */
 
 struct tree_path {
