@@ -112,6 +112,8 @@ int cmd_cat(const struct cli_command *cmd, int argc, char **argv);
 int cmd_extract(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_create(const struct cli_command *cmd, int argc, char **argv);
+int cmd_subvolume_snapshot(const struct cli_command *cmd, int argc, char **argv);
+int cmd_subvolume_delete(const struct cli_command *cmd, int argc, char **argv);
 int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv);
 int cmd_put(const struct cli_command *cmd, int argc, char **argv);
 int cmd_mkdir(const struct cli_command *cmd, int argc, char **argv);

@@ -96,61 +96,125 @@ int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv)
 	return cli_finish_stdout(status);
 }
 
-/* butter subvolume create [--device DEV]... IMAGE PATH */
-int cmd_subvolume_create(const struct cli_command *cmd, int argc, char **argv)
+/*
+ * Split @path (inside the image) into its parent directory, resolved, and
+ * its last component (pointing into @copy, which the caller frees).
+ * Returns 0, or prints the problem and returns -1.
+ */
+static int resolve_parent(struct butter_fs *fs, const char *path, char **copy, butter_ino_t *dir,
+			  const char **name)
+{
+	char *slash, *c = strdup(path);
+	int ret;
+
+	*copy = c;
+	if (!c) {
+		cli_error("%s", strerror(ENOMEM));
+		return -1;
+	}
+	while (strlen(c) > 1 && c[strlen(c) - 1] == '/')
+		c[strlen(c) - 1] = '\0';
+	slash = strrchr(c, '/');
+	*name = slash ? slash + 1 : c;
+	if (!**name || !strcmp(*name, ".") || !strcmp(*name, "..")) {
+		cli_error("%s: not a subvolume name", path);
+		return -1;
+	}
+	if (slash) {
+		*slash = '\0';
+		ret = butter_resolve(fs, *c ? c : "/", dir);
+	} else {
+		ret = butter_root(fs, 5, dir);
+	}
+	if (ret < 0) {
+		cli_error("%s: %s", path, strerror(-ret));
+		return -1;
+	}
+	return 0;
+}
+
+/* The common part of create, snapshot and delete: IMAGE and PATH(s) after the options. */
+static int subvol_edit(const struct cli_command *cmd, int argc, char **argv, int readonly)
 {
 	static const struct option longopts[] = {
 		CLI_COMMON_LONGOPTS,
+		{ "readonly", no_argument, NULL, 'r' },
 		{ 0 },
 	};
 	struct cli_args args = { .cmd = cmd };
-	struct butter_fs *fs;
-	butter_ino_t dir;
+	int is_snapshot = !strcmp(cmd->name, "subvolume snapshot");
+	int is_delete = !strcmp(cmd->name, "subvolume delete");
+	int npaths = is_snapshot ? 2 : 1, c, ret, status = CLI_EXIT_ERROR;
+	const char *target = NULL, *name = NULL;
+	struct butter_fs *fs = NULL;
+	char *copy = NULL;
+	butter_ino_t dir, src;
 	uint64_t id = 0;
-	char *copy, *slash, *name;
-	int c, ret, status = CLI_EXIT_ERROR;
 
-	while ((c = cli_getopt(&args, argc, argv, ":h", longopts)) != -1)
-		;
-	if (argc - optind != 2) {
+	while ((c = cli_getopt(&args, argc, argv, is_snapshot ? ":hr" : ":h", longopts)) != -1)
+		if (c == 'r')
+			readonly = 1;
+	if (argc - optind != 1 + npaths) {
 		free(args.devices);
-		return cli_usage_error(cmd, argc - optind < 2 ? "missing IMAGE or PATH"
-							    : "too many arguments");
+		return cli_usage_error(cmd, argc - optind < 1 + npaths ? "missing arguments"
+								       : "too many arguments");
 	}
-	copy = strdup(argv[optind + 1]);
-	if (!copy) {
-		free(args.devices);
-		cli_error("%s", strerror(ENOMEM));
-		return CLI_EXIT_ERROR;
-	}
-	while (strlen(copy) > 1 && copy[strlen(copy) - 1] == '/')
-		copy[strlen(copy) - 1] = '\0';
-	slash = strrchr(copy, '/');
-	name = slash ? slash + 1 : copy;
-	if (!*name || !strcmp(name, ".") || !strcmp(name, "..")) {
-		cli_error("%s: not a name for a new subvolume", argv[optind + 1]);
-		goto out_free;
-	}
+	target = argv[optind + npaths];
 	if (copyin_open_rw(argv[optind], args.devices, args.ndevices, &fs) < 0)
-		goto out_free;
-	if (slash) {
-		*slash = '\0';
-		ret = butter_resolve(fs, *copy ? copy : "/", &dir);
+		goto out;
+	if (resolve_parent(fs, target, &copy, &dir, &name) < 0)
+		goto out;
+	if (is_snapshot) {
+		ret = butter_resolve(fs, argv[optind + 1], &src);
+		if (ret == 0 && src.ino != BUTTER_SUBVOL_ROOT_INO)
+			ret = -EINVAL;
+		if (ret < 0) {
+			cli_error("%s: %s", argv[optind + 1],
+				  ret == -EINVAL ? "not a subvolume" : strerror(-ret));
+			goto out;
+		}
+		ret = butter_snapshot(fs, src.subvol, dir, name, strlen(name),
+				      readonly ? BUTTER_SNAPSHOT_RDONLY : 0, &id);
+	} else if (is_delete) {
+		ret = butter_subvol_delete(fs, dir, name, strlen(name));
 	} else {
-		ret = butter_root(fs, 5, &dir);
-	}
-	if (ret == 0)
 		ret = butter_subvol_create(fs, dir, name, strlen(name), &id);
-	if (ret < 0) {
-		cli_error("%s: %s", argv[optind + 1], strerror(-ret));
-		butter_close(fs);
-		goto out_free;
 	}
-	butter_close(fs);
-	printf("Create subvolume '%s' (id %llu)\n", argv[optind + 1], (unsigned long long)id);
+	if (ret < 0) {
+		cli_error("%s: %s", target,
+			  ret == -EINVAL && is_delete ? "not a subvolume" : strerror(-ret));
+		goto out;
+	}
+	if (is_snapshot)
+		printf("Create %ssnapshot of '%s' in '%s' (id %llu)\n", readonly ? "a readonly " : "",
+		       argv[optind + 1], target, (unsigned long long)id);
+	else if (is_delete)
+		printf("Delete subvolume '%s'\n", target);
+	else
+		printf("Create subvolume '%s' (id %llu)\n", target, (unsigned long long)id);
 	status = CLI_EXIT_OK;
-out_free:
+out:
+	if (fs)
+		butter_close(fs);
 	free(copy);
 	free(args.devices);
 	return status;
+}
+
+/* butter subvolume create [--device DEV]... IMAGE PATH */
+int cmd_subvolume_create(const struct cli_command *cmd, int argc, char **argv)
+{
+	return subvol_edit(cmd, argc, argv, 0);
+}
+
+/* butter subvolume snapshot [-r] [--device DEV]... IMAGE SOURCE PATH */
+int cmd_subvolume_snapshot(const struct cli_command *cmd, int argc, char **argv)
+{
+	return subvol_edit(cmd, argc, argv, 0);
+}
+
+/* butter subvolume delete [--device DEV]... IMAGE PATH */
+int cmd_subvolume_delete(const struct cli_command *cmd, int argc, char **argv)
+{
+	return subvol_edit(cmd, argc, argv, 0);
 }

@@ -88,6 +88,25 @@ static const struct cli_command commands[] = {
 		.usage = "Create the empty subvolume PATH (its parent directory must exist).\n",
 	},
 	{
+		.name = "subvolume snapshot",
+		.main = cmd_subvolume_snapshot,
+		.summary = "snapshot a subvolume of an image",
+		.synopsis = "[-r] [--device DEV]... IMAGE SOURCE PATH",
+		.usage = "Make PATH a snapshot of the subvolume SOURCE (both paths inside the\n"
+			 "image; PATH's parent directory must exist). It costs the same whatever\n"
+			 "the size of SOURCE: the two share every block until either changes.\n"
+			 "\n"
+			 "  -r, --readonly  a read-only snapshot\n",
+	},
+	{
+		.name = "subvolume delete",
+		.main = cmd_subvolume_delete,
+		.summary = "delete a subvolume or snapshot of an image",
+		.synopsis = "[--device DEV]... IMAGE PATH",
+		.usage = "Delete the subvolume or snapshot PATH with everything in it, and free\n"
+			 "the space only it used. A subvolume that contains subvolumes is refused.\n",
+	},
+	{
 		.name = "mkfs",
 		.main = cmd_mkfs,
 		.summary = "make a btrfs filesystem, optionally filled from a host directory",

@@ -129,6 +129,9 @@ typedef struct butter_ino {
 	uint64_t ino;    /* inode number inside that subvolume */
 } butter_ino_t;
 
+/* The inode number of every subvolume's root directory. */
+#define BUTTER_SUBVOL_ROOT_INO 256
+
 struct butter_stat {
 	uint64_t subvol;
 	uint64_t ino;
@@ -299,13 +302,31 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
 int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
 		   unsigned mask);
 
-/*
- * Create an empty subvolume named @name in directory @dir; *out_id gets its id.
- * (Snapshots come later: writing to a tree that shares blocks with a snapshot
- * is refused today, -EOPNOTSUPP.)
- */
+/* Create an empty subvolume named @name in directory @dir; *out_id gets its id. */
 int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name,
 			 size_t namelen, uint64_t *out_id);
+
+#define BUTTER_SNAPSHOT_RDONLY 0x1u
+
+/*
+ * Snapshot subvolume @src_id as @name in directory @dir, in O(1): the new
+ * subvolume shares every block with the source until either changes. What
+ * was written before the call is in the snapshot (it commits first, and
+ * commits the snapshot). *out_id gets the new id. A read-only snapshot
+ * (BUTTER_SNAPSHOT_RDONLY) refuses changes inside it with -EROFS.
+ */
+int butter_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, const char *name,
+		    size_t namelen, unsigned flags, uint64_t *out_id);
+
+/*
+ * Delete the subvolume or snapshot named @name in @dir: it disappears at
+ * once (committed), then its blocks that no other tree shares are freed.
+ * -EINVAL if @name is not a subvolume, -ENOTEMPTY if it contains
+ * subvolumes, -EPERM for the default subvolume. A crash during the freeing
+ * leaves it to the next read-write open, which finishes it.
+ */
+int butter_subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *name,
+			 size_t namelen);
 
 /* Commit everything changed so far. */
 int butter_sync(struct butter_fs *fs);

@@ -45,6 +45,7 @@ void extent_state_destroy(struct extent_state *es)
 	free(es->devspace);
 	range_set_free(&es->pinned);
 	free(es->refs);
+	free(es->pend);
 	memset(es, 0, sizeof(*es));
 }
 
@@ -449,25 +450,7 @@ static int hook_free_block(void *arg, struct tree_root *root, struct tree_node *
 static int hook_cow_block(void *arg, struct tree_root *root, struct tree_node *orig,
 			  struct tree_node *cow)
 {
-	struct extent_state *es = arg;
-
-	(void)cow;
-	/* blocks shared with a snapshot need full backrefs: not written yet */
-	if ((root->objectid == BTRFS_FS_TREE_OBJECTID ||
-	     root->objectid >= BTRFS_FIRST_FREE_OBJECTID) &&
-	    root->last_snapshot && orig->generation <= root->last_snapshot) {
-		blog_err(es->log, "tree %llu: changing a block shared with a snapshot is not "
-				  "supported yet",
-			 (unsigned long long)root->objectid);
-		return -EOPNOTSUPP;
-	}
-	if (orig->owner != root->objectid) {
-		blog_err(es->log, "tree %llu: block %llu is owned by tree %llu (shared)",
-			 (unsigned long long)root->objectid, (unsigned long long)orig->bytenr,
-			 (unsigned long long)orig->owner);
-		return -EOPNOTSUPP;
-	}
-	return 0;
+	return extent_cow_refs(arg, root, orig, cow);
 }
 
 const struct tree_block_ops extent_tree_block_ops = {

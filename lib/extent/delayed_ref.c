@@ -30,8 +30,70 @@
 
 #define MAX_INLINE_REFS_SIZE 2048
 
+static size_t pend_slot(u64 bytenr, size_t cap)
+{
+	return (size_t)((bytenr >> 12) * 0x9E3779B97F4A7C15ULL) & (cap - 1);
+}
+
+/* Record a queued tree block change in the pending table. */
+static int pend_add(struct extent_state *es, const struct delayed_ref *ref)
+{
+	struct pending_meta *p;
+	size_t i;
+
+	if ((es->npend + 1) * 2 > es->pend_cap) {
+		size_t cap = es->pend_cap ? es->pend_cap * 2 : 1024, j;
+		struct pending_meta *n = calloc(cap, sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		for (j = 0; j < es->pend_cap; j++) {
+			if (!es->pend[j].bytenr)
+				continue;
+			for (i = pend_slot(es->pend[j].bytenr, cap); n[i].bytenr; i = (i + 1) & (cap - 1))
+				;
+			n[i] = es->pend[j];
+		}
+		free(es->pend);
+		es->pend = n;
+		es->pend_cap = cap;
+	}
+	for (i = pend_slot(ref->bytenr, es->pend_cap);; i = (i + 1) & (es->pend_cap - 1)) {
+		p = &es->pend[i];
+		if (p->bytenr == ref->bytenr)
+			break;
+		if (!p->bytenr) {
+			p->bytenr = ref->bytenr;
+			es->npend++;
+			break;
+		}
+	}
+	p->delta += ref->delta;
+	p->set_flags |= ref->set_flags;
+	return 0;
+}
+
+static const struct pending_meta *pend_find(const struct extent_state *es, u64 bytenr)
+{
+	size_t i;
+
+	if (!es->npend)
+		return NULL;
+	for (i = pend_slot(bytenr, es->pend_cap); es->pend[i].bytenr;
+	     i = (i + 1) & (es->pend_cap - 1))
+		if (es->pend[i].bytenr == bytenr)
+			return &es->pend[i];
+	return NULL;
+}
+
 int extent_queue_ref(struct extent_state *es, const struct delayed_ref *ref)
 {
+	if (!ref->is_data) {
+		int ret = pend_add(es, ref);
+
+		if (ret)
+			return ret;
+	}
 	if (es->nrefs == es->refs_cap) {
 		size_t cap = es->refs_cap ? es->refs_cap * 2 : 256;
 		struct delayed_ref *r = realloc(es->refs, cap * sizeof(*r));
@@ -310,22 +372,14 @@ out:
 }
 
 /* Find the extent item of @bytenr: 0 and the decoded record, 1 if none. */
-static int lookup_extent(struct extent_state *es, struct tree_trans *t, u64 bytenr,
-			 struct extent_rec *rec)
+static int lookup_extent(struct extent_state *es, u64 bytenr, struct extent_rec *rec)
 {
 	struct btrfs_key key = { bytenr, BTRFS_EXTENT_ITEM_KEY, 0 };
 	struct tree_path path;
 	int ret;
 
 	tree_path_init(&path);
-	ret = tree_search_slot(t, es->extent_root, &key, &path, 0, 0);
-	if (ret >= 0) {
-		/* first item at or after (bytenr, EXTENT_ITEM, 0) */
-		if (path.slots[0] >= path.nodes[0]->nritems)
-			ret = tree_next_item(es->cache, &path);
-		else
-			ret = 0;
-	}
+	ret = tree_search_forward(es->cache, es->extent_root, &key, &path);
 	if (ret == 0) {
 		const u8 *p;
 		u32 size;
@@ -411,17 +465,19 @@ static int run_one_extent(struct extent_state *es, struct tree_trans *t, struct 
 	struct block_group *bg;
 	u64 bytenr = refs[0].bytenr, num_bytes = refs[0].num_bytes;
 	int is_data = refs[0].is_data, ret, exists, any_add = 0;
+	u64 set_flags = 0;
 	s64 net = 0;
 	size_t i, j;
 
 	memset(&rec, 0, sizeof(rec));
-	ret = lookup_extent(es, t, bytenr, &rec);
+	ret = lookup_extent(es, bytenr, &rec);
 	if (ret < 0)
 		goto out;
 	exists = ret == 0;
 	for (i = 0; i < n; i++) {
 		net += refs[i].delta;
 		any_add |= refs[i].delta > 0;
+		set_flags |= refs[i].set_flags;
 	}
 	if (!exists) {
 		if (net < 0) {
@@ -522,6 +578,12 @@ static int run_one_extent(struct extent_state *es, struct tree_trans *t, struct 
 		}
 		rec.refs = (u64)((s64)rec.refs + delta);
 	}
+	if (set_flags && !exists && !any_add) {
+		ret = BLOG_CORRUPT(es->log, "setting flags on %llu, which has no extent item",
+				   (unsigned long long)bytenr);
+		goto out;
+	}
+	rec.flags |= set_flags;
 	qsort(rec.inl, rec.ninl, sizeof(rec.inl[0]), cmp_ref);
 	bg = extent_find_bg(es, bytenr);
 	if (rec.refs == 0) {
@@ -565,6 +627,10 @@ int extent_run_delayed_refs(struct extent_state *es, struct tree_trans *t)
 		n = es->nrefs;
 		es->refs = NULL;
 		es->nrefs = es->refs_cap = 0;
+		/* what was pending is about to be in the extent tree */
+		if (es->npend)
+			memset(es->pend, 0, es->pend_cap * sizeof(*es->pend));
+		es->npend = 0;
 		qsort(refs, n, sizeof(*refs), cmp_delayed);
 		for (i = 0; i < n && ret == 0; i = j) {
 			for (j = i + 1; j < n && refs[j].bytenr == refs[i].bytenr; j++)
@@ -587,5 +653,30 @@ int extent_commit_pending(const struct extent_state *es)
 	for (i = 0; i < es->nbgs; i++)
 		if (es->bgs[i]->item_dirty || (es->fst_root && es->bgs[i]->fst_dirty))
 			return 1;
+	return 0;
+}
+
+int extent_lookup_info(struct extent_state *es, u64 bytenr, u64 *refs, u64 *flags)
+{
+	const struct pending_meta *p = pend_find(es, bytenr);
+	struct extent_rec rec;
+	s64 total;
+	int ret;
+
+	memset(&rec, 0, sizeof(rec));
+	ret = lookup_extent(es, bytenr, &rec);
+	free(rec.inl);
+	if (ret < 0)
+		return ret;
+	total = ret == 0 ? (s64)rec.refs : 0;
+	*flags = ret == 0 ? rec.flags : 0;
+	if (p) {
+		total += p->delta;
+		*flags |= p->set_flags;
+	}
+	if (total <= 0)
+		return BLOG_CORRUPT(es->log, "tree block %llu: no extent item or no references",
+				    (unsigned long long)bytenr);
+	*refs = (u64)total;
 	return 0;
 }

@@ -34,9 +34,20 @@ struct delayed_ref {
 	u64 owner;           /* tree block: level; data: inode number */
 	u64 offset;          /* data: file offset minus extent offset */
 	int is_data;
-	int delta;           /* references added (> 0) or dropped (< 0) */
+	int delta;           /* references added (> 0) or dropped (< 0); 0: flags only */
+	u64 set_flags;       /* extent item flags to set (BTRFS_BLOCK_FLAG_FULL_BACKREF) */
 	u64 generation;      /* for a new extent item */
 	struct btrfs_key first_key; /* tree blocks on non-skinny filesystems */
+};
+
+/*
+ * Net change queued for one tree block, so a lookup made before the queue
+ * runs sees the references and flags the extent tree will have after it.
+ */
+struct pending_meta {
+	u64 bytenr;          /* 0: free slot */
+	s64 delta;
+	u64 set_flags;
 };
 
 struct dev_space {
@@ -64,6 +75,8 @@ struct extent_state {
 
 	struct delayed_ref *refs;   /* queued for the commit */
 	size_t nrefs, refs_cap;
+	struct pending_meta *pend;  /* tree blocks of refs[]: open addressing, power-of-2 size */
+	size_t npend, pend_cap;
 	u64 transid;
 	u64 hint_meta, hint_data, hint_sys;
 };
@@ -97,6 +110,34 @@ int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical);
 
 /* Queue a reference change; merged and applied by extent_run_delayed_refs(). */
 int extent_queue_ref(struct extent_state *es, const struct delayed_ref *ref);
+
+/*
+ * References and flags of tree block @bytenr as they will be once the queue
+ * has run (extent item plus queued changes). -EUCLEAN when it has none.
+ */
+int extent_lookup_info(struct extent_state *es, u64 bytenr, u64 *refs, u64 *flags);
+
+/*
+ * Add @delta to the reference every pointer of @node holds: child blocks of
+ * an internal node, data extents of a leaf's file extent items. @full: the
+ * references are shared ones naming @node as parent (FULL_BACKREF); else
+ * keyed ones for tree @root_id (the owner of the node that points).
+ */
+int extent_node_refs(struct extent_state *es, const struct tree_node *node, u64 root_id, int full,
+		     int delta);
+
+/* Queue setting @flags (BTRFS_BLOCK_FLAG_FULL_BACKREF) on tree block @node's extent item. */
+int extent_set_block_flags(struct extent_state *es, const struct tree_node *node, u64 flags);
+
+/*
+ * Tree block @orig of @root is being copied to @cow: queue the reference
+ * changes that keep every pointee's references right (see backref.c).
+ */
+int extent_cow_refs(struct extent_state *es, struct tree_root *root, struct tree_node *orig,
+		    struct tree_node *cow);
+
+/* May blocks of tree @objectid be shared with other trees (subvolumes, snapshots)? */
+int extent_tree_shareable(u64 objectid);
 
 /* Apply every queued reference to the extent tree (may queue more: call until none). */
 int extent_run_delayed_refs(struct extent_state *es, struct tree_trans *t);

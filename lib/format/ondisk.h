@@ -254,6 +254,7 @@ static inline u64 btrfs_sb_offset(int mirror)
 
 /* root item flags */
 #define BTRFS_ROOT_SUBVOL_RDONLY (1ULL << 0)
+#define BTRFS_ROOT_SUBVOL_DEAD (1ULL << 48) /* deletion under way */
 
 /* file extent types and compression */
 #define BTRFS_FILE_EXTENT_INLINE 0

@@ -242,6 +242,12 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 		ret = fs_setup_write(fs);
 		if (ret)
 			goto fail_cache;
+		/* finish deleting subvolumes whose freeing a crash interrupted */
+		ret = fs_drop_orphan_subvols(fs);
+		if (ret < 0) {
+			fs_teardown_write(fs);
+			goto fail_cache;
+		}
 	}
 	*out = fs;
 	return 0;

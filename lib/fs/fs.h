@@ -5,8 +5,9 @@
  * Invariants:
  *  1. Tree roots in the handle were read from the superblock or the root tree
  *     at open time and do not change while the handle is read-only.
- *  2. The subvolume cache only grows; entries are immutable once added;
- *     subvol_lock protects the array.
+ *  2. The subvolume cache only grows; entries never move or go away before
+ *     close; the write path changes an entry's root in place under its lock,
+ *     readers copy entries under subvol_lock.
  */
 #ifndef BUTTER_FS_FS_H
 #define BUTTER_FS_FS_H
@@ -24,6 +25,7 @@ struct subvol {
 	u64 next_ino;                /* 0: not computed yet (write side) */
 	u64 dirid;   /* inode number of its root directory (256) */
 	u64 flags;   /* root item flags (BTRFS_ROOT_SUBVOL_RDONLY) */
+	int deleted; /* unlinked: lookups fail; the record stays until close */
 };
 
 struct butter_fs {
@@ -67,7 +69,10 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
  */
 int fs_get_subvol(struct butter_fs *fs, u64 id, struct subvol *out);
 
-/* The canonical subvolume record (for the write path); NULL with *err set. */
+/* The canonical subvolume record; NULL with *err set (-ENOENT, also once deleted). */
+struct subvol *fs_subvol_cached(struct butter_fs *fs, u64 id, int *err);
+
+/* The same for a change inside the subvolume: -EROFS if it is read-only. */
 struct subvol *fs_subvol_mut(struct butter_fs *fs, u64 id, int *err);
 
 /* Make the root directory (inode 256) of a new subvolume tree (write.c). */
@@ -76,6 +81,12 @@ int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes);
 /* Set up the write side of a handle opened read-write (write.c). */
 int fs_setup_write(struct butter_fs *fs);
 void fs_teardown_write(struct butter_fs *fs);
+
+/*
+ * Free every deleted subvolume still waiting (orphan item, root refs 0):
+ * called when a handle opens read-write. Returns how many, or -errno.
+ */
+int fs_drop_orphan_subvols(struct butter_fs *fs);
 
 /* Read the ROOT_ITEM of tree @objectid from the root tree (first key offset). */
 int fs_read_root_item(struct butter_fs *fs, u64 objectid, struct btrfs_root_item *item,

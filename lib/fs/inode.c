@@ -21,7 +21,7 @@
 
 #define MAX_SYMLINK_FOLLOWS 40
 
-struct subvol *fs_subvol_mut(struct butter_fs *fs, u64 id, int *err)
+struct subvol *fs_subvol_cached(struct butter_fs *fs, u64 id, int *err)
 {
 	struct btrfs_root_item item;
 	struct subvol *sv, **arr;
@@ -33,6 +33,10 @@ struct subvol *fs_subvol_mut(struct butter_fs *fs, u64 id, int *err)
 		if (fs->subvols[i]->id == id) {
 			sv = fs->subvols[i];
 			pthread_mutex_unlock(&fs->subvol_lock);
+			if (sv->deleted) {
+				*err = -ENOENT;
+				return NULL;
+			}
 			return sv;
 		}
 	}
@@ -92,10 +96,21 @@ struct subvol *fs_subvol_mut(struct butter_fs *fs, u64 id, int *err)
 	return sv;
 }
 
+struct subvol *fs_subvol_mut(struct butter_fs *fs, u64 id, int *err)
+{
+	struct subvol *sv = fs_subvol_cached(fs, id, err);
+
+	if (sv && (sv->flags & BTRFS_ROOT_SUBVOL_RDONLY)) {
+		*err = -EROFS;
+		return NULL;
+	}
+	return sv;
+}
+
 int fs_get_subvol(struct butter_fs *fs, u64 id, struct subvol *out)
 {
 	int err = 0;
-	struct subvol *sv = fs_subvol_mut(fs, id, &err);
+	struct subvol *sv = fs_subvol_cached(fs, id, &err);
 
 	if (!sv)
 		return err;

@@ -142,9 +142,8 @@ static int delete_item(struct butter_fs *fs, struct tree_root *root, const struc
 	return ret;
 }
 
-/* Remove the name @name of @ino from directory @dir (phase 2). */
-static int remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
-		       size_t len, u64 ino)
+int fs_remove_dir_entry(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+			size_t len, u64 index)
 {
 	struct name_arg a = { name, len, dir, 0 };
 	struct btrfs_key key = { dir, BTRFS_DIR_ITEM_KEY, btrfs_name_hash(name, len) };
@@ -157,9 +156,25 @@ static int remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const c
 				   (unsigned long long)dir);
 	if (ret)
 		return ret;
-	key.objectid = ino;
-	key.type = BTRFS_INODE_REF_KEY;
-	key.offset = dir;
+	key.type = BTRFS_DIR_INDEX_KEY;
+	key.offset = index;
+	ret = delete_item(fs, &sv->root, &key);
+	if (ret == 1)
+		ret = BLOG_CORRUPT(&fs->log, "dir %llu: no index %llu", (unsigned long long)dir,
+				   (unsigned long long)index);
+	if (ret)
+		return ret;
+	return modify_inode(fs, sv, dir, touch_dir, &u);
+}
+
+/* Remove the name @name of @ino from directory @dir (phase 2). */
+static int remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+		       size_t len, u64 ino)
+{
+	struct name_arg a = { name, len, dir, 0 };
+	struct btrfs_key key = { ino, BTRFS_INODE_REF_KEY, dir };
+	int ret;
+
 	ret = cut_entry(fs, &sv->root, &key, match_inode_ref, &a);
 	if (ret == 1) {
 		key.type = BTRFS_INODE_EXTREF_KEY;
@@ -171,16 +186,7 @@ static int remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const c
 				   (unsigned long long)ino, (unsigned long long)dir);
 	if (ret)
 		return ret;
-	key.objectid = dir;
-	key.type = BTRFS_DIR_INDEX_KEY;
-	key.offset = a.index;
-	ret = delete_item(fs, &sv->root, &key);
-	if (ret == 1)
-		ret = BLOG_CORRUPT(&fs->log, "dir %llu: no index %llu", (unsigned long long)dir,
-				   (unsigned long long)a.index);
-	if (ret)
-		return ret;
-	return modify_inode(fs, sv, dir, touch_dir, &u);
+	return fs_remove_dir_entry(fs, sv, dir, name, len, a.index);
 }
 
 int fs_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino)

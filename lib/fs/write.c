@@ -584,8 +584,36 @@ int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes)
 	return tree_insert_item(t, root, &key, ref, sizeof(ref));
 }
 
+int fs_link_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, const char *name,
+		   size_t namelen, u64 id, u64 index)
+{
+	struct tree_trans *t = &fs->w->txn.tt;
+	u8 ref[sizeof(struct btrfs_root_ref) + BTRFS_NAME_LEN];
+	struct btrfs_root_ref *rr = (void *)ref;
+	u32 size = (u32)(sizeof(*rr) + namelen);
+	struct btrfs_key key = { parent->id, BTRFS_ROOT_REF_KEY, id };
+	struct btrfs_key loc = { id, BTRFS_ROOT_ITEM_KEY, (u64)-1 };
+	int ret;
+
+	memset(ref, 0, sizeof(ref));
+	btrfs_set_root_ref_dirid(rr, dir);
+	btrfs_set_root_ref_sequence(rr, index);
+	btrfs_set_root_ref_name_len(rr, (u16)namelen);
+	memcpy(ref + sizeof(*rr), name, namelen);
+	ret = tree_insert_item(t, &fs->root_tree, &key, ref, size);
+	if (ret == 0) {
+		key.objectid = id;
+		key.type = BTRFS_ROOT_BACKREF_KEY;
+		key.offset = parent->id;
+		ret = tree_insert_item(t, &fs->root_tree, &key, ref, size);
+	}
+	if (ret == 0)
+		ret = add_dir_entries(fs, parent, dir, name, namelen, &loc, BTRFS_FT_DIR, index);
+	return ret;
+}
+
 /* The next free subvolume id (largest root item id + 1, at least 256). */
-static int next_subvol_id(struct butter_fs *fs, u64 *id)
+int fs_next_subvol_id(struct butter_fs *fs, u64 *id)
 {
 	struct btrfs_key key = { BTRFS_LAST_FREE_OBJECTID, 0xff, (u64)-1 };
 	int ret = tree_find_key(&fs->cache, &fs->root_tree, &key, 1, &key);
@@ -604,9 +632,7 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 	struct fs_write_state *w;
 	struct subvol *parent, *sv, **arr;
 	struct btrfs_root_item ri;
-	struct btrfs_key key, loc;
-	u8 ref[sizeof(struct btrfs_root_ref) + BTRFS_NAME_LEN];
-	struct btrfs_root_ref *rr = (void *)ref;
+	struct btrfs_key key;
 	u64 id, index;
 	int ret;
 
@@ -615,7 +641,7 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 		return ret;
 	ret = check_new_name(fs, dir, name, namelen, &parent);
 	if (ret == 0)
-		ret = next_subvol_id(fs, &id);
+		ret = fs_next_subvol_id(fs, &id);
 	if (ret == 0)
 		ret = next_dir_index(fs, parent, dir.ino, &index);
 	if (ret)
@@ -662,31 +688,8 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 	key.type = BTRFS_ROOT_ITEM_KEY;
 	key.offset = 0;
 	ret = tree_insert_item(&w->txn.tt, &fs->root_tree, &key, &ri, sizeof(ri));
-	/* ROOT_REF from the parent subvolume, ROOT_BACKREF from the new one */
-	memset(ref, 0, sizeof(ref));
-	btrfs_set_root_ref_dirid(rr, dir.ino);
-	btrfs_set_root_ref_sequence(rr, index);
-	btrfs_set_root_ref_name_len(rr, (u16)namelen);
-	memcpy(ref + sizeof(*rr), name, namelen);
-	if (ret == 0) {
-		key.objectid = parent->id;
-		key.type = BTRFS_ROOT_REF_KEY;
-		key.offset = id;
-		ret = tree_insert_item(&w->txn.tt, &fs->root_tree, &key, ref,
-				       (u32)(sizeof(*rr) + namelen));
-	}
-	if (ret == 0) {
-		key.objectid = id;
-		key.type = BTRFS_ROOT_BACKREF_KEY;
-		key.offset = parent->id;
-		ret = tree_insert_item(&w->txn.tt, &fs->root_tree, &key, ref,
-				       (u32)(sizeof(*rr) + namelen));
-	}
-	loc.objectid = id;
-	loc.type = BTRFS_ROOT_ITEM_KEY;
-	loc.offset = (u64)-1;
 	if (ret == 0)
-		ret = add_dir_entries(fs, parent, dir.ino, name, namelen, &loc, BTRFS_FT_DIR, index);
+		ret = fs_link_subvol(fs, parent, dir.ino, name, namelen, id, index);
 	if (ret == 0) {
 		pthread_mutex_lock(&fs->subvol_lock);
 		fs->subvols[fs->nsubvols++] = sv;

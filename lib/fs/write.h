@@ -54,6 +54,11 @@ int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_new_inode *a,
 		 u64 size, u64 *ino);
 int insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data, u32 len);
+/* The next free subvolume id (largest root item id + 1, at least 256). */
+int fs_next_subvol_id(struct butter_fs *fs, u64 *id);
+/* Name subvolume @id as @name in @dir of @parent: ROOT_REF, ROOT_BACKREF, dir entries. */
+int fs_link_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, const char *name,
+		   size_t namelen, u64 id, u64 index);
 
 /* file_write.c */
 /* Remove file data in [start, end) of @ino, dropping extent references. */
@@ -62,6 +67,9 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 size);
 
 /* namei.c */
+/* Remove the DIR_ITEM entry @name and DIR_INDEX @index from @dir; shrink and touch @dir. */
+int fs_remove_dir_entry(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+			size_t len, u64 index);
 /* Delete every item of inode @ino (its data references too). */
 int fs_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino);
 

@@ -116,6 +116,8 @@ static int update_root_items(struct txn_ctx *ctx, int *updated)
 		btrfs_set_root_bytes_used(ri, root->bytes_used);
 		btrfs_set_root_generation(ri, ctx->tt.transid);
 		ri->level = root->level;
+		if (root->last_snapshot)
+			btrfs_set_root_last_snapshot(ri, root->last_snapshot);
 		if (size >= sizeof(*ri))
 			btrfs_set_root_generation_v2(ri, ctx->tt.transid);
 		tree_path_release(ctx->cache, &path);

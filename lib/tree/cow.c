@@ -659,3 +659,52 @@ int tree_create_root(struct tree_trans *t, u64 objectid, struct tree_root *out)
 	node_put(t->cache, leaf);
 	return 0;
 }
+
+int tree_copy_root(struct tree_trans *t, const struct tree_root *src, u64 objectid,
+		   struct tree_root *out, struct tree_node **copy)
+{
+	struct tree_node *orig, *n;
+	struct btrfs_header *h;
+	int ret;
+
+	ret = node_read(t->cache, src->bytenr, src->generation, src->level, NULL, &orig);
+	if (ret)
+		return ret;
+	memset(out, 0, sizeof(*out));
+	out->objectid = objectid;
+	ret = new_node(t, out, src->level, &n);
+	if (ret) {
+		node_put(t->cache, orig);
+		return ret;
+	}
+	memcpy(n->data, orig->data, t->cache->nodesize);
+	h = (struct btrfs_header *)n->data;
+	btrfs_set_header_bytenr(h, n->bytenr);
+	btrfs_set_header_generation(h, t->transid);
+	btrfs_set_header_owner(h, objectid);
+	btrfs_set_header_flags(h, (btrfs_header_flags(h) &
+				   ~(BTRFS_HEADER_FLAG_WRITTEN | BTRFS_HEADER_FLAG_RELOC)) |
+				  ((u64)BTRFS_MIXED_BACKREF_REV << BTRFS_BACKREF_REV_SHIFT));
+	n->nritems = orig->nritems;
+	node_put(t->cache, orig);
+	out->bytenr = n->bytenr;
+	out->level = src->level;
+	out->generation = t->transid;
+	out->dirty = 1;
+	*copy = n;
+	return 0;
+}
+
+int tree_cow_root_node(struct tree_trans *t, struct tree_root *root)
+{
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = node_read(t->cache, root->bytenr, root->generation, root->level, NULL,
+			&path.nodes[root->level]);
+	if (ret == 0)
+		ret = cow_node(t, root, &path, root->level);
+	tree_path_release(t->cache, &path);
+	return ret;
+}

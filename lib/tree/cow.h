@@ -100,6 +100,17 @@ void tree_set_item_key(struct tree_path *path, const struct btrfs_key *key);
 /* Create an empty tree (one empty leaf) owned by @objectid. */
 int tree_create_root(struct tree_trans *t, u64 objectid, struct tree_root *out);
 
+/* Make @root's root node part of this transaction (copying it if it is not yet). */
+int tree_cow_root_node(struct tree_trans *t, struct tree_root *root);
+
+/*
+ * Start tree @objectid as a copy of @src's root node (a snapshot): a new
+ * block owned by @objectid with the same items. The caller accounts the
+ * references of the blocks the copy points to. *copy is referenced.
+ */
+int tree_copy_root(struct tree_trans *t, const struct tree_root *src, u64 objectid,
+		   struct tree_root *out, struct tree_node **copy);
+
 /* Make @node dirty in @t (taking the transaction's pin). Used for new blocks. */
 void tree_trans_add_dirty(struct tree_trans *t, struct tree_node *node);
 
