@@ -113,6 +113,7 @@ int cmd_extract(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_create(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_snapshot(const struct cli_command *cmd, int argc, char **argv);
+int cmd_rm(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_delete(const struct cli_command *cmd, int argc, char **argv);
 int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv);
 int cmd_put(const struct cli_command *cmd, int argc, char **argv);

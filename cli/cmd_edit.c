@@ -1,7 +1,6 @@
 /*
  * cmd_edit.c — changing an unmounted image: `butter put` (copy host files
- * in), `butter mkdir`, `butter ln` (symlinks and hard links). Removing files
- * comes when the library can unlink.
+ * in), `butter mkdir`, `butter ln` (symlinks and hard links), `butter rm`.
  *
  * Promises:
  *  1. Nothing is ever replaced: a name that exists is an error. Every check
@@ -444,6 +443,136 @@ int cmd_ln(const struct cli_command *cmd, int argc, char **argv)
 	status = finish(fs, image, CLI_EXIT_OK);
 out_free:
 	dest_free(&d);
+	free(args.devices);
+	return cli_finish_stdout(status);
+}
+
+/* ---- rm ----------------------------------------------------------------- */
+
+struct rm_walk {
+	struct butter_fs *fs;
+	char **names;
+	size_t n, cap;
+	int err;
+};
+
+static int collect_name(void *arg, const char *name, size_t namelen, butter_ino_t ino,
+			unsigned dtype, uint64_t next)
+{
+	struct rm_walk *w = arg;
+
+	(void)ino;
+	(void)dtype;
+	(void)next;
+	if ((namelen == 1 && name[0] == '.') || (namelen == 2 && !memcmp(name, "..", 2)))
+		return 0;
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 64;
+		char **n = realloc(w->names, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		w->names = n;
+		w->cap = cap;
+	}
+	w->names[w->n] = strndup(name, namelen);
+	if (!w->names[w->n])
+		return -ENOMEM;
+	w->n++;
+	return 0;
+}
+
+/*
+ * Remove @name from @dir; with @recursive, a directory's contents first.
+ * @shown is the path for messages. Subvolumes are refused (subvolume delete).
+ */
+static int rm_entry(struct butter_fs *fs, butter_ino_t dir, const char *name, const char *shown,
+		    bool recursive)
+{
+	struct butter_stat st;
+	butter_ino_t ino;
+	int ret = butter_lookup(fs, dir, name, strlen(name), &ino);
+
+	if (ret == 0)
+		ret = butter_stat(fs, ino, &st);
+	if (ret < 0) {
+		cli_error("%s: %s", shown, strerror(-ret));
+		return ret;
+	}
+	if (ino.subvol != dir.subvol) {
+		cli_error("%s: is a subvolume (use butter subvolume delete)", shown);
+		return -EPERM;
+	}
+	if (!S_ISDIR(st.mode)) {
+		ret = butter_unlink(fs, dir, name, strlen(name));
+	} else if (!recursive) {
+		cli_error("%s: is a directory (use -r)", shown);
+		return -EISDIR;
+	} else {
+		struct rm_walk w = { fs, NULL, 0, 0, 0 };
+		size_t i;
+
+		ret = butter_readdir(fs, ino, 0, collect_name, &w);
+		for (i = 0; i < w.n && ret >= 0; i++) {
+			char *sub = malloc(strlen(shown) + strlen(w.names[i]) + 2);
+
+			if (!sub) {
+				ret = -ENOMEM;
+				break;
+			}
+			sprintf(sub, "%s/%s", shown, w.names[i]);
+			ret = rm_entry(fs, ino, w.names[i], sub, true);
+			free(sub);
+			if (ret < 0)
+				ret = -ECANCELED; /* reported already */
+		}
+		for (i = 0; i < w.n; i++)
+			free(w.names[i]);
+		free(w.names);
+		if (ret >= 0)
+			ret = butter_rmdir(fs, dir, name, strlen(name));
+	}
+	if (ret < 0 && ret != -ECANCELED)
+		cli_error("%s: %s", shown, strerror(-ret));
+	return ret < 0 ? ret : 0;
+}
+
+int cmd_rm(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "recursive", no_argument, NULL, 'r' },
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	bool recursive = false;
+	struct butter_fs *fs;
+	int status = CLI_EXIT_OK;
+	int c, i;
+
+	while ((c = cli_getopt(&args, argc, argv, ":hrR", longopts)) != -1) {
+		if (c == 'r' || c == 'R')
+			recursive = true;
+	}
+	if (argc - optind < 2) {
+		free(args.devices);
+		return cli_usage_error(cmd, "missing %s", argc - optind < 1 ? "IMAGE" : "PATH");
+	}
+	const char *image = argv[optind];
+	if (copyin_open_rw(image, args.devices, args.ndevices, &fs) < 0) {
+		free(args.devices);
+		return CLI_EXIT_ERROR;
+	}
+	for (i = optind + 1; i < argc; i++) {
+		struct dest d = { 0 };
+
+		if (dest_split(argv[i], NULL, &d) < 0 ||
+		    cli_resolve(fs, d.parent, true, &d.dir) < 0 ||
+		    rm_entry(fs, d.dir, d.name, argv[i], recursive) < 0)
+			status = CLI_EXIT_ERROR;
+		dest_free(&d);
+	}
+	status = finish(fs, image, status);
 	free(args.devices);
 	return cli_finish_stdout(status);
 }

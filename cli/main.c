@@ -165,6 +165,18 @@ static const struct cli_command commands[] = {
 			 "  -m, --mode     the new directory's mode (octal)\n",
 	},
 	{
+		.name = "rm",
+		.main = cmd_rm,
+		.summary = "remove files or directory trees from the image",
+		.synopsis = "[-r] [--device DEV]... IMAGE PATH...",
+		.usage = "Remove each PATH from the unmounted image; a directory only with -r\n"
+			 "(with everything below it). Subvolumes are not removed this way: use\n"
+			 "`butter subvolume delete`. Each path that cannot be removed is reported\n"
+			 "and the exit status is 1; what was removed stays removed.\n"
+			 "\n"
+			 "  -r, -R, --recursive  remove directories and their contents\n",
+	},
+	{
 		.name = "ln",
 		.main = cmd_ln,
 		.summary = "make a symlink (or a hard link) in the image",

@@ -442,8 +442,6 @@ def test_daemonized(fuse, butter, workdir):
             assert read_file(os.path.join(k.mnt, rel)) == b"written by the daemon"
 
 
-@pytest.mark.xfail(reason="library: changing a tree block shared with a snapshot is not "
-                   "supported yet (the change is refused and the fs turns read-only)")
 def test_write_into_snapshotted_subvolume(fuse, butter, workdir):
     images, src = kernel_tree(workdir, make_snapshots)
     with FuseMount(butter.path, images, os.path.join(workdir, "mnt")) as m:
