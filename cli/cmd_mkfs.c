@@ -170,9 +170,40 @@ static int print_summary(const struct cli_command *cmd, const char *const *devs,
 	return 0;
 }
 
+/*
+ * The --subvol argument as a path relative to --rootdir: an optional "rw:"
+ * prefix (mkfs.btrfs's type), no leading "./" or "/", no trailing "/".
+ * NULL for an empty path, "..", or a type butter does not make yet.
+ */
+static char *subvol_path(const char *arg)
+{
+	const char *p = arg;
+	size_t len;
+
+	if (!strncmp(p, "rw:", 3))
+		p += 3;
+	else if (strchr(p, ':') && (!strncmp(p, "ro:", 3) || !strncmp(p, "default:", 8) ||
+				    !strncmp(p, "default-ro:", 11)))
+		return NULL;
+	for (;;) {
+		if (*p == '/')
+			p++;
+		else if (p[0] == '.' && p[1] == '/')
+			p += 2;
+		else
+			break;
+	}
+	len = strlen(p);
+	while (len && p[len - 1] == '/')
+		len--;
+	if (!len || strstr(p, "..") == p)
+		return NULL;
+	return strndup(p, len);
+}
+
 /* Fill the new filesystem from @rootdir (promise 2); 0, 1 (files failed) or -1. */
-static int fill(const char *const *devs, size_t ndevs, const char *rootdir, bool verbose,
-		struct copyin_stats *stats)
+static int fill(const char *const *devs, size_t ndevs, const char *rootdir,
+		const char *const *subvols, size_t nsubvols, bool verbose, struct copyin_stats *stats)
 {
 	uint64_t (*skip)[2] = calloc(ndevs, sizeof(*skip));
 	struct butter_fs *fs;
@@ -194,7 +225,8 @@ static int fill(const char *const *devs, size_t ndevs, const char *rootdir, bool
 		}
 	}
 	struct copyin_opts opts = { .copy_ctime = true, .verbose = verbose,
-				    .skip = (const uint64_t (*)[2])skip, .nskip = nskip };
+				    .skip = (const uint64_t (*)[2])skip, .nskip = nskip,
+				    .subvols = subvols, .nsubvols = nsubvols };
 
 	if (copyin_open_rw(devs[0], devs + 1, ndevs - 1, &fs) < 0) {
 		free(skip);
@@ -242,6 +274,8 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 	struct cli_args args = { .cmd = cmd };
 	struct butter_mkfs_opts o = { .csum_type = -1 };
 	const char *rootdir = NULL;
+	char **subvols = NULL;
+	size_t nsubvols = 0;
 	bool quiet = false, verbose = false;
 	const char **devs = NULL;
 	int status = CLI_EXIT_ERROR;
@@ -299,12 +333,24 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 				goto out;
 			}
 			break;
-		case OPT_SUBVOL:
+		case OPT_SUBVOL: {
+			char **n = realloc(subvols, (nsubvols + 1) * sizeof(*n));
+			if (!n || !(n[nsubvols] = subvol_path(optarg))) {
+				if (n)
+					subvols = n;
+				status = n ? cli_usage_error(cmd, "--subvol: '%s' is not a "
+							 "directory below --rootdir", optarg)
+					   : CLI_EXIT_ERROR;
+				goto out;
+			}
+			subvols = n;
+			nsubvols++;
+			break;
+		}
 		case OPT_COMPRESS:
 		case OPT_SHRINK:
 			cli_error("mkfs: %s is not supported yet",
-				  c == OPT_SUBVOL ? "--subvol" : c == OPT_COMPRESS ? "--compress"
-										   : "--shrink");
+				  c == OPT_COMPRESS ? "--compress" : "--shrink");
 			goto out;
 		}
 	}
@@ -357,6 +403,25 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 			goto out;
 		}
 	}
+	if (nsubvols && !rootdir) {
+		status = cli_usage_error(cmd, "--subvol needs --rootdir");
+		goto out;
+	}
+	for (size_t i = 0; i < nsubvols; i++) {
+		struct stat st;
+		char *host = malloc(strlen(rootdir) + strlen(subvols[i]) + 2);
+		if (!host) {
+			cli_error("%s", strerror(ENOMEM));
+			goto out;
+		}
+		sprintf(host, "%s/%s", rootdir, subvols[i]);
+		ret = lstat(host, &st) < 0 ? -errno : S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+		if (ret < 0)
+			cli_error("--subvol %s: %s: %s", subvols[i], host, strerror(-ret));
+		free(host);
+		if (ret < 0)
+			goto out;
+	}
 
 	o.devices = devs;
 	o.ndevices = ndevs;
@@ -371,7 +436,8 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 	struct copyin_stats copied = { 0 };
 	status = CLI_EXIT_OK;
 	if (rootdir) {
-		ret = fill(devs, ndevs, rootdir, verbose, &copied);
+		ret = fill(devs, ndevs, rootdir, (const char *const *)subvols, nsubvols, verbose,
+			   &copied);
 		if (ret != 0)
 			status = CLI_EXIT_ERROR;
 		if (ret < 0)
@@ -381,6 +447,9 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 		status = CLI_EXIT_ERROR;
 
 out:
+	for (size_t i = 0; i < nsubvols; i++)
+		free(subvols[i]);
+	free(subvols);
 	free(devs);
 	free(args.devices);
 	return cli_finish_stdout(status);

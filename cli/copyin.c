@@ -27,7 +27,8 @@
  *     times come last; a directory's times are set when the walk leaves it,
  *     after its last entry was added.
  *  6. Non-directories with st_nlink > 1 are remembered by (st_dev, st_ino):
- *     their later names become butter_link()s to the first copy.
+ *     their later names become butter_link()s to the first copy (in another
+ *     subvolume, with --subvol, a separate copy: links cannot cross them).
  *  7. Host names are only used as single components (openat and friends on
  *     the current directory), so paths of any length can be copied.
  */
@@ -570,7 +571,8 @@ static void copy_leaf(struct copy *c, int dirfd, const char *hname, butter_ino_t
 
 	if (linked) {
 		butter_ino_t *first = link_find(&c->links, st);
-		if (first) {
+		/* a link cannot cross subvolumes (mkfs --subvol): copy the file again */
+		if (first && first->subvol == dir.subvol) {
 			int ret = butter_link(c->fs, *first, dir, name, strlen(name));
 			if (ret < 0) {
 				image_error(c, "creating hard link", ret);
@@ -729,6 +731,19 @@ static int pop_frame(struct copy *c, int fd)
 	return parent;
 }
 
+/* Is the directory at hand (c->path) one that opts->subvols makes a subvolume? */
+static bool is_subvol_dir(const struct copy *c)
+{
+	const char *rel = c->path + c->top_len;
+
+	while (*rel == '/')
+		rel++;
+	for (size_t i = 0; i < c->o->nsubvols; i++)
+		if (!strcmp(rel, c->o->subvols[i]))
+			return true;
+	return false;
+}
+
 /* Copy host directory @hname of @dirfd into image directory @dir as @name; fd of it or -1. */
 static int enter_dir(struct copy *c, int dirfd, const char *hname, butter_ino_t dir,
 		     const char *name, const struct stat *st)
@@ -747,7 +762,21 @@ static int enter_dir(struct copy *c, int dirfd, const char *hname, butter_ino_t 
 		return -1;
 	}
 	struct butter_new_inode a = new_inode(st);
-	int ret = butter_create(c->fs, dir, name, strlen(name), &a, &ino);
+	int ret;
+	if (is_subvol_dir(c)) {
+		uint64_t id;
+		ret = butter_subvol_create(c->fs, dir, name, strlen(name), &id);
+		ino.subvol = id;
+		ino.ino = BUTTER_SUBVOL_ROOT_INO;
+		if (ret == 0) {
+			struct butter_stat bs = { .mode = st->st_mode & 07777, .uid = st->st_uid,
+						  .gid = st->st_gid };
+			ret = butter_setattr(c->fs, ino, &bs,
+					     BUTTER_SET_MODE | BUTTER_SET_UID | BUTTER_SET_GID);
+		}
+	} else {
+		ret = butter_create(c->fs, dir, name, strlen(name), &a, &ino);
+	}
 	if (ret < 0) {
 		image_error(c, "creating directory", ret);
 		close(fd);

@@ -16,6 +16,10 @@ struct copyin_opts {
 	/* host files never copied (the image files themselves), as st_dev/st_ino pairs */
 	const uint64_t (*skip)[2];
 	size_t nskip;
+	/* directories (paths relative to the copied tree, no leading or trailing
+	 * slash) made subvolumes instead of plain directories (mkfs --subvol) */
+	const char *const *subvols;
+	size_t nsubvols;
 };
 
 struct copyin_stats {

@@ -111,7 +111,8 @@ static const struct cli_command commands[] = {
 		.main = cmd_mkfs,
 		.summary = "make a btrfs filesystem, optionally filled from a host directory",
 		.synopsis = "[-L LABEL] [-d PROFILE] [-m PROFILE] [-n NODESIZE] [-s SECTORSIZE]\n"
-			    "                   [--csum ALGO] [-b SIZE] [-f] [-q] [-v] [--rootdir DIR] DEV...",
+			    "                   [--csum ALGO] [-b SIZE] [-f] [-q] [-v] [--rootdir DIR [--subvol PATH]...]\n"
+			    "                   DEV...",
 		.usage = "Make one btrfs filesystem over the image files or block devices DEV...\n"
 			 "(with the features of current mkfs.btrfs: no-holes, free-space-tree,\n"
 			 "skinny-metadata, extref). An image file that does not exist is created\n"
@@ -132,10 +133,13 @@ static const struct cli_command commands[] = {
 			 "  -r, --rootdir DIR        copy the tree DIR into the top-level subvolume:\n"
 			 "                           data and holes, every file type, hard links,\n"
 			 "                           owners, modes, times, xattrs and ACLs\n"
+			 "      --subvol [rw:]PATH   make the directory PATH of DIR (relative to it)\n"
+			 "                           a subvolume; repeatable\n"
 			 "  -q, --quiet              no summary\n"
 			 "  -v, --verbose            print each path copied from DIR\n"
 			 "\n"
-			 "Not supported yet: --subvol, --compress, --shrink; raid5 and raid6.\n"
+			 "Not supported yet: --compress, --shrink, --subvol ro:/default:; raid5\n"
+			 "and raid6.\n"
 			 "A DEV may also be given with --device.\n",
 	},
 	{
