@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "copyin.h"
@@ -201,6 +202,48 @@ static char *subvol_path(const char *arg)
 	return strndup(p, len);
 }
 
+/*
+ * --shrink: make every device as small as its allocated chunks allow, then
+ * cut the image files to that size. 0 or -1 (reported).
+ */
+static int shrink_images(const char *const *devs, size_t ndevs)
+{
+	struct butter_device_info info;
+	struct butter_fs *fs;
+	uint64_t *sizes = calloc(ndevs, sizeof(*sizes));
+	int ret = 0;
+
+	if (!sizes) {
+		cli_error("%s", strerror(ENOMEM));
+		return -1;
+	}
+	if (copyin_open_rw(devs[0], devs + 1, ndevs - 1, &fs) < 0) {
+		free(sizes);
+		return -1;
+	}
+	for (size_t i = 0; ret == 0 && butter_get_device(fs, i, &info) == 0; i++) {
+		uint64_t size = 0;
+
+		ret = butter_device_resize(fs, info.devid, &size);
+		if (ret < 0) {
+			cli_error("%s: shrinking: %s", info.path ? info.path : devs[0], strerror(-ret));
+			break;
+		}
+		for (size_t d = 0; d < ndevs; d++)
+			if (info.path && !strcmp(info.path, devs[d]))
+				sizes[d] = size;
+	}
+	butter_close(fs);
+	for (size_t d = 0; ret == 0 && d < ndevs; d++) {
+		if (sizes[d] && truncate(devs[d], (off_t)sizes[d]) < 0) {
+			cli_error("%s: %s", devs[d], strerror(errno));
+			ret = -errno;
+		}
+	}
+	free(sizes);
+	return ret < 0 ? -1 : 0;
+}
+
 /* Fill the new filesystem from @rootdir (promise 2); 0, 1 (files failed) or -1. */
 static int fill(const char *const *devs, size_t ndevs, const char *rootdir,
 		const char *const *subvols, size_t nsubvols, bool verbose, struct copyin_stats *stats)
@@ -274,6 +317,7 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 	struct cli_args args = { .cmd = cmd };
 	struct butter_mkfs_opts o = { .csum_type = -1 };
 	const char *rootdir = NULL;
+	bool shrink = false;
 	char **subvols = NULL;
 	size_t nsubvols = 0;
 	bool quiet = false, verbose = false;
@@ -347,10 +391,11 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 			nsubvols++;
 			break;
 		}
-		case OPT_COMPRESS:
 		case OPT_SHRINK:
-			cli_error("mkfs: %s is not supported yet",
-				  c == OPT_COMPRESS ? "--compress" : "--shrink");
+			shrink = true;
+			break;
+		case OPT_COMPRESS:
+			cli_error("mkfs: --compress is not supported yet");
 			goto out;
 		}
 	}
@@ -407,6 +452,17 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 		status = cli_usage_error(cmd, "--subvol needs --rootdir");
 		goto out;
 	}
+	if (shrink && !rootdir) {
+		status = cli_usage_error(cmd, "--shrink needs --rootdir");
+		goto out;
+	}
+	for (size_t i = 0; shrink && i < ndevs; i++) {
+		struct stat st;
+		if (stat(devs[i], &st) == 0 && !S_ISREG(st.st_mode)) {
+			cli_error("%s: --shrink works on image files only", devs[i]);
+			goto out;
+		}
+	}
 	for (size_t i = 0; i < nsubvols; i++) {
 		struct stat st;
 		char *host = malloc(strlen(rootdir) + strlen(subvols[i]) + 2);
@@ -442,6 +498,10 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 			status = CLI_EXIT_ERROR;
 		if (ret < 0)
 			goto out;
+	}
+	if (shrink && shrink_images(devs, ndevs) < 0) {
+		status = CLI_EXIT_ERROR;
+		goto out;
 	}
 	if (!quiet && print_summary(cmd, devs, ndevs, &copied, rootdir) < 0)
 		status = CLI_EXIT_ERROR;

@@ -331,6 +331,15 @@ int butter_subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *nam
 /* Commit everything changed so far. */
 int butter_sync(struct butter_fs *fs);
 
+/*
+ * Make the filesystem use *size bytes of device @devid (0: as few as its
+ * allocated chunks allow), rounded down to the sector size; committed at
+ * once, and *size gets the size set. -ENOSPC when chunks lie beyond the size
+ * (they are not moved yet), -EFBIG when the device is smaller, -ENODEV for no
+ * such (present) device.
+ */
+int butter_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size);
+
 /* ---- making filesystems ------------------------------------------------- */
 
 /* Profile values for butter_mkfs_opts (0 means the mkfs.btrfs default). */

@@ -346,3 +346,56 @@ int chunk_insert_items(struct extent_state *es, struct tree_trans *t, u64 logica
 		ret = update_dev_item(es, t, map->stripes[i].dev);
 	return ret;
 }
+
+int chunk_resize_device(struct extent_state *es, struct tree_trans *t, u64 devid, u64 *size)
+{
+	struct btrfs_volumes *vol = es->vol;
+	struct dev_space *ds = devspace(es, devid);
+	struct btrfs_device *dev = NULL;
+	u64 want = *size, last_end = RESERVED_BYTES, old;
+	size_t i;
+	int ret;
+
+	for (i = 0; i < vol->ndevs; i++)
+		if (vol->devs[i]->devid == devid)
+			dev = vol->devs[i];
+	if (!dev || !ds || !dev->bdev)
+		return -ENODEV;
+	old = dev->total_bytes;
+	/* the end of the last allocated stretch: free space runs to the old end */
+	if (ds->free.n && ds->free.r[ds->free.n - 1].end == old)
+		last_end = ds->free.r[ds->free.n - 1].start;
+	else
+		last_end = old;
+	if (last_end < RESERVED_BYTES)
+		last_end = RESERVED_BYTES;
+	if (want == 0)
+		want = last_end;
+	want &= ~((u64)vol->sectorsize - 1);
+	if (want < last_end) {
+		blog_err(es->log, "device %llu: chunks are allocated up to %llu; moving them is "
+				  "not supported yet",
+			 (unsigned long long)devid, (unsigned long long)last_end);
+		return -ENOSPC;
+	}
+	if (want > dev->bdev->size) {
+		blog_err(es->log, "device %llu (%s) has only %llu bytes",
+			 (unsigned long long)devid, dev->path ? dev->path : "?",
+			 (unsigned long long)dev->bdev->size);
+		return -EFBIG;
+	}
+	if (want == old) {
+		*size = old;
+		return 0;
+	}
+	ret = want < old ? range_remove(&ds->free, want, old)
+			 : range_add(&ds->free, old > RESERVED_BYTES ? old : RESERVED_BYTES, want);
+	if (ret)
+		return ret;
+	dev->total_bytes = want;
+	btrfs_set_super_total_bytes(&vol->super, btrfs_super_total_bytes(&vol->super) - old + want);
+	ret = update_dev_item(es, t, dev);
+	if (ret == 0)
+		*size = want;
+	return ret;
+}

@@ -187,6 +187,14 @@ int chunk_create(struct extent_state *es, u64 type, u64 stripe_size, u64 *logica
 /* Insert the chunk, dev extent and updated dev items of chunk @logical. */
 int chunk_insert_items(struct extent_state *es, struct tree_trans *t, u64 logical);
 
+/*
+ * Change the size btrfs uses of device @devid to *size bytes (0: as small as
+ * its allocated chunks allow), rounded down to the sector size; *size gets
+ * the result. Shrinking below an allocated chunk is -ENOSPC (chunks are not
+ * moved yet), growing past the device -EFBIG.
+ */
+int chunk_resize_device(struct extent_state *es, struct tree_trans *t, u64 devid, u64 *size);
+
 /* Hash of an EXTENT_DATA_REF (keyed item offset and inline order). */
 u64 extent_data_ref_hash(u64 root, u64 owner, u64 offset);
 

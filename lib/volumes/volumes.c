@@ -687,7 +687,9 @@ int volumes_write_supers(struct btrfs_volumes *vol)
 		for (mirror = 0; mirror < BTRFS_SUPER_MIRROR_MAX; mirror++) {
 			u64 offset = btrfs_sb_offset(mirror);
 
-			if (offset + BTRFS_SUPER_INFO_SIZE > dev->bdev->size)
+			/* as the kernel: no copy beyond the part of the device in use */
+			if (offset + BTRFS_SUPER_INFO_SIZE > dev->bdev->size ||
+			    (mirror > 0 && offset + BTRFS_SUPER_INFO_SIZE > dev->total_bytes))
 				break;
 			btrfs_set_super_bytenr(sb, offset);
 			memset(sb->csum, 0, BTRFS_CSUM_SIZE);
