@@ -145,6 +145,10 @@ int butter_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 	if (ret == 0)
 		ret = fs_link_subvol(fs, parent, dir.ino, name, namelen, id, index);
 	if (ret == 0)
+		ret = fs_uuid_tree_add(fs, ri.uuid, BTRFS_UUID_KEY_SUBVOL, id);
+	if (ret == 0 && (flags & BUTTER_SNAPSHOT_RDONLY))
+		ret = fs_uuid_tree_add(fs, ri.received_uuid, BTRFS_UUID_KEY_RECEIVED_SUBVOL, id);
+	if (ret == 0)
 		ret = add_subvol_record(fs, sv);
 	if (ret) {
 		txn_ctx_forget_root(&w->txn, &sv->root);
@@ -340,6 +344,7 @@ static int unlink_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, c
 {
 	struct tree_trans *t = &fs->w->txn.tt;
 	struct btrfs_key key = { parent->id, BTRFS_ROOT_REF_KEY, sv->id };
+	u8 uuid[BTRFS_UUID_SIZE], received[BTRFS_UUID_SIZE];
 	struct btrfs_root_ref rr;
 	struct tree_path path;
 	u64 index;
@@ -387,6 +392,12 @@ static int unlink_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, c
 			ret = BLOG_CORRUPT(&fs->log, "root item of %llu: short",
 					   (unsigned long long)sv->id);
 		} else {
+			memcpy(uuid, ri->uuid, BTRFS_UUID_SIZE);
+			memcpy(received, ri->received_uuid, BTRFS_UUID_SIZE);
+			if (size < sizeof(*ri)) {
+				memset(uuid, 0, BTRFS_UUID_SIZE);
+				memset(received, 0, BTRFS_UUID_SIZE);
+			}
 			btrfs_set_root_refs(ri, 0);
 			btrfs_set_root_flags(ri, btrfs_root_flags(ri) | BTRFS_ROOT_SUBVOL_DEAD);
 			memset(&ri->drop_progress, 0, sizeof(ri->drop_progress));
@@ -402,6 +413,10 @@ static int unlink_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, c
 		key.offset = sv->id;
 		ret = tree_insert_item(t, &fs->root_tree, &key, NULL, 0);
 	}
+	if (ret == 0)
+		ret = fs_uuid_tree_remove(fs, uuid, BTRFS_UUID_KEY_SUBVOL, sv->id);
+	if (ret == 0)
+		ret = fs_uuid_tree_remove(fs, received, BTRFS_UUID_KEY_RECEIVED_SUBVOL, sv->id);
 	return ret;
 }
 

@@ -146,6 +146,8 @@ int fs_setup_write(struct butter_fs *fs)
 		/* a v1 space cache, if any, goes stale: make every kernel ignore it */
 		put_le64(&sb->cache_generation, (u64)-1);
 	}
+	if (load_root(fs, BTRFS_UUID_TREE_OBJECTID, &w->uuid_tree) != 0)
+		memset(&w->uuid_tree, 0, sizeof(w->uuid_tree));
 	ret = chunk_init_devspace(&w->es, 1);
 	if (ret)
 		goto fail;
@@ -690,6 +692,8 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 	ret = tree_insert_item(&w->txn.tt, &fs->root_tree, &key, &ri, sizeof(ri));
 	if (ret == 0)
 		ret = fs_link_subvol(fs, parent, dir.ino, name, namelen, id, index);
+	if (ret == 0)
+		ret = fs_uuid_tree_add(fs, ri.uuid, BTRFS_UUID_KEY_SUBVOL, id);
 	if (ret == 0) {
 		pthread_mutex_lock(&fs->subvol_lock);
 		fs->subvols[fs->nsubvols++] = sv;

@@ -22,6 +22,7 @@ struct fs_write_state {
 	struct txn_ctx txn;
 	struct tree_root dev_tree;
 	struct tree_root fst;
+	struct tree_root uuid_tree;  /* objectid 0: the filesystem has none */
 	u64 data_profile;
 };
 
@@ -65,6 +66,10 @@ int fs_link_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, const c
 int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end);
 /* Shrink @ino to @size bytes (phase 2). */
 int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 size);
+
+/* uuid_tree.c: list / unlist subvolume @id under @uuid (type UUID_KEY_*). */
+int fs_uuid_tree_add(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id);
+int fs_uuid_tree_remove(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id);
 
 /* namei.c */
 /* Remove the DIR_ITEM entry @name and DIR_INDEX @index from @dir; shrink and touch @dir. */
