@@ -246,7 +246,8 @@ static int shrink_images(const char *const *devs, size_t ndevs)
 
 /* Fill the new filesystem from @rootdir (promise 2); 0, 1 (files failed) or -1. */
 static int fill(const char *const *devs, size_t ndevs, const char *rootdir,
-		const char *const *subvols, size_t nsubvols, bool verbose, struct copyin_stats *stats)
+		const char *const *subvols, size_t nsubvols, const char *compress, bool verbose,
+		struct copyin_stats *stats)
 {
 	uint64_t (*skip)[2] = calloc(ndevs, sizeof(*skip));
 	struct butter_fs *fs;
@@ -272,6 +273,14 @@ static int fill(const char *const *devs, size_t ndevs, const char *rootdir,
 				    .subvols = subvols, .nsubvols = nsubvols };
 
 	if (copyin_open_rw(devs[0], devs + 1, ndevs - 1, &fs) < 0) {
+		free(skip);
+		return -1;
+	}
+	if (compress && (ret = butter_set_compression(fs, compress, 0)) < 0) {
+		cli_error("--compress %s: %s", compress,
+			  ret == -EINVAL ? "unknown algorithm or level (zlib[:1-9], lzo, zstd[:1-15])"
+					 : strerror(-ret));
+		butter_close(fs);
 		free(skip);
 		return -1;
 	}
@@ -318,6 +327,7 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 	struct butter_mkfs_opts o = { .csum_type = -1 };
 	const char *rootdir = NULL;
 	bool shrink = false;
+	const char *compress = NULL;
 	char **subvols = NULL;
 	size_t nsubvols = 0;
 	bool quiet = false, verbose = false;
@@ -395,8 +405,8 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 			shrink = true;
 			break;
 		case OPT_COMPRESS:
-			cli_error("mkfs: --compress is not supported yet");
-			goto out;
+			compress = optarg;
+			break;
 		}
 	}
 	if (optind >= argc && args.ndevices == 0) {
@@ -452,6 +462,10 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 		status = cli_usage_error(cmd, "--subvol needs --rootdir");
 		goto out;
 	}
+	if (compress && !rootdir) {
+		status = cli_usage_error(cmd, "--compress needs --rootdir");
+		goto out;
+	}
 	if (shrink && !rootdir) {
 		status = cli_usage_error(cmd, "--shrink needs --rootdir");
 		goto out;
@@ -492,8 +506,8 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 	struct copyin_stats copied = { 0 };
 	status = CLI_EXIT_OK;
 	if (rootdir) {
-		ret = fill(devs, ndevs, rootdir, (const char *const *)subvols, nsubvols, verbose,
-			   &copied);
+		ret = fill(devs, ndevs, rootdir, (const char *const *)subvols, nsubvols, compress,
+			   verbose, &copied);
 		if (ret != 0)
 			status = CLI_EXIT_ERROR;
 		if (ret < 0)

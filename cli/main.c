@@ -112,7 +112,7 @@ static const struct cli_command commands[] = {
 		.summary = "make a btrfs filesystem, optionally filled from a host directory",
 		.synopsis = "[-L LABEL] [-d PROFILE] [-m PROFILE] [-n NODESIZE] [-s SECTORSIZE]\n"
 			    "                   [--csum ALGO] [-b SIZE] [-f] [-q] [-v] [--rootdir DIR [--subvol PATH]...\n"
-			    "                   [--shrink]]"
+			    "                   [--compress ALGO] [--shrink]]"
 			    "                   DEV...",
 		.usage = "Make one btrfs filesystem over the image files or block devices DEV...\n"
 			 "(with the features of current mkfs.btrfs: no-holes, free-space-tree,\n"
@@ -136,12 +136,15 @@ static const struct cli_command commands[] = {
 			 "                           owners, modes, times, xattrs and ACLs\n"
 			 "      --subvol [rw:]PATH   make the directory PATH of DIR (relative to it)\n"
 			 "                           a subvolume; repeatable\n"
+			 "      --compress ALGO[:LEVEL]  compress the copied files: zlib[:1-9], lzo,\n"
+			 "                           zstd[:1-15] (what does not compress is stored\n"
+			 "                           plainly)\n"
 			 "      --shrink             cut the image files to what the copied tree\n"
 			 "                           needs (image files only)\n"
 			 "  -q, --quiet              no summary\n"
 			 "  -v, --verbose            print each path copied from DIR\n"
 			 "\n"
-			 "Not supported yet: --compress, --subvol ro:/default:; raid5 and raid6.\n"
+			 "Not supported yet: --subvol ro:/default:; raid5 and raid6.\n"
 			 "A DEV may also be given with --device.\n",
 	},
 	{

@@ -73,7 +73,7 @@ const char butter_mount_usage[] =
 	"                               profiles allow it\n"
 	"    commit=SECONDS             commit at least this often (default 30)\n"
 	"    compress[=ALGO], compress-force[=ALGO]\n"
-	"                               accepted; data is written uncompressed for now\n"
+	"                               compress new data: zlib[:1-9], lzo, zstd[:1-15]\n"
 	"  access\n"
 	"    allow_other                let other users in (see /etc/fuse.conf)\n"
 	"    default_permissions        let the kernel check permissions (mode bits;\n"
@@ -424,12 +424,21 @@ static int run(const struct mount_opts *o)
 		daemon_log(&d, BUTTER_LOG_ERROR, "%s: not a directory", o->mountpoint);
 		return 1;
 	}
-	if (o->compress)
-		daemon_log(&d, BUTTER_LOG_WARNING,
-			   "-o %s: accepted, not honoured yet: data is written uncompressed",
-			   o->compress);
 	if (open_fs(&d))
 		return 1;
+	if (o->compress && !o->readonly) {
+		/* compress[=ALGO] / compress-force[=ALGO]; no ALGO means zlib, as btrfs */
+		int force = !strncmp(o->compress, "compress-force", 14);
+		const char *eq = strchr(o->compress, '=');
+		int r = butter_set_compression(d.fs, eq ? eq + 1 : "zlib", force);
+
+		if (r < 0) {
+			daemon_log(&d, BUTTER_LOG_ERROR, "-o %s: unknown algorithm or level",
+				   o->compress);
+			butter_close(d.fs);
+			return 1;
+		}
+	}
 	if (pick_root(&d, &root) || nodes_init(&d.nodes, root)) {
 		butter_close(d.fs);
 		return 1;

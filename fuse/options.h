@@ -30,7 +30,7 @@ struct mount_opts {
 	const char *subvol;      /* subvol=PATH; NULL: not given */
 	uint64_t subvolid;       /* subvolid=ID; 0: not given */
 	unsigned commit_secs;    /* commit=SECONDS */
-	const char *compress;    /* compress= or compress-force=, accepted, not honoured yet */
+	const char *compress;    /* the compress= or compress-force= option as given */
 
 	/* FUSE behaviour */
 	int writeback_cache;     /* -1: on when read-write; 0/1 as asked */

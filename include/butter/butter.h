@@ -332,6 +332,15 @@ int butter_subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *nam
 int butter_sync(struct butter_fs *fs);
 
 /*
+ * Compress data written from now on: @spec is "zlib[:1-9]", "lzo",
+ * "zstd[:1-15]" or "no" (the names and levels of btrfs's compress= mount
+ * option). Without @force, a write whose data does not compress is stored
+ * plainly from there on (as compress=); with it every 128 KiB piece is tried
+ * (compress-force=). -EINVAL for an unknown spec, -EROFS on a read-only handle.
+ */
+int butter_set_compression(struct butter_fs *fs, const char *spec, int force);
+
+/*
  * Make the filesystem use *size bytes of device @devid (0: as few as its
  * allocated chunks allow), rounded down to the sector size; committed at
  * once, and *size gets the size set. -ENOSPC when chunks lie beyond the size

@@ -3,6 +3,16 @@
  * every write, old ones trimmed, split or dropped), truncating, and the
  * extent-dropping primitive they share.
  *
+ * Compression (the handle's setting, see butter_set_compression()): data goes
+ * in pieces of up to 128 KiB of file bytes; a piece that compresses by at
+ * least one sector becomes one compressed extent (disk_num_bytes = the
+ * compressed size rounded up to sectors, ram_bytes = num_bytes = the piece,
+ * checksums over the compressed sectors); otherwise it is stored plainly, and
+ * without compress-force the rest of that write is too. Inline extents stay
+ * uncompressed. Inodes flagged NODATASUM, NODATACOW or NOCOMPRESS are not
+ * compressed (NOCOMPRESS yields to force); COMPRESS asks for zlib when the
+ * handle has no setting.
+ *
  * Dropping [start, end) from a file's EXTENT_DATA items (ks..ke is an item):
  *   inside the range     delete the item, drop its data reference
  *   overlapping the head truncate num_bytes (the reference is unchanged)
@@ -18,6 +28,7 @@
 #include <sys/stat.h>
 
 #include "format/checksum.h"
+#include "fs/compression.h"
 #include "fs/write.h"
 
 /* End of the file's extents (0 if none) and whether the last one is inline. */
@@ -123,34 +134,124 @@ static int queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u
 }
 
 /*
+ * Try to store [data, data + len) (len <= COMPRESSED_EXTENT_MAX, whole
+ * sectors) compressed: 0 and the disk extent in *logical / *disk_len with
+ * its csums inserted, 1 when it does not compress by at least a sector (or
+ * finds no room in one piece): store it plainly. Negative errno on errors.
+ */
+static int write_compressed(struct butter_fs *fs, int type, int level, const u8 *data, u64 len,
+			    u64 *logical, u64 *disk_len)
+{
+	struct fs_write_state *w = fs->w;
+	u32 ss = fs->vol.sectorsize, cs = fs->vol.csum_size;
+	u8 *buf, *csums = NULL;
+	ssize_t clen;
+	u64 i, dlen;
+	int ret;
+
+	if (len <= ss)
+		return 1;
+	buf = calloc(1, len);
+	if (!buf)
+		return -ENOMEM;
+	clen = btrfs_compress(type, level, data, len, buf, len - ss, ss);
+	if (clen == -E2BIG || clen == 0) {
+		free(buf);
+		return 1;
+	}
+	if (clen < 0) {
+		free(buf);
+		return (int)clen;
+	}
+	dlen = ((u64)clen + ss - 1) / ss * ss;
+	ret = extent_alloc(&w->es, BTRFS_BLOCK_GROUP_DATA, dlen, logical);
+	if (ret == -ENOSPC) {
+		free(buf);
+		return 1;
+	}
+	if (ret == 0)
+		ret = volumes_write(&fs->vol, *logical, buf, dlen);
+	if (ret == 0 && !(csums = malloc(dlen / ss * cs)))
+		ret = -ENOMEM;
+	for (i = 0; ret == 0 && i < dlen / ss; i++) {
+		u8 c[BTRFS_CSUM_SIZE];
+
+		btrfs_csum_compute(fs->vol.csum_type, buf + i * ss, ss, c);
+		memcpy(csums + i * cs, c, cs);
+	}
+	if (ret == 0)
+		ret = extent_insert_csums(&w->es, &w->txn.tt, *logical, dlen, csums);
+	if (ret == 0 && (type == BTRFS_COMPRESS_LZO || type == BTRFS_COMPRESS_ZSTD)) {
+		struct btrfs_super_block *sb = &fs->vol.super;
+
+		btrfs_set_super_incompat_flags(sb, btrfs_super_incompat_flags(sb) |
+						   (type == BTRFS_COMPRESS_LZO
+							    ? BTRFS_FEATURE_INCOMPAT_COMPRESS_LZO
+							    : BTRFS_FEATURE_INCOMPAT_COMPRESS_ZSTD));
+	}
+	free(csums);
+	free(buf);
+	*disk_len = dlen;
+	return ret;
+}
+
+/*
  * Write @len bytes (a multiple of the sector size) at the sector-aligned
- * file offset @off as new extents. The range holds no extents (dropped).
+ * file offset @off as new extents, compressed per the handle's setting and
+ * the inode's flags (@iflags). The range holds no extents (dropped).
  * Adds to nbytes; the caller sets i_size.
  */
-static int write_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, int nodatasum,
+static int write_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 iflags,
 			 const u8 *data, u64 len, u64 off)
 {
 	struct fs_write_state *w = fs->w;
 	u32 ss = fs->vol.sectorsize, cs = fs->vol.csum_size;
+	int nodatasum = !!(iflags & BTRFS_INODE_NODATASUM_FLAG);
+	int compress = w->compress_type;
 	u8 *csums = NULL;
 	u64 done = 0;
 	int ret = 0;
 
+	if (iflags & (BTRFS_INODE_NODATASUM_FLAG | BTRFS_INODE_NODATACOW_FLAG) ||
+	    ((iflags & BTRFS_INODE_NOCOMPRESS_FLAG) && !w->compress_force))
+		compress = BTRFS_COMPRESS_NONE;
+	else if (!compress && (iflags & BTRFS_INODE_COMPRESS_FLAG))
+		compress = BTRFS_COMPRESS_ZLIB;
 	while (done < len && ret == 0) {
-		u64 want = len - done, logical, got, i;
+		u64 want = len - done, logical, got, disk_len, i;
 		struct btrfs_file_extent_item fi;
 		struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, off + done };
 		struct size_update u = { 0, 0, 0 };
+		int ctype = BTRFS_COMPRESS_NONE;
 
-		if (want > MAX_EXTENT_SIZE)
-			want = MAX_EXTENT_SIZE;
-		ret = alloc_data(fs, want, &logical, &got);
-		if (ret)
-			break;
-		ret = volumes_write(&fs->vol, logical, data + done, got);
-		if (ret)
-			break;
-		if (!nodatasum) {
+		if (compress) {
+			if (want > COMPRESSED_EXTENT_MAX)
+				want = COMPRESSED_EXTENT_MAX;
+			ret = write_compressed(fs, compress, w->compress_level, data + done, want,
+					       &logical, &disk_len);
+			if (ret < 0)
+				break;
+			if (ret == 0) {
+				ctype = compress;
+				got = want;
+			} else if (!w->compress_force) {
+				compress = BTRFS_COMPRESS_NONE; /* it does not compress: stop trying */
+				want = len - done;
+			}
+			ret = 0;
+		}
+		if (ctype == BTRFS_COMPRESS_NONE) {
+			if (want > MAX_EXTENT_SIZE)
+				want = MAX_EXTENT_SIZE;
+			ret = alloc_data(fs, want, &logical, &got);
+			if (ret)
+				break;
+			disk_len = got;
+			ret = volumes_write(&fs->vol, logical, data + done, got);
+			if (ret)
+				break;
+		}
+		if (ctype == BTRFS_COMPRESS_NONE && !nodatasum) {
 			free(csums);
 			csums = malloc(got / ss * cs);
 			if (!csums) {
@@ -171,12 +272,13 @@ static int write_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, int n
 		btrfs_set_file_extent_generation(&fi, w->txn.tt.transid);
 		btrfs_set_file_extent_ram_bytes(&fi, got);
 		fi.type = BTRFS_FILE_EXTENT_REG;
+		fi.compression = (u8)ctype;
 		btrfs_set_file_extent_disk_bytenr(&fi, logical);
-		btrfs_set_file_extent_disk_num_bytes(&fi, got);
+		btrfs_set_file_extent_disk_num_bytes(&fi, disk_len);
 		btrfs_set_file_extent_num_bytes(&fi, got);
 		ret = tree_insert_item(&w->txn.tt, &sv->root, &key, &fi, sizeof(fi));
 		if (ret == 0)
-			ret = queue_data_ref(w, logical, got, sv->id, ino, off + done, 1);
+			ret = queue_data_ref(w, logical, disk_len, sv->id, ino, off + done, 1);
 		u.nbytes = (s64)got;
 		if (ret == 0)
 			ret = modify_inode(fs, sv, ino, update_size, &u);
@@ -353,7 +455,8 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 	struct subvol *sv = NULL;
 	u64 end, isize, astart, aend;
 	u8 *tmp = NULL;
-	int ret, is_inline, err = 0, nodatasum;
+	int ret, is_inline, err = 0;
+	u64 iflags;
 
 	if (len == 0)
 		return 0;
@@ -372,7 +475,7 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 	if (ret)
 		return end_change(w, ret, 0);
 	isize = btrfs_inode_size(&ii);
-	nodatasum = !!(btrfs_inode_flags(&ii) & BTRFS_INODE_NODATASUM_FLAG);
+	iflags = btrfs_inode_flags(&ii);
 	if (is_inline) {
 		u64 newsize = isize > off + len ? isize : off + len;
 
@@ -388,7 +491,7 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 			}
 			ret = fs_drop_extents(fs, sv, ino.ino, 0, (u64)-1);
 			if (ret == 0)
-				ret = write_extents(fs, sv, ino.ino, nodatasum, tmp, ss, 0);
+				ret = write_extents(fs, sv, ino.ino, iflags, tmp, ss, 0);
 			free(tmp);
 			tmp = NULL;
 			if (ret)
@@ -420,7 +523,7 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 		} else if (ret == 0) {
 			struct size_update u = { newsize, 0, 1 };
 
-			ret = write_extents(fs, sv, ino.ino, nodatasum, tmp,
+			ret = write_extents(fs, sv, ino.ino, iflags, tmp,
 					    (newsize + ss - 1) / ss * ss, 0);
 			if (ret == 0)
 				ret = modify_inode(fs, sv, ino.ino, update_size, &u);
@@ -447,7 +550,7 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 	memcpy(tmp + (off - astart), buf, len);
 	ret = fs_drop_extents(fs, sv, ino.ino, astart, aend);
 	if (ret == 0)
-		ret = write_extents(fs, sv, ino.ino, nodatasum, tmp, aend - astart, astart);
+		ret = write_extents(fs, sv, ino.ino, iflags, tmp, aend - astart, astart);
 	if (ret == 0) {
 		struct size_update u = { off + len, 0, 0 };
 
@@ -494,9 +597,8 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 				if (ret == 0)
 					ret = modify_inode(fs, sv, ino.ino, update_size, &u);
 			} else {
-				ret = write_extents(fs, sv, ino.ino,
-						    !!(btrfs_inode_flags(&ii) & BTRFS_INODE_NODATASUM_FLAG),
-						    head, ss, from);
+				ret = write_extents(fs, sv, ino.ino, btrfs_inode_flags(&ii), head, ss,
+						    from);
 			}
 		}
 		free(head);

@@ -1017,3 +1017,41 @@ int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_s
 		ret = modify_inode(fs, sv, ino.ino, apply_attr, &a);
 	return end_change(w, ret, 1);
 }
+
+int butter_set_compression(struct butter_fs *fs, const char *spec, int force)
+{
+	struct fs_write_state *w = fs->w;
+	int type, level = 0, max_level = 0;
+	const char *colon = strchr(spec, ':');
+	size_t nlen = colon ? (size_t)(colon - spec) : strlen(spec);
+
+	if (!w)
+		return -EROFS;
+	if ((nlen == 2 && !strncmp(spec, "no", 2)) || (nlen == 4 && !strncmp(spec, "none", 4))) {
+		type = BTRFS_COMPRESS_NONE;
+	} else if (nlen == 4 && !strncmp(spec, "zlib", 4)) {
+		type = BTRFS_COMPRESS_ZLIB;
+		max_level = 9;
+	} else if (nlen == 3 && !strncmp(spec, "lzo", 3)) {
+		type = BTRFS_COMPRESS_LZO;
+	} else if (nlen == 4 && !strncmp(spec, "zstd", 4)) {
+		type = BTRFS_COMPRESS_ZSTD;
+		max_level = 15;
+	} else {
+		return -EINVAL;
+	}
+	if (colon) {
+		char *end;
+		long v = strtol(colon + 1, &end, 10);
+
+		if (!max_level || *end || end == colon + 1 || v < 1 || v > max_level)
+			return -EINVAL;
+		level = (int)v;
+	}
+	pthread_mutex_lock(&w->lock);
+	w->compress_type = type;
+	w->compress_level = level;
+	w->compress_force = type != BTRFS_COMPRESS_NONE && force;
+	pthread_mutex_unlock(&w->lock);
+	return 0;
+}

@@ -15,6 +15,10 @@
 #define META_LOW_WATER (32ULL << 20)  /* below this much free metadata, add a chunk */
 #define META_RESERVE (4ULL << 20)     /* changes stop here; deletions may use a quarter */
 #define BTRFS_INODE_NODATASUM_FLAG (1ULL << 0)
+#define BTRFS_INODE_NODATACOW_FLAG (1ULL << 1)
+#define BTRFS_INODE_NOCOMPRESS_FLAG (1ULL << 3)
+#define BTRFS_INODE_COMPRESS_FLAG (1ULL << 11)
+#define COMPRESSED_EXTENT_MAX (128ULL << 10) /* ram bytes of one compressed extent */
 
 struct fs_write_state {
 	pthread_mutex_t lock;
@@ -24,6 +28,9 @@ struct fs_write_state {
 	struct tree_root fst;
 	struct tree_root uuid_tree;  /* objectid 0: the filesystem has none */
 	u64 data_profile;
+	/* compression of new data: BTRFS_COMPRESS_* (NONE: off), level (0: default) */
+	int compress_type, compress_level;
+	int compress_force;          /* keep trying after data did not compress */
 };
 
 struct dir_update {
