@@ -114,6 +114,20 @@ int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_create(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_snapshot(const struct cli_command *cmd, int argc, char **argv);
 int cmd_rm(const struct cli_command *cmd, int argc, char **argv);
+int cmd_filesystem(const struct cli_command *cmd, int argc, char **argv);
+
+/* One `btrfs filesystem df` style line: "Data, single: total=..., used=..." (cmd_info.c). */
+void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_t used, bool raw);
+
+/*
+ * control.c: the same commands on a live `butter mount`, through its control
+ * ioctls. Each returns an exit status and reports its own errors.
+ */
+struct butter_subvol_info;
+int ctl_subvol(const char *what, const char *src, const char *path, bool readonly);
+int ctl_subvol_list(const char *path, int (*print)(void *arg, const struct butter_subvol_info *si),
+		    void *arg);
+int ctl_filesystem(const char *what, const char *path, const char *label);
 int cmd_subvolume_delete(const struct cli_command *cmd, int argc, char **argv);
 int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv);
 int cmd_put(const struct cli_command *cmd, int argc, char **argv);

@@ -34,6 +34,16 @@ static const char *space_type(uint64_t flags)
 	}
 }
 
+void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_t used, bool raw)
+{
+	const char *profile = butter_profile_name(flags);
+	char a[32], b[32];
+
+	printf("%s%s, %s: total=%s, used=%s\n", indent, space_type(flags),
+	       profile ? profile : "unknown", cli_size(a, sizeof(a), total, raw),
+	       cli_size(b, sizeof(b), used, raw));
+}
+
 static int devid_cmp(const void *a, const void *b)
 {
 	const struct butter_device_info *x = a, *y = b;
@@ -152,10 +162,7 @@ int cmd_info(const struct cli_command *cmd, int argc, char **argv)
 			status = CLI_EXIT_ERROR;
 			break;
 		}
-		const char *profile = butter_profile_name(sp.flags);
-		printf("  %s, %s: total=%s, used=%s\n", space_type(sp.flags),
-		       profile ? profile : "unknown", cli_size(a, sizeof(a), sp.total, raw),
-		       cli_size(b, sizeof(b), sp.used, raw));
+		cli_print_space("  ", sp.flags, sp.total, sp.used, raw);
 	}
 
 out:

@@ -1,12 +1,15 @@
 /*
- * cmd_subvol.c — `butter subvolume list`: one line per subvolume in the
- * format of `btrfs subvolume list`, with the same optional columns
- * (-c, -q, -R, -u) in the same order, plus -f for a read-only marker.
+ * cmd_subvol.c — `butter subvolume list|create|snapshot|delete` on an image
+ * file, or (without IMAGE) on paths inside a live `butter mount` (control.c).
+ * list prints one line per subvolume in the format of `btrfs subvolume
+ * list`, with the same optional columns (-c, -q, -R, -u) in the same order,
+ * plus -f for a read-only marker.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "copyin.h"
@@ -79,6 +82,12 @@ int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv)
 	if (argc - optind > 1)
 		return cli_usage_error(cmd, "too many arguments");
 	const char *image = argv[optind];
+	struct stat st;
+
+	if (stat(image, &st) == 0 && S_ISDIR(st.st_mode) && args.ndevices == 0) {
+		free(args.devices);
+		return ctl_subvol_list(image, print_subvol, &o);
+	}
 
 	struct butter_fs *fs;
 	if (cli_open(&args, image, &fs) < 0) {
@@ -154,10 +163,16 @@ static int subvol_edit(const struct cli_command *cmd, int argc, char **argv, int
 	while ((c = cli_getopt(&args, argc, argv, is_snapshot ? ":hr" : ":h", longopts)) != -1)
 		if (c == 'r')
 			readonly = 1;
+	if (argc - optind == npaths && args.ndevices == 0) {
+		/* no IMAGE: paths inside a live `butter mount` */
+		free(args.devices);
+		return ctl_subvol(is_delete ? "delete" : "create", is_snapshot ? argv[optind] : NULL,
+				  argv[optind + npaths - 1], readonly);
+	}
 	if (argc - optind != 1 + npaths) {
 		free(args.devices);
-		return cli_usage_error(cmd, argc - optind < 1 + npaths ? "missing arguments"
-								       : "too many arguments");
+		return cli_usage_error(cmd, argc - optind < npaths ? "missing arguments"
+								   : "too many arguments");
 	}
 	target = argv[optind + npaths];
 	if (copyin_open_rw(argv[optind], args.devices, args.ndevices, &fs) < 0)
@@ -217,4 +232,93 @@ int cmd_subvolume_snapshot(const struct cli_command *cmd, int argc, char **argv)
 int cmd_subvolume_delete(const struct cli_command *cmd, int argc, char **argv)
 {
 	return subvol_edit(cmd, argc, argv, 0);
+}
+
+/* butter filesystem df|show|sync|label IMAGE|PATH [LABEL] */
+int cmd_filesystem(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	const char *what = cmd->name + strlen("filesystem "), *target, *label = NULL;
+	struct butter_info bi;
+	struct butter_fs *fs;
+	struct stat st;
+	int c, ret, status = CLI_EXIT_OK;
+	int nmax = !strcmp(what, "label") ? 2 : 1;
+
+	while ((c = cli_getopt(&args, argc, argv, ":h", longopts)) != -1)
+		;
+	if (argc - optind < 1 || argc - optind > nmax) {
+		free(args.devices);
+		return cli_usage_error(cmd, argc - optind < 1 ? "missing IMAGE or PATH"
+							      : "too many arguments");
+	}
+	target = argv[optind];
+	if (argc - optind == 2)
+		label = argv[optind + 1];
+	if (stat(target, &st) == 0 && S_ISDIR(st.st_mode) && args.ndevices == 0) {
+		free(args.devices);
+		return ctl_filesystem(what, target, label);
+	}
+	if (!strcmp(what, "sync")) {
+		free(args.devices);
+		return CLI_EXIT_OK; /* an image is consistent whenever no one has it open */
+	}
+	if (label) {
+		if (copyin_open_rw(target, args.devices, args.ndevices, &fs) < 0) {
+			free(args.devices);
+			return CLI_EXIT_ERROR;
+		}
+		ret = butter_set_label(fs, label);
+		if (ret < 0) {
+			cli_error("%s: setting the label: %s", target, strerror(-ret));
+			status = CLI_EXIT_ERROR;
+		}
+		butter_close(fs);
+		free(args.devices);
+		return status;
+	}
+	if (cli_open(&args, target, &fs) < 0) {
+		free(args.devices);
+		return CLI_EXIT_ERROR;
+	}
+	ret = butter_get_info(fs, &bi);
+	if (ret == 0 && !strcmp(what, "label")) {
+		printf("%s\n", bi.label);
+	} else if (ret == 0 && !strcmp(what, "show")) {
+		char u[37];
+
+		printf("Label: %s  uuid: %s\n", bi.label[0] ? bi.label : "none", cli_uuid(u, bi.fsid));
+		printf("\tTotal devices %" PRIu64 " FS bytes used %" PRIu64 "\n", bi.num_devices,
+		       bi.bytes_used);
+		for (size_t i = 0;; i++) {
+			struct butter_device_info di;
+
+			if (butter_get_device(fs, i, &di) < 0)
+				break;
+			printf("\tdevid %4" PRIu64 " size %" PRIu64 " used %" PRIu64 " path %s\n",
+			       di.devid, di.total_bytes, di.bytes_used, di.path ? di.path : "<missing>");
+		}
+	} else if (ret == 0) {
+		for (size_t i = 0;; i++) {
+			struct butter_space_info sp;
+
+			ret = butter_get_space(fs, i, &sp);
+			if (ret < 0)
+				break;
+			cli_print_space("", sp.flags, sp.total, sp.used, false);
+		}
+		if (ret == -ENOENT)
+			ret = 0;
+	}
+	if (ret < 0) {
+		cli_error("%s: %s", target, strerror(-ret));
+		status = CLI_EXIT_ERROR;
+	}
+	butter_close(fs);
+	free(args.devices);
+	return cli_finish_stdout(status);
 }

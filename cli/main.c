@@ -69,7 +69,7 @@ static const struct cli_command commands[] = {
 		.name = "subvolume list",
 		.main = cmd_subvolume_list,
 		.summary = "list the subvolumes and snapshots",
-		.synopsis = "[-r] [-f] [-u] [-q] [-R] [-c] [--device DEV]... IMAGE",
+		.synopsis = "[-r] [-f] [-u] [-q] [-R] [-c] [--device DEV]... IMAGE|PATH",
 		.usage = "One line per subvolume, as `btrfs subvolume list` prints it:\n"
 			 "  ID <id> gen <gen> top level <parent id> path <path>\n"
 			 "\n"
@@ -84,17 +84,49 @@ static const struct cli_command commands[] = {
 		.name = "subvolume create",
 		.main = cmd_subvolume_create,
 		.summary = "create an empty subvolume in an image",
-		.synopsis = "[--device DEV]... IMAGE PATH",
-		.usage = "Create the empty subvolume PATH (its parent directory must exist).\n",
+		.synopsis = "[--device DEV]... [IMAGE] PATH",
+		.usage = "Create the empty subvolume PATH (its parent directory must exist):\n"
+			 "inside IMAGE, or without IMAGE a path inside a live `butter mount`.\n",
+	},
+	{
+		.name = "filesystem df",
+		.main = cmd_filesystem,
+		.summary = "space by chunk type and profile",
+		.synopsis = "[--device DEV]... IMAGE|PATH",
+		.usage = "One line per kind of chunk, as `btrfs filesystem df`. IMAGE is an\n"
+			 "image file or device; PATH a directory inside a live `butter mount`.\n",
+	},
+	{
+		.name = "filesystem show",
+		.main = cmd_filesystem,
+		.summary = "label, uuid, size and devices",
+		.synopsis = "[--device DEV]... IMAGE|PATH",
+		.usage = "The label, fsid, bytes used and (for an image) every device.\n",
+	},
+	{
+		.name = "filesystem sync",
+		.main = cmd_filesystem,
+		.summary = "commit what a live mount has written",
+		.synopsis = "PATH",
+		.usage = "Commit everything written to the `butter mount` holding PATH so far.\n",
+	},
+	{
+		.name = "filesystem label",
+		.main = cmd_filesystem,
+		.summary = "show or set the label",
+		.synopsis = "[--device DEV]... IMAGE|PATH [LABEL]",
+		.usage = "Print the label, or set it to LABEL (at most 255 bytes; committed).\n",
 	},
 	{
 		.name = "subvolume snapshot",
 		.main = cmd_subvolume_snapshot,
 		.summary = "snapshot a subvolume of an image",
-		.synopsis = "[-r] [--device DEV]... IMAGE SOURCE PATH",
+		.synopsis = "[-r] [--device DEV]... [IMAGE] SOURCE PATH",
 		.usage = "Make PATH a snapshot of the subvolume SOURCE (both paths inside the\n"
-			 "image; PATH's parent directory must exist). It costs the same whatever\n"
-			 "the size of SOURCE: the two share every block until either changes.\n"
+			 "image, or without IMAGE inside a live `butter mount`, where the\n"
+			 "snapshot holds everything written before the command; PATH's parent\n"
+			 "directory must exist). It costs the same whatever the size of SOURCE:\n"
+			 "the two share every block until either changes.\n"
 			 "\n"
 			 "  -r, --readonly  a read-only snapshot\n",
 	},
@@ -102,8 +134,9 @@ static const struct cli_command commands[] = {
 		.name = "subvolume delete",
 		.main = cmd_subvolume_delete,
 		.summary = "delete a subvolume or snapshot of an image",
-		.synopsis = "[--device DEV]... IMAGE PATH",
-		.usage = "Delete the subvolume or snapshot PATH with everything in it, and free\n"
+		.synopsis = "[--device DEV]... [IMAGE] PATH",
+		.usage = "Delete the subvolume or snapshot PATH (in IMAGE, or without IMAGE in a\n"
+			 "live `butter mount`) with everything in it, and free\n"
 			 "the space only it used. A subvolume that contains subvolumes is refused.\n",
 	},
 	{

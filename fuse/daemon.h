@@ -46,6 +46,11 @@ struct daemon {
 /* The request handlers (ops.c). */
 extern const struct fuse_lowlevel_ops butter_fuse_ops;
 
+/* The control ioctls of <butter/control.h> (control.c). */
+void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		       struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		       size_t in_bufsz, size_t out_bufsz);
+
 /* Report @msg at @level (a BUTTER_LOG_* value): stderr, or syslog once daemonized. */
 void daemon_log(struct daemon *d, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

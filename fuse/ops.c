@@ -158,6 +158,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 */
 	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
 		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	/* control ioctls (control.c) work on directories too */
+	if (conn->capable & FUSE_CAP_IOCTL_DIR)
+		conn->want |= FUSE_CAP_IOCTL_DIR;
 	conn->max_write = o->max_write;
 	if (o->max_readahead)
 		conn->max_readahead = o->max_readahead;
@@ -955,4 +958,5 @@ const struct fuse_lowlevel_ops butter_fuse_ops = {
 	.removexattr = op_removexattr,
 	.create = op_create,
 	.lseek = op_lseek,
+	.ioctl = butter_fuse_ioctl,
 };

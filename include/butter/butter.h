@@ -349,6 +349,9 @@ int butter_set_compression(struct butter_fs *fs, const char *spec, int force);
  */
 int butter_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size);
 
+/* Set the filesystem label (at most 255 bytes; -EINVAL if longer); committed at once. */
+int butter_set_label(struct butter_fs *fs, const char *label);
+
 /* ---- making filesystems ------------------------------------------------- */
 
 /* Profile values for butter_mkfs_opts (0 means the mkfs.btrfs default). */

@@ -1055,3 +1055,21 @@ int butter_set_compression(struct butter_fs *fs, const char *spec, int force)
 	pthread_mutex_unlock(&w->lock);
 	return 0;
 }
+
+int butter_set_label(struct butter_fs *fs, const char *label)
+{
+	struct fs_write_state *w;
+	size_t len = strlen(label);
+	int ret;
+
+	if (len >= BTRFS_LABEL_SIZE)
+		return -EINVAL;
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	memset(fs->vol.super.label, 0, BTRFS_LABEL_SIZE);
+	memcpy(fs->vol.super.label, label, len);
+	w->txn.super_dirty = 1;
+	ret = txn_commit(&w->txn);
+	return end_change(w, ret, 0);
+}

@@ -231,7 +231,7 @@ int txn_commit(struct txn_ctx *ctx)
 		return -EROFS;
 	if (!ctx->running)
 		return 0;
-	if (!ctx->tt.dirty && !extent_commit_pending(ctx->es)) {
+	if (!ctx->tt.dirty && !extent_commit_pending(ctx->es) && !ctx->super_dirty) {
 		/* nothing changed: the on-disk state is current */
 		ctx->running = 0;
 		return 0;
@@ -276,6 +276,7 @@ int txn_commit(struct txn_ctx *ctx)
 	tree_trans_release_dirty(&ctx->tt);
 	ctx->root_tree->dirty = 0;
 	ctx->chunk_tree->dirty = 0;
+	ctx->super_dirty = 0;
 	ctx->running = 0;
 	return ret;
 abort:

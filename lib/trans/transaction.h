@@ -35,6 +35,7 @@ struct txn_ctx {
 	struct tree_root **roots;      /* trees with a ROOT_ITEM in the root tree */
 	size_t nroots;
 	int running;
+	int super_dirty;               /* the superblock alone changed (label): commit anyway */
 	int aborted;                   /* an error poisoned the filesystem: no more commits */
 	struct tree_trans tt;
 };

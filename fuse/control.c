@@ -1,0 +1,211 @@
+/*
+ * control.c — the daemon's side of <butter/control.h>: ioctls on files and
+ * directories of the mount that manage subvolumes and the filesystem.
+ *
+ * Every request has the fixed size its command encodes (the kernel copies
+ * exactly that much in and out); a request of another size, or an unknown
+ * command, is ENOTTY, as for any file that does not know an ioctl. Changes
+ * (create, snapshot, delete, sync, label) need a read-write mount and take
+ * fs_lock exclusive; after a name appears or disappears in a directory the
+ * kernel's cached entry for it is dropped (notify_inval_entry), so the mount
+ * shows the change at once.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <butter/control.h>
+
+#include "daemon.h"
+
+/* Copy @src into the fixed buffer @dst of @cap bytes, NUL-terminated; -ENAMETOOLONG if cut. */
+static int copy_str(char *dst, size_t cap, const char *src)
+{
+	size_t n = strlen(src);
+
+	if (n >= cap)
+		return -ENAMETOOLONG;
+	memcpy(dst, src, n + 1);
+	return 0;
+}
+
+/* The request's name field: NUL-terminated, a single component. */
+static int check_req_name(const struct butter_ioc_subvol *s, size_t *len)
+{
+	*len = strnlen(s->name, sizeof(s->name));
+	if (*len == sizeof(s->name))
+		return -ENAMETOOLONG;
+	if (*len == 0 || memchr(s->name, '/', *len) || !strcmp(s->name, ".") ||
+	    !strcmp(s->name, ".."))
+		return -EINVAL;
+	return 0;
+}
+
+struct next_ctx {
+	uint64_t start;
+	struct butter_ioc_subvol_next *out;
+	int found, err;
+};
+
+static int take_first(void *arg, const struct butter_subvol_info *info)
+{
+	struct next_ctx *c = arg;
+
+	if (info->id < c->start)
+		return 0;
+	c->out->id = info->id;
+	c->out->parent = info->parent_id;
+	c->out->generation = info->generation;
+	c->out->otransid = info->otransid;
+	c->out->flags = info->flags;
+	memcpy(c->out->uuid, info->uuid, 16);
+	memcpy(c->out->parent_uuid, info->parent_uuid, 16);
+	memcpy(c->out->received_uuid, info->received_uuid, 16);
+	c->err = copy_str(c->out->path, sizeof(c->out->path), info->path);
+	c->found = 1;
+	return 1; /* stop */
+}
+
+static int do_subvol_change(struct daemon *d, unsigned cmd, fuse_ino_t dirnode,
+			    struct butter_ioc_subvol *s)
+{
+	butter_ino_t dir;
+	size_t len;
+	int ret = check_req_name(s, &len);
+
+	if (ret == 0 && d->readonly)
+		ret = -EROFS;
+	if (ret == 0)
+		ret = nodes_resolve(&d->nodes, dirnode, &dir);
+	if (ret)
+		return ret;
+	pthread_rwlock_wrlock(&d->fs_lock);
+	if (cmd == (unsigned)BUTTER_IOC_SUBVOL_CREATE)
+		ret = butter_subvol_create(d->fs, dir, s->name, len, &s->id);
+	else if (cmd == (unsigned)BUTTER_IOC_SNAPSHOT)
+		ret = butter_snapshot(d->fs, s->src_subvol, dir, s->name, len, (unsigned)s->flags,
+				      &s->id);
+	else
+		ret = butter_subvol_delete(d->fs, dir, s->name, len);
+	pthread_rwlock_unlock(&d->fs_lock);
+	return ret;
+}
+
+void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		       struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		       size_t in_bufsz, size_t out_bufsz)
+{
+	struct daemon *d = fuse_req_userdata(req);
+	union {
+		struct butter_ioc_info info;
+		struct butter_ioc_subvol subvol;
+		struct butter_ioc_subvol_next next;
+		struct butter_ioc_fs_info fs;
+		struct butter_ioc_space space;
+		struct butter_ioc_label label;
+	} u;
+	size_t size = _IOC_SIZE(cmd), out = 0;
+	int ret = 0, inval = 0;
+
+	(void)arg;
+	(void)fi;
+	if (flags & FUSE_IOCTL_COMPAT) {
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	if (_IOC_TYPE(cmd) != BUTTER_IOC_MAGIC || size > sizeof(u) ||
+	    ((_IOC_DIR(cmd) & _IOC_WRITE) && in_bufsz != size) ||
+	    ((_IOC_DIR(cmd) & _IOC_READ) && out_bufsz != size)) {
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	memset(&u, 0, sizeof(u));
+	if (in_bufsz)
+		memcpy(&u, in_buf, in_bufsz);
+	switch (cmd) {
+	case BUTTER_IOC_INFO: {
+		butter_ino_t id;
+
+		ret = nodes_resolve(&d->nodes, ino, &id);
+		u.info.version = BUTTER_IOC_VERSION;
+		u.info.subvol = id.subvol;
+		u.info.ino = id.ino;
+		out = sizeof(u.info);
+		break;
+	}
+	case BUTTER_IOC_SUBVOL_CREATE:
+	case BUTTER_IOC_SNAPSHOT:
+	case BUTTER_IOC_SUBVOL_DELETE:
+		ret = do_subvol_change(d, cmd, ino, &u.subvol);
+		out = cmd == (unsigned)BUTTER_IOC_SUBVOL_DELETE ? 0 : sizeof(u.subvol);
+		inval = ret == 0;
+		break;
+	case BUTTER_IOC_SUBVOL_NEXT: {
+		struct butter_ioc_subvol_next *n = &u.next;
+		struct next_ctx c = { n->id, n, 0, 0 };
+
+		pthread_rwlock_rdlock(&d->fs_lock);
+		ret = butter_subvol_list(d->fs, take_first, &c);
+		pthread_rwlock_unlock(&d->fs_lock);
+		if (ret >= 0)
+			ret = c.err ? c.err : c.found ? 0 : -ENOENT;
+		out = sizeof(*n);
+		break;
+	}
+	case BUTTER_IOC_SYNC:
+		pthread_rwlock_wrlock(&d->fs_lock);
+		ret = d->readonly ? 0 : butter_sync(d->fs);
+		pthread_rwlock_unlock(&d->fs_lock);
+		break;
+	case BUTTER_IOC_FS_INFO: {
+		struct butter_info bi;
+
+		pthread_rwlock_rdlock(&d->fs_lock);
+		ret = butter_get_info(d->fs, &bi);
+		pthread_rwlock_unlock(&d->fs_lock);
+		if (ret == 0) {
+			ret = copy_str(u.fs.label, sizeof(u.fs.label), bi.label);
+			memcpy(u.fs.fsid, bi.fsid, 16);
+			u.fs.generation = bi.generation;
+			u.fs.total_bytes = bi.total_bytes;
+			u.fs.bytes_used = bi.bytes_used;
+			u.fs.num_devices = bi.num_devices;
+			u.fs.nodesize = bi.nodesize;
+			u.fs.sectorsize = bi.sectorsize;
+			u.fs.csum_type = bi.csum_type;
+		}
+		out = sizeof(u.fs);
+		break;
+	}
+	case BUTTER_IOC_SPACE: {
+		struct butter_space_info si;
+
+		pthread_rwlock_rdlock(&d->fs_lock);
+		ret = butter_get_space(d->fs, (size_t)u.space.idx, &si);
+		pthread_rwlock_unlock(&d->fs_lock);
+		u.space.flags = si.flags;
+		u.space.total = si.total;
+		u.space.used = si.used;
+		out = sizeof(u.space);
+		break;
+	}
+	case BUTTER_IOC_SET_LABEL:
+		if (strnlen(u.label.label, sizeof(u.label.label)) == sizeof(u.label.label)) {
+			ret = -EINVAL;
+			break;
+		}
+		pthread_rwlock_wrlock(&d->fs_lock);
+		ret = d->readonly ? -EROFS : butter_set_label(d->fs, u.label.label);
+		pthread_rwlock_unlock(&d->fs_lock);
+		break;
+	default:
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fuse_reply_ioctl(req, 0, out ? &u : NULL, out);
+	if (inval)
+		fuse_lowlevel_notify_inval_entry(d->se, ino, u.subvol.name, strlen(u.subvol.name));
+}

@@ -1,0 +1,92 @@
+/*
+ * control.h — controlling a mounted butter filesystem: ioctls on any
+ * directory (or file) inside a `butter mount`, answered by the daemon.
+ *
+ * Why ioctls: they travel with an open file descriptor through the kernel's
+ * FUSE driver to the daemon that serves that very mount, need no second
+ * channel to find or secure, and carry the caller's credentials. Each
+ * request is a fixed-size struct (FUSE passes "restricted" ioctls whose
+ * size is encoded in the command), so paths and names have fixed caps.
+ *
+ *   BUTTER_IOC_INFO           what the fd names: subvolume id and inode
+ *   BUTTER_IOC_SUBVOL_CREATE  new empty subvolume @name in the fd's directory
+ *   BUTTER_IOC_SNAPSHOT       snapshot of subvolume @src_subvol as @name there
+ *   BUTTER_IOC_SUBVOL_DELETE  delete the subvolume @name in the fd's directory
+ *   BUTTER_IOC_SUBVOL_NEXT    the first subvolume with id >= @id (iterate)
+ *   BUTTER_IOC_SYNC           commit everything written so far
+ *   BUTTER_IOC_FS_INFO        label, fsid, sizes, devices
+ *   BUTTER_IOC_SPACE          the @idx-th kind of chunk (df)
+ *   BUTTER_IOC_SET_LABEL      change the label (committed)
+ * Errors come back as errno of the ioctl(2) call, as the library's.
+ * A snapshot or subvolume change commits first, so it sees every write
+ * made before the call.
+ */
+#ifndef BUTTER_CONTROL_H
+#define BUTTER_CONTROL_H
+
+#include <stdint.h>
+#include <sys/ioctl.h>
+
+#define BUTTER_IOC_MAGIC 0xB7
+#define BUTTER_IOC_VERSION 1
+#define BUTTER_IOC_NAME_MAX 255
+#define BUTTER_IOC_PATH_MAX 4000
+#define BUTTER_IOC_LABEL_MAX 255
+
+struct butter_ioc_info {
+	uint32_t version;       /* BUTTER_IOC_VERSION */
+	uint32_t reserved;
+	uint64_t subvol;        /* the subvolume holding the fd's inode */
+	uint64_t ino;           /* its inode number in that subvolume */
+};
+
+struct butter_ioc_subvol {
+	uint64_t src_subvol;    /* SNAPSHOT: the subvolume to snapshot */
+	uint64_t flags;         /* SNAPSHOT: BUTTER_SNAPSHOT_RDONLY */
+	uint64_t id;            /* out: the new subvolume's id */
+	char name[BUTTER_IOC_NAME_MAX + 1]; /* NUL-terminated */
+};
+
+struct butter_ioc_subvol_next {
+	uint64_t id;            /* in: start here; out: the subvolume found */
+	uint64_t parent;        /* out: parent subvolume id (0 for 5) */
+	uint64_t generation;
+	uint64_t otransid;      /* generation at creation */
+	uint64_t flags;         /* root item flags (BTRFS_ROOT_SUBVOL_RDONLY = 1) */
+	uint8_t uuid[16], parent_uuid[16], received_uuid[16];
+	char path[BUTTER_IOC_PATH_MAX]; /* from the top level, NUL-terminated */
+};
+
+struct butter_ioc_fs_info {
+	char label[BUTTER_IOC_LABEL_MAX + 1];
+	uint8_t fsid[16];
+	uint64_t generation;
+	uint64_t total_bytes;
+	uint64_t bytes_used;
+	uint64_t num_devices;
+	uint32_t nodesize, sectorsize;
+	uint32_t csum_type;
+	uint32_t reserved;
+};
+
+struct butter_ioc_space {
+	uint64_t idx;           /* in */
+	uint64_t flags;         /* out: BTRFS_BLOCK_GROUP_* type and profile */
+	uint64_t total, used;
+};
+
+struct butter_ioc_label {
+	char label[BUTTER_IOC_LABEL_MAX + 1];
+};
+
+#define BUTTER_IOC_INFO _IOR(BUTTER_IOC_MAGIC, 1, struct butter_ioc_info)
+#define BUTTER_IOC_SUBVOL_CREATE _IOWR(BUTTER_IOC_MAGIC, 2, struct butter_ioc_subvol)
+#define BUTTER_IOC_SNAPSHOT _IOWR(BUTTER_IOC_MAGIC, 3, struct butter_ioc_subvol)
+#define BUTTER_IOC_SUBVOL_DELETE _IOW(BUTTER_IOC_MAGIC, 4, struct butter_ioc_subvol)
+#define BUTTER_IOC_SUBVOL_NEXT _IOWR(BUTTER_IOC_MAGIC, 5, struct butter_ioc_subvol_next)
+#define BUTTER_IOC_SYNC _IO(BUTTER_IOC_MAGIC, 6)
+#define BUTTER_IOC_FS_INFO _IOR(BUTTER_IOC_MAGIC, 7, struct butter_ioc_fs_info)
+#define BUTTER_IOC_SPACE _IOWR(BUTTER_IOC_MAGIC, 8, struct butter_ioc_space)
+#define BUTTER_IOC_SET_LABEL _IOW(BUTTER_IOC_MAGIC, 9, struct butter_ioc_label)
+
+#endif
