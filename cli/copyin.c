@@ -104,7 +104,8 @@ static const char *image_errstr(int err)
 	case EOPNOTSUPP:
 		return "not supported by butter yet";
 	case EROFS:
-		return "the image takes no more changes after an earlier error";
+		return "Read-only file system (a read-only snapshot, or the image took an "
+		       "error earlier)";
 	case ENOSPC:
 		return "no space left in the image";
 	case EUCLEAN:

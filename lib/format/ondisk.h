@@ -255,6 +255,8 @@ static inline u64 btrfs_sb_offset(int mirror)
 /* root item flags */
 #define BTRFS_ROOT_SUBVOL_RDONLY (1ULL << 0)
 #define BTRFS_ROOT_SUBVOL_DEAD (1ULL << 48) /* deletion under way */
+/* in a root item's embedded inode flags: the root item's flags are valid (else a kernel clears them) */
+#define BTRFS_INODE_ROOT_ITEM_INIT (1ULL << 31)
 
 /* file extent types and compression */
 #define BTRFS_FILE_EXTENT_INLINE 0

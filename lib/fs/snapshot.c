@@ -20,8 +20,9 @@
  *      holds is descended into and freed, with the data references of its
  *      leaves. Then the root item and the orphan item go. This runs in one
  *      transaction; a crash in between leaves step 1's state, and the next
- *      read-write open drops every such orphan tree again from its root
- *      (also those the kernel left).
+ *      read-write open drops every such orphan tree again from its root. A
+ *      drop the kernel left half done (drop_progress, drop_level in the root
+ *      item) goes on from where it stopped.
  * Before leaving a shared block, its part of the tree that was written by
  * the dying tree itself (generation newer than its creation) is converted to
  * full backrefs, so the trees still sharing it do not depend on keyed
@@ -122,6 +123,7 @@ int butter_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 	btrfs_set_root_bytes_used(&ri, sv->root.bytes_used);
 	btrfs_set_root_refs(&ri, 1);
 	btrfs_set_root_flags(&ri, sv->flags);
+	btrfs_set_inode_flags(&ri.inode, btrfs_inode_flags(&ri.inode) | BTRFS_INODE_ROOT_ITEM_INIT);
 	memset(&ri.drop_progress, 0, sizeof(ri.drop_progress));
 	ri.drop_level = 0;
 	memcpy(ri.parent_uuid, ri.uuid, BTRFS_UUID_SIZE);
@@ -219,6 +221,26 @@ static int convert_to_full_backref(struct drop_ctx *d, struct tree_node *node)
 	return apply_refs_if_many(d);
 }
 
+/* Drop our reference to @node, held by @parent (NULL: the root item). */
+static int drop_own_ref(struct drop_ctx *d, const struct tree_node *node,
+			const struct tree_node *parent, u64 parent_flags)
+{
+	struct delayed_ref ref;
+
+	memset(&ref, 0, sizeof(ref));
+	ref.bytenr = node->bytenr;
+	ref.num_bytes = d->es->vol->nodesize;
+	ref.owner = node->level;
+	ref.delta = -1;
+	if (node->nritems)
+		node_key(node, 0, &ref.first_key);
+	if (parent && (parent_flags & BTRFS_BLOCK_FLAG_FULL_BACKREF))
+		ref.parent = parent->bytenr;
+	else
+		ref.root = parent ? parent->owner : d->root_id;
+	return extent_queue_ref(d->es, &ref);
+}
+
 /*
  * Drop the reference @parent (NULL: the root item) holds to @node, first
  * dropping everything below @node when that reference is its last.
@@ -226,7 +248,6 @@ static int convert_to_full_backref(struct drop_ctx *d, struct tree_node *node)
 static int drop_block(struct drop_ctx *d, struct tree_node *node, const struct tree_node *parent,
 		      u64 parent_flags)
 {
-	struct delayed_ref ref;
 	u64 refs, flags;
 	u32 slot;
 	int ret;
@@ -235,8 +256,12 @@ static int drop_block(struct drop_ctx *d, struct tree_node *node, const struct t
 	if (ret)
 		return ret;
 	if (refs > 1) {
-		if (parent && !(flags & BTRFS_BLOCK_FLAG_FULL_BACKREF) &&
-		    node->generation > d->created)
+		/*
+		 * Even when @node has full backrefs already (a drop that stopped
+		 * half way), blocks below it may not have them yet.
+		 */
+		if (parent && node->generation > d->created &&
+		    !(node->level == 0 && (flags & BTRFS_BLOCK_FLAG_FULL_BACKREF)))
 			ret = convert_to_full_backref(d, node);
 	} else if (node->level > 0) {
 		for (slot = 0; slot < node->nritems && ret == 0; slot++) {
@@ -255,20 +280,56 @@ static int drop_block(struct drop_ctx *d, struct tree_node *node, const struct t
 	}
 	if (ret)
 		return ret;
-	memset(&ref, 0, sizeof(ref));
-	ref.bytenr = node->bytenr;
-	ref.num_bytes = d->es->vol->nodesize;
-	ref.owner = node->level;
-	ref.delta = -1;
-	if (node->nritems)
-		node_key(node, 0, &ref.first_key);
-	if (parent && (parent_flags & BTRFS_BLOCK_FLAG_FULL_BACKREF))
-		ref.parent = parent->bytenr;
-	else
-		ref.root = parent ? parent->owner : d->root_id;
-	ret = extent_queue_ref(d->es, &ref);
+	ret = drop_own_ref(d, node, parent, parent_flags);
 	if (ret == 0)
 		ret = apply_refs_if_many(d);
+	return ret;
+}
+
+/*
+ * Go on with a drop another run left at @key on level @drop_level (the
+ * root item's drop_progress and drop_level, as the kernel records them):
+ * on the path to @key, children left of it are gone already; at
+ * @drop_level the child at @key is the first not yet dropped, above it the
+ * child holding @key was partly dropped.
+ */
+static int drop_resume(struct drop_ctx *d, struct tree_node *node, const struct tree_node *parent,
+		       u64 parent_flags, const struct btrfs_key *key, int drop_level)
+{
+	u64 refs, flags;
+	u32 slot;
+	int ret;
+
+	if (node->level < drop_level || node->level == 0)
+		return BLOG_CORRUPT(&d->fs->log, "subvolume %llu: drop level %d below node %llu",
+				    (unsigned long long)d->root_id, drop_level,
+				    (unsigned long long)node->bytenr);
+	ret = extent_lookup_info(d->es, node->bytenr, &refs, &flags);
+	if (ret)
+		return ret;
+	if (node_bin_search(node, key, &slot) == 1 && slot > 0)
+		slot--;
+	if (node->level > drop_level) {
+		struct tree_node *child;
+
+		ret = node_read_child(&d->fs->cache, node, slot, &child);
+		if (ret)
+			return ret;
+		ret = drop_resume(d, child, node, flags, key, drop_level);
+		node_put(&d->fs->cache, child);
+		slot++;
+	}
+	for (; slot < node->nritems && ret == 0; slot++) {
+		struct tree_node *child;
+
+		ret = node_read_child(&d->fs->cache, node, slot, &child);
+		if (ret)
+			break;
+		ret = drop_block(d, child, node, flags);
+		node_put(&d->fs->cache, child);
+	}
+	if (ret == 0)
+		ret = drop_own_ref(d, node, parent, parent_flags);
 	return ret;
 }
 
@@ -300,6 +361,7 @@ static int drop_tree(struct butter_fs *fs, u64 id)
 	struct btrfs_root_item ri;
 	struct btrfs_key key;
 	struct drop_ctx d = { fs, &w->es, &w->txn.tt, id, 0 };
+	struct btrfs_key progress;
 	struct tree_node *root;
 	int ret;
 
@@ -314,7 +376,11 @@ static int drop_tree(struct butter_fs *fs, u64 id)
 			NULL, &root);
 	if (ret)
 		return ret;
-	ret = drop_block(&d, root, NULL, 0);
+	btrfs_disk_to_cpu_key(&progress, &ri.drop_progress);
+	if (ri.drop_level || progress.objectid || progress.type || progress.offset)
+		ret = drop_resume(&d, root, NULL, 0, &progress, ri.drop_level);
+	else
+		ret = drop_block(&d, root, NULL, 0);
 	node_put(&fs->cache, root);
 	if (ret == 0)
 		ret = delete_root_item(fs, &key);

@@ -674,6 +674,7 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 	btrfs_set_inode_nlink(&ri.inode, 1);
 	btrfs_set_inode_nbytes(&ri.inode, fs->vol.nodesize);
 	btrfs_set_inode_mode(&ri.inode, S_IFDIR | 0755);
+	btrfs_set_inode_flags(&ri.inode, BTRFS_INODE_ROOT_ITEM_INIT);
 	btrfs_set_root_generation(&ri, w->txn.tt.transid);
 	btrfs_set_root_generation_v2(&ri, w->txn.tt.transid);
 	btrfs_set_root_dirid(&ri, BTRFS_FIRST_FREE_OBJECTID);

@@ -119,6 +119,7 @@ static int insert_root_item(struct mkfs_state *m, struct tree_root *root, int su
 		if (root->objectid == BTRFS_FS_TREE_OBJECTID)
 			uuid_generate(ri.uuid);
 	}
+	btrfs_set_inode_flags(&ri.inode, BTRFS_INODE_ROOT_ITEM_INIT);
 	btrfs_set_root_generation(&ri, gen);
 	btrfs_set_root_generation_v2(&ri, gen);
 	btrfs_set_root_bytenr(&ri, root->bytenr);
