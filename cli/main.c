@@ -155,7 +155,7 @@ static const struct cli_command commands[] = {
 			 "\n"
 			 "  -L, --label LABEL        filesystem label\n"
 			 "  -d, --data PROFILE       data profile: single, dup, raid0, raid1, raid1c3,\n"
-			 "                           raid1c4, raid10 (default single)\n"
+			 "                           raid1c4, raid10, raid5, raid6 (default single)\n"
 			 "  -m, --metadata PROFILE   metadata profile (default dup on one device,\n"
 			 "                           raid1 on several)\n"
 			 "  -n, --nodesize SIZE      tree node size, 4K to 64K (default 16K)\n"
@@ -177,7 +177,7 @@ static const struct cli_command commands[] = {
 			 "  -q, --quiet              no summary\n"
 			 "  -v, --verbose            print each path copied from DIR\n"
 			 "\n"
-			 "Not supported yet: --subvol ro:/default:; raid5 and raid6.\n"
+			 "Not supported yet: --subvol ro:/default:.\n"
 			 "A DEV may also be given with --device.\n",
 	},
 	{

@@ -121,8 +121,6 @@ int chunk_create(struct extent_state *es, u64 type, u64 stripe_size, u64 *logica
 	u64 length, start = RESERVED_BYTES;
 	int ret;
 
-	if (profile & BTRFS_BLOCK_GROUP_RAID56_MASK)
-		return -EOPNOTSUPP;
 	stripe_size = stripe_size / (1ULL << 20) * (1ULL << 20);
 	if (stripe_size == 0)
 		return -EINVAL;
@@ -152,16 +150,22 @@ int chunk_create(struct extent_state *es, u64 type, u64 stripe_size, u64 *logica
 	else if (profile & BTRFS_BLOCK_GROUP_RAID10) {
 		nstripes = (u32)ncands & ~1u;
 		sub = 2;
-	} else
+	} else if (profile & BTRFS_BLOCK_GROUP_RAID56_MASK)
+		nstripes = (u32)ncands; /* every device with room, as the kernel */
+	else
 		nstripes = 1;
 	if ((profile & BTRFS_BLOCK_GROUP_RAID0 && nstripes < 2) ||
 	    (profile & BTRFS_BLOCK_GROUP_RAID10 && nstripes < 4) ||
+	    (profile & BTRFS_BLOCK_GROUP_RAID5 && nstripes < 2) ||
+	    (profile & BTRFS_BLOCK_GROUP_RAID6 && nstripes < 3) ||
 	    (!(profile & BTRFS_BLOCK_GROUP_DUP) && nstripes > ncands) || ncands == 0) {
 		free(cands);
 		return -ENOSPC;
 	}
 	data_stripes = profile & BTRFS_BLOCK_GROUP_RAID0	? nstripes
 		       : profile & BTRFS_BLOCK_GROUP_RAID10 ? nstripes / 2
+		       : profile & BTRFS_BLOCK_GROUP_RAID5  ? nstripes - 1
+		       : profile & BTRFS_BLOCK_GROUP_RAID6  ? nstripes - 2
 							    : 1;
 	/* shrink the stripe to what the chosen devices can hold */
 	for (i = 0; i < (profile & BTRFS_BLOCK_GROUP_DUP ? 1 : nstripes); i++) {
@@ -292,7 +296,7 @@ int chunk_insert_items(struct extent_state *es, struct tree_trans *t, u64 logica
 		return -ENOMEM;
 	data_stripes = map->type & BTRFS_BLOCK_GROUP_RAID0    ? map->num_stripes
 		       : map->type & BTRFS_BLOCK_GROUP_RAID10 ? map->num_stripes / map->sub_stripes
-							      : 1;
+							      : chunk_data_stripes(map);
 	stripe_size = map->length / data_stripes;
 	btrfs_set_chunk_length(chunk, map->length);
 	btrfs_set_chunk_owner(chunk, BTRFS_EXTENT_TREE_OBJECTID);

@@ -92,12 +92,6 @@ int fs_setup_write(struct butter_fs *fs)
 		blog_err(&fs->log, "the free space tree is marked invalid: open read-only");
 		return -EOPNOTSUPP;
 	}
-	for (i = 0; i < fs->vol.nchunks; i++) {
-		if (fs->vol.chunks[i]->type & BTRFS_BLOCK_GROUP_RAID56_MASK) {
-			blog_err(&fs->log, "raid5/raid6 chunks cannot be written yet: open read-only");
-			return -EOPNOTSUPP;
-		}
-	}
 	for (i = 0; i < fs->vol.ndevs; i++) {
 		if (!fs->vol.devs[i]->bdev) {
 			blog_err(&fs->log, "a device is missing: open read-only to read degraded");

@@ -209,8 +209,6 @@ static u64 clamp_u64(u64 v, u64 lo, u64 hi)
 static int check_opts(const struct butter_mkfs_opts *o, const struct blog *log, u32 *nodesize,
 		      u32 *sectorsize, u16 *csum_type, u64 *data_p, u64 *meta_p)
 {
-	u64 bad = BTRFS_BLOCK_GROUP_RAID5 | BTRFS_BLOCK_GROUP_RAID6;
-
 	*sectorsize = o->sectorsize ? o->sectorsize : 4096;
 	*nodesize = o->nodesize ? o->nodesize : 16384;
 	*csum_type = o->csum_type < 0 ? BTRFS_CSUM_TYPE_CRC32 : (u16)o->csum_type;
@@ -236,9 +234,13 @@ static int check_opts(const struct butter_mkfs_opts *o, const struct blog *log, 
 	*data_p = o->data_profile ? o->data_profile : BUTTER_PROFILE_SINGLE;
 	*meta_p = o->meta_profile ? o->meta_profile
 				  : (o->ndevices > 1 ? BTRFS_BLOCK_GROUP_RAID1 : BTRFS_BLOCK_GROUP_DUP);
-	if ((*data_p | *meta_p) & bad) {
-		blog_err(log, "raid5/raid6 profiles cannot be written yet");
-		return -EOPNOTSUPP;
+	if (((*data_p | *meta_p) & BTRFS_BLOCK_GROUP_RAID6) && o->ndevices < 3) {
+		blog_err(log, "raid6 needs at least 3 devices");
+		return -EINVAL;
+	}
+	if (((*data_p | *meta_p) & BTRFS_BLOCK_GROUP_RAID5) && o->ndevices < 2) {
+		blog_err(log, "raid5 needs at least 2 devices");
+		return -EINVAL;
 	}
 	*data_p &= ~BUTTER_PROFILE_SINGLE;
 	*meta_p &= ~BUTTER_PROFILE_SINGLE;
@@ -327,6 +329,8 @@ static void init_super(struct mkfs_state *m, const struct butter_mkfs_opts *o, u
 		incompat |= BTRFS_FEATURE_INCOMPAT_BIG_METADATA;
 	if ((data_p | meta_p) & (BTRFS_BLOCK_GROUP_RAID1C3 | BTRFS_BLOCK_GROUP_RAID1C4))
 		incompat |= BTRFS_FEATURE_INCOMPAT_RAID1C34;
+	if ((data_p | meta_p) & BTRFS_BLOCK_GROUP_RAID56_MASK)
+		incompat |= BTRFS_FEATURE_INCOMPAT_RAID56;
 	btrfs_set_super_incompat_flags(sb, incompat);
 	btrfs_set_super_compat_ro_flags(sb, BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE |
 						    BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE_VALID);

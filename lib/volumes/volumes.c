@@ -611,6 +611,109 @@ void volumes_close(struct btrfs_volumes *vol)
 	vol->ndevs = vol->nchunks = vol->chunks_cap = 0;
 }
 
+/*
+ * Write [offset, offset + len) of RAID5/6 chunk @map, one stripe row at a
+ * time: the columns the write touches are read from the row's other data
+ * stripes (read-modify-write; a row written whole needs no reads), parity is
+ * computed for those columns, and the changed data and the parity go out.
+ * Like the kernel without a stripe tree, a crash between the data and the
+ * parity writes leaves that row's parity stale (the RAID5/6 write hole).
+ */
+static int raid56_write(struct btrfs_volumes *vol, const struct chunk_map *map, u64 offset,
+			const unsigned char *buf, size_t len)
+{
+	u32 n = map->num_stripes, np = parity_stripes(map), ndata = n - np, k;
+	u64 sl = map->stripe_len, row_bytes = sl * ndata;
+	unsigned char **blocks = calloc(n, sizeof(*blocks));
+	unsigned char *mem = malloc((size_t)n * sl);
+	int ret = 0;
+
+	if (!blocks || !mem) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (k = 0; k < n; k++)
+		blocks[k] = mem + (size_t)k * sl;
+	while (len && ret == 0) {
+		u64 row = offset / row_bytes, row_start = row * row_bytes;
+		u64 a = offset - row_start, b = a + len < row_bytes ? a + len : row_bytes;
+		u64 col_lo = sl, col_hi = 0;
+		int whole = a == 0 && b == row_bytes;
+
+		/* the columns touched: one stripe alone, or all of them */
+		if (a / sl == (b - 1) / sl) {
+			col_lo = a % sl;
+			col_hi = (b - 1) % sl + 1;
+		} else {
+			col_lo = 0;
+			col_hi = sl;
+		}
+		for (k = 0; k < ndata && ret == 0; k++) {
+			u64 s0 = (u64)k * sl + col_lo, s1 = (u64)k * sl + col_hi;
+			int mirror;
+
+			/* columns of this stripe the write does not cover come from disk */
+			if (whole || (a <= s0 && b >= s1))
+				continue;
+			ret = -EIO;
+			for (mirror = 1; ret && mirror <= volumes_num_copies(vol, map->logical); mirror++)
+				ret = volumes_read(vol, map->logical + row_start + s0,
+						   blocks[k] + col_lo, (size_t)(col_hi - col_lo), mirror);
+		}
+		if (ret)
+			break;
+		for (k = 0; k < ndata; k++) {
+			u64 s0 = (u64)k * sl + col_lo, s1 = (u64)k * sl + col_hi;
+			u64 w0 = a > s0 ? a : s0, w1 = b < s1 ? b : s1;
+
+			if (w0 < w1)
+				memcpy(blocks[k] + (w0 - (u64)k * sl), buf + (w0 - a), (size_t)(w1 - w0));
+		}
+		{
+			unsigned char *cols[6], **v = cols;
+
+			if (n > 6 && !(v = calloc(n, sizeof(*v)))) {
+				ret = -ENOMEM;
+				break;
+			}
+			for (k = 0; k < n; k++)
+				v[k] = blocks[k] + col_lo;
+			ret = raid56_gen_parity((int)ndata, (int)np, v, (size_t)(col_hi - col_lo));
+			if (v != cols)
+				free(v);
+			if (ret)
+				break;
+		}
+		for (k = 0; k < n && ret == 0; k++) {
+			const struct map_stripe *s = &map->stripes[(row + k) % n];
+			u64 lo = col_lo, hi = col_hi;
+
+			if (k < ndata) {
+				/* data: only what this write changed */
+				u64 s0 = (u64)k * sl, w0 = a > s0 + lo ? a : s0 + lo;
+				u64 w1 = b < s0 + hi ? b : s0 + hi;
+
+				if (w0 >= w1)
+					continue;
+				lo = w0 - s0;
+				hi = w1 - s0;
+			}
+			if (!s->dev || !s->dev->bdev)
+				ret = -EIO;
+			else
+				ret = blockdev_write(s->dev->bdev, blocks[k] + lo, (size_t)(hi - lo),
+						     s->physical + row * sl + lo);
+		}
+		buf += b - a;
+		len -= (size_t)(b - a);
+		offset += b - a;
+	}
+out:
+	free(mem);
+	free(blocks);
+	return ret;
+}
+
 int volumes_write(struct btrfs_volumes *vol, u64 logical, const void *buf, size_t len)
 {
 	const struct chunk_map *map = volumes_find_chunk(vol, logical);
@@ -621,7 +724,7 @@ int volumes_write(struct btrfs_volumes *vol, u64 logical, const void *buf, size_
 	if (len > map->length - (logical - map->logical))
 		return -ENOENT;
 	if (map->type & BTRFS_BLOCK_GROUP_RAID56_MASK)
-		return -EOPNOTSUPP;
+		return raid56_write(vol, map, logical - map->logical, buf, len);
 	copies = volumes_num_copies(vol, logical);
 	for (mirror = 1; mirror <= copies; mirror++) {
 		const unsigned char *p = buf;

@@ -114,8 +114,8 @@ int volumes_num_copies(const struct btrfs_volumes *vol, u64 logical);
 int volumes_read(struct btrfs_volumes *vol, u64 logical, void *buf, size_t len, int mirror);
 
 /*
- * Write @len bytes at @logical to every copy (not RAID5/6: -EOPNOTSUPP).
- * -EIO if a copy's device is missing.
+ * Write @len bytes at @logical to every copy (RAID5/6: data and the row's
+ * parity, reading what the row needs). -EIO if a copy's device is missing.
  */
 int volumes_write(struct btrfs_volumes *vol, u64 logical, const void *buf, size_t len);
 

@@ -32,7 +32,7 @@ KiB = 1024
 MiB = 1 << 20
 
 ONE_DEVICE = ["single", "dup"]
-FOUR_DEVICES = ["raid0", "raid1", "raid10", "raid1c3", "raid1c4"]
+FOUR_DEVICES = ["raid0", "raid1", "raid10", "raid1c3", "raid1c4", "raid5", "raid6"]
 
 
 # ---------------------------------------------------------------------------------
@@ -300,12 +300,13 @@ def test_missing_file_needs_size(butter, workdir):
     assert not os.path.exists(path)
 
 
-@pytest.mark.parametrize("args", [["-d", "raid5"], ["-m", "raid6"], ["-d", "raid6", "-m", "raid5"]])
-def test_raid56_refused(butter, workdir, args):
-    images = image_paths(workdir, 4)
+@pytest.mark.parametrize("args,ndev,message", [(["-d", "raid6"], 2, "raid6 needs at least 3"),
+                                               (["-m", "raid5"], 1, "raid5 needs at least 2")])
+def test_raid56_too_few_devices(butter, workdir, args, ndev, message):
+    images = image_paths(workdir, ndev)
     proc = butter.run(["mkfs", "-b", "256M"] + args + images, check=False)
     assert failed(proc), proc.stderr
-    assert re.search(r"raid5/raid6 .*not|cannot", proc.stderr), proc.stderr
+    assert message in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("args,message", [
