@@ -272,7 +272,12 @@ static int do_clone(struct clone *c, u64 src_off, u64 olen, u64 alen, u64 dst_of
 		pos = it.end;
 		dst_pos = it.key.offset >= src_off ? it.key.offset - src_off + dst_off : dst_off;
 		if (it.type == BTRFS_FILE_EXTENT_INLINE) {
-			/* a gap before it cannot be: it starts at 0 */
+			/*
+			 * A gap before it cannot be: it starts at 0. What follows
+			 * starts a sector on, also if writing it into this same
+			 * file turned it into a regular extent.
+			 */
+			pos = (it.end + ss - 1) / ss * ss;
 			ret = clone_inline(c, &it, dst_pos);
 			num = it.end - it.key.offset;
 		} else {

@@ -445,6 +445,8 @@ ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf,
 	ret = fs_drop_extents(fs, sv, ino.ino, astart, aend);
 	if (ret == 0)
 		ret = write_extents(fs, sv, ino.ino, nodatasum, tmp, aend - astart, astart);
+	if (ret == 0 && astart > isize) /* without NO_HOLES the gap gets a hole item */
+		ret = fs_fill_holes(fs, sv, ino.ino, isize / ss * ss, astart);
 	if (ret == 0) {
 		struct size_update u = { off + len, 0, 0 };
 
@@ -490,7 +492,10 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 	if (size >= btrfs_inode_size(&ii)) {
 		struct size_update u = { size, 0, 1 };
 
-		return modify_inode(fs, sv, ino.ino, update_size, &u);
+		/* without NO_HOLES the grown part gets a hole item */
+		ret = fs_fill_holes(fs, sv, ino.ino, btrfs_inode_size(&ii) / ss * ss,
+				    (size + ss - 1) / ss * ss);
+		return ret ? ret : modify_inode(fs, sv, ino.ino, update_size, &u);
 	}
 	if (is_inline || size % ss) {
 		/* keep the bytes of the last partial sector (or of the inline file) */

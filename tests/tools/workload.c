@@ -5,6 +5,8 @@
  * image with btrfs check, mount it with the kernel and compare both trees.
  *
  * usage: butter-workload IMAGE REFDIR SEED OPS [SYNC_EVERY]
+ * (BUTTER_WORKLOAD_TRACE=1 in the environment: each fallocate and clone with
+ * its arguments and both results on stderr)
  *
  * Every operation is first applied to the reference with POSIX calls; the
  * library must then succeed or fail exactly as the kernel did (same errno),
@@ -180,6 +182,9 @@ static void op_fallocate(struct butter_fs *fs, const char *ref)
 		if (g == 0)
 			g = butter_fallocate(fs, ino, mode, off, len);
 	}
+	if (getenv("BUTTER_WORKLOAD_TRACE"))
+		fprintf(stderr, "falloc %s %d %llu %llu: %d %d\n", p1, mode, (unsigned long long)off,
+			(unsigned long long)len, r, g);
 	compare("fallocate", p1, r, g);
 }
 
@@ -250,6 +255,9 @@ static void op_clone(struct butter_fs *fs, const char *ref)
 		if (g == 0)
 			g = butter_clone_range(fs, src, soff, dst, doff, len);
 	}
+	if (getenv("BUTTER_WORKLOAD_TRACE"))
+		fprintf(stderr, "clone %s %llu %s %llu %llu: %d %d\n", p1, (unsigned long long)soff,
+			p2, (unsigned long long)doff, (unsigned long long)len, r, g);
 	compare("clone", p1, r, g);
 }
 
