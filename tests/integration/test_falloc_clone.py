@@ -166,13 +166,21 @@ def assert_flags(path, offset, want, dont=0):
     assert flags & dont == 0, f"{path} at {offset}: flags {flags:#x}, not expected {dont:#x}"
 
 
-def run_twins(workdir, fileop, setup, script, checks=None, mkfs_args=(), mount_opts=()):
-    """The whole comparison of the module comment for one script."""
+def run_twins(workdir, fileop, setup, steps, checks=None, mkfs_args=(), mount_opts=()):
+    """The whole comparison of the module comment for one script of (line, result) steps.
+
+    The result is what the kernel must answer (0 or a negative errno): the premise of
+    the step, checked before butter is compared with the kernel.
+    """
+    script = [line for line, _ in steps]
     mine = make_twin(workdir, "butter", setup, mkfs_args, mount_opts)
     mine.release()
     image = mine.images[0]
     with make_twin_ctx(workdir, "kernel", setup, mkfs_args, mount_opts) as ref:
         want = kernel_apply(ref.mnt, script)
+        premises = [f"{line!r}: kernel {w}, the test expects {e}"
+                    for (line, e), w in zip(steps, want) if w != e]
+        assert not premises, "\n".join(premises)
         ref_files = files_of(manifest.take(ref.mnt))
         if checks:
             checks(ref.mnt)        # the promises hold on the kernel's own twin too
@@ -238,57 +246,69 @@ def plain_setup(mnt):
     with open(os.path.join(mnt, "holes"), "wb") as f:
         f.truncate(2 * MiB)
     os.mkdir(os.path.join(mnt, "dir"))
+    kfs.run(["btrfs", "subvolume", "create", os.path.join(mnt, "sv")])
+    write_file(os.path.join(mnt, "sv", "inside"), prng_bytes(6, 200 * KiB))
+    write_file(os.path.join(mnt, "nocow"), b"")
+    kfs.run(["chattr", "+C", os.path.join(mnt, "nocow")])
+    write_file(os.path.join(mnt, "nocow"), prng_bytes(7, 64 * KiB))
 
 
 # ---------------------------------------------------------------------------------
 # the cases
 
 MODES_SCRIPT = [
-    f"falloc holes 0 0 65536",                  # prealloc inside i_size
-    f"falloc holes {KEEP} {2 * MiB} {1 * MiB}",   # past EOF, size kept
-    f"falloc sparse 0 100000 300000",           # the hole part of a sparse file, odd edges
-    f"falloc mid 0 5000 20000",                 # grows the file
-    f"falloc small 0 50 10000",                 # an inline file grows
-    f"falloc dense {PUNCH | KEEP} 4096 8192",   # aligned punch
-    f"falloc dense {PUNCH | KEEP} 100001 50000",  # unaligned at both edges
-    f"falloc dense {PUNCH | KEEP} 1045000 5000",  # across EOF
-    f"falloc dense {ZERO} 300000 70000",
-    f"falloc dense {ZERO | KEEP} 1000000 100000",
-    f"falloc dense {ZERO} 1040000 10000",       # grows
-    f"falloc sparse {PUNCH | KEEP} 60000 10000",  # across data and hole
-    f"falloc sparse {PUNCH | KEEP} 700000 4096",  # all hole already: nothing
-    f"falloc small {PUNCH | KEEP} 10 20",       # inside an inline extent
-    f"falloc mid {ZERO | KEEP} 8192 100",       # inside the last partial sector
-    f"falloc holes {PUNCH} 0 4096",             # EOPNOTSUPP: PUNCH_HOLE needs KEEP_SIZE
-    f"falloc holes {COLLAPSE} 0 4096",          # EOPNOTSUPP on btrfs
-    f"falloc holes 0 0 0",                      # EINVAL
-    f"falloc dir 0 0 4096",                     # EISDIR (open for writing fails)
-    "create c1",
-    "clone dense 0 c1 0 0",                     # the whole file
-    "create c2",
-    f"clone dense 65536 c2 4096 131072",
-    f"clone dense 0 dense {1 * MiB + 64 * KiB} 262144",   # within one file, past its end
-    "clone dense 0 dense 4096 8192",            # overlapping: EINVAL
-    "clone dense 100 c2 0 4096",                # unaligned offset: EINVAL
-    "clone dense 0 c2 0 5000",                  # unaligned length inside dst: EINVAL
-    "clone dense 0 c2 0 8388608",               # past the source's end: EINVAL
-    "clone mid 0 c2 0 0",                       # mid's unaligned tail inside c2: EINVAL
-    "create c3",
-    "clone mid 0 c3 0 0",                       # ... but fine at c3's end
-    "create c4",
-    "clone small 0 c4 0 0",                     # inline into an empty file: stays inline
-    "create c5",
-    "clone small 0 c5 8192 0",                  # inline to an offset: written as data
-    "create c6",
-    "clone sparse 0 c6 0 0",                    # holes and prealloc come along
-    "clone holes 0 c6 65536 131072",            # prealloc into the middle of data
-    "clone dir 0 c6 0 4096",                    # EISDIR
-    "write c1 5000 10000 7",                    # overwrite part of a shared extent
-    "write holes 10000 5000 3",                 # into prealloc
-    f"write holes {2 * MiB + 100} 4096 4",      # into prealloc past EOF
-    "truncate c2 100000",
-    "sync",
-    "falloc c1 0 0 2097152",                    # data already there: only the size
+    ("falloc holes 0 0 65536", 0),                        # prealloc inside i_size
+    (f"falloc holes {KEEP} {2 * MiB} {1 * MiB}", 0),      # past EOF, size kept
+    ("falloc sparse 0 100000 300000", 0),                 # a sparse file's hole, odd edges
+    ("falloc mid 0 5000 20000", 0),                       # grows the file
+    ("falloc small 0 50 10000", 0),                       # an inline file grows
+    (f"falloc dense {PUNCH | KEEP} 4096 8192", 0),        # aligned punch
+    (f"falloc dense {PUNCH | KEEP} 100001 50000", 0),     # unaligned at both edges
+    (f"falloc dense {PUNCH | KEEP} 1045000 5000", 0),     # across EOF
+    (f"falloc dense {ZERO} 300000 70000", 0),
+    (f"falloc dense {ZERO | KEEP} 1000000 100000", 0),
+    (f"falloc dense {ZERO} 1040000 10000", 0),            # grows
+    (f"falloc sparse {PUNCH | KEEP} 60000 10000", 0),     # across data and hole
+    (f"falloc sparse {PUNCH | KEEP} 700000 4096", 0),     # all hole already: nothing
+    (f"falloc small {PUNCH | KEEP} 10 20", 0),            # inside an inline extent
+    (f"falloc mid {ZERO | KEEP} 8192 100", 0),            # inside the last partial sector
+    (f"falloc holes {PUNCH} 0 4096", -errno.EOPNOTSUPP),  # PUNCH_HOLE needs KEEP_SIZE
+    (f"falloc holes {COLLAPSE} 0 4096", -errno.EOPNOTSUPP),  # not on btrfs
+    ("falloc holes 0 0 0", -errno.EINVAL),                # no length
+    ("falloc dir 0 0 4096", -errno.EISDIR),               # open for writing fails
+    ("create c1", 0),
+    ("clone dense 0 c1 0 0", 0),                          # the whole file
+    ("create c2", 0),
+    ("clone dense 65536 c2 4096 131072", 0),
+    (f"clone dense 0 dense {1 * MiB + 64 * KiB} 262144", 0),  # within one file, past its end
+    ("clone dense 0 dense 4096 8192", -errno.EINVAL),     # overlapping
+    ("clone dense 100 c2 0 4096", -errno.EINVAL),         # unaligned offset
+    ("clone dense 0 c2 0 5000", -errno.EINVAL),           # unaligned length inside dst
+    ("clone dense 0 c2 0 8388608", -errno.EINVAL),        # past the source's end
+    ("clone mid 0 c2 0 0", -errno.EINVAL),                # mid's unaligned tail inside c2
+    ("create c3", 0),
+    ("clone mid 0 c3 0 0", 0),                            # ... but fine at c3's end
+    ("create c4", 0),
+    ("clone small 0 c4 0 0", 0),                          # inline into an empty file: stays inline
+    ("create c5", 0),
+    ("clone small 0 c5 8192 0", 0),                       # inline to an offset: written as data
+    ("create c6", 0),
+    ("clone sparse 0 c6 0 0", 0),                         # holes and prealloc come along
+    ("clone holes 0 c6 65536 131072", 0),                 # prealloc into the middle of data
+    ("clone dir 0 c6 0 4096", -errno.EISDIR),
+    ("create sv/x", 0),
+    ("clone dense 0 sv/x 0 0", 0),                        # across subvolumes
+    (f"clone sv/inside 0 c6 {1 * MiB} 0", 0),             # and back
+    ("clone dense 0 nocow 0 4096", -errno.EINVAL),        # NODATASUM on one side only
+    ("clone nocow 0 c3 0 4096", -errno.EINVAL),           # likewise
+    (f"falloc nocow {PUNCH | KEEP} 1000 10000", 0),
+    (f"falloc nocow {ZERO} 60000 10000", 0),
+    ("write c1 5000 10000 7", 0),                         # overwrite part of a shared extent
+    ("write holes 10000 5000 3", 0),                      # into prealloc
+    (f"write holes {2 * MiB + 100} 4096 4", 0),           # into prealloc past EOF
+    ("truncate c2 100000", 0),
+    ("sync", 0),
+    ("falloc c1 0 0 2097152", 0),                         # data already there: only the size
 ]
 
 
@@ -307,7 +327,8 @@ def test_modes_on_kernel_image(kernel, workdir, fileop):
         # clones share with their source
         for path, off in [("c1", 512 * KiB), ("dense", 512 * KiB), ("c2", 8192),
                           ("dense", 1 * MiB + 64 * KiB + 200000), ("c6", 0),
-                          ("sparse", 0), ("c6", 200000)]:
+                          ("sparse", 0), ("c6", 200000), ("sv/x", 300 * KiB),
+                          ("c6", 1 * MiB + 4096), ("sv/inside", 4096)]:
             assert_flags(p(path), off, FIEMAP_EXTENT_SHARED)
         # the overwritten part of c1 no longer is shared
         assert_flags(p("c1"), 8192, 0, FIEMAP_EXTENT_SHARED)
@@ -321,18 +342,18 @@ def compressed_setup(mnt):
 
 
 COMPRESSED_SCRIPT = [
-    "create whole",
-    "clone text 0 whole 0 0",
-    "create part",
-    f"clone text {64 * KiB} part 4096 {200 * KiB}",     # starts and ends inside extents
-    f"clone text {128 * KiB} text {2 * MiB} {128 * KiB}",
-    "create inl",
-    "clone small-text 0 inl 0 0",                     # a compressed inline extent
-    "create inl2",
-    "write inl2 0 9000 9",
-    "clone small-text 0 inl2 12288 0",                # decompressed into data
-    "write part 10000 3000 5",                        # a write into a shared compressed extent
-    f"falloc whole {PUNCH | KEEP} 300000 20000",      # a punch inside a compressed extent
+    ("create whole", 0),
+    ("clone text 0 whole 0 0", 0),
+    ("create part", 0),
+    (f"clone text {64 * KiB} part 4096 {200 * KiB}", 0),  # starts and ends inside extents
+    (f"clone text {128 * KiB} text {2 * MiB} {128 * KiB}", 0),
+    ("create inl", 0),
+    ("clone small-text 0 inl 0 0", 0),                    # a compressed inline extent
+    ("create inl2", 0),
+    ("write inl2 0 9000 9", 0),
+    ("clone small-text 0 inl2 12288 0", 0),               # decompressed into data
+    ("write part 10000 3000 5", 0),                       # a write into a shared compressed extent
+    (f"falloc whole {PUNCH | KEEP} 300000 20000", 0),     # a punch inside a compressed extent
 ]
 
 
@@ -347,15 +368,15 @@ def test_clone_compressed(kernel, workdir, fileop):
 
 
 NO_HOLES_SCRIPT = [
-    f"falloc dense {PUNCH | KEEP} 8192 65536",        # hole items where extents were
-    f"falloc holes {KEEP} {4 * MiB} 8192",            # growing past EOF: hole items
-    f"falloc mid 0 {100 * KiB} 4096",                 # likewise, size grows
-    f"falloc small {ZERO} {64 * KiB} 4096",
-    "create c",
-    f"clone sparse 0 c {256 * KiB} 0",                # a gap before, holes inside
-    "create d",
-    f"write d {300 * KiB} 100 1",                     # a write past EOF
-    "truncate d 1000000",                             # growing truncate
+    (f"falloc dense {PUNCH | KEEP} 8192 65536", 0),       # hole items where extents were
+    (f"falloc holes {KEEP} {4 * MiB} 8192", 0),           # growing past EOF: hole items
+    (f"falloc mid 0 {100 * KiB} 4096", 0),                # likewise, size grows
+    (f"falloc small {ZERO} {64 * KiB} 4096", 0),
+    ("create c", 0),
+    (f"clone sparse 0 c {256 * KiB} 0", 0),               # a gap before, holes inside
+    ("create d", 0),
+    (f"write d {300 * KiB} 100 1", 0),                    # a write past EOF
+    ("truncate d 1000000", 0),                            # growing truncate
 ]
 
 
@@ -383,16 +404,16 @@ def kernel_made_setup(mnt):
 
 
 KERNEL_MADE_SCRIPT = [
-    "write ref1 200000 50000 11",                 # overwrite part of a shared extent
-    "write dense 0 100 12",                       # and of the other owner
-    f"falloc pre {PUNCH | KEEP} 100000 150000",   # punch in prealloc
-    f"falloc pre {PUNCH | KEEP} 600000 4096",     # punch in a cloned range
-    f"falloc pre {ZERO} 290000 20000",            # zero over written prealloc
-    "write pre 1100000 5000 13",                  # into prealloc past EOF
-    "truncate ref1 300000",
-    "create c",
-    "clone pre 0 c 0 0",                          # clone prealloc + shared + written
-    f"falloc dense {PUNCH | KEEP} 0 {1 * MiB}",   # drop all of dense: ref1 keeps its refs
+    ("write ref1 200000 50000 11", 0),                    # overwrite part of a shared extent
+    ("write dense 0 100 12", 0),                          # and of the other owner
+    (f"falloc pre {PUNCH | KEEP} 100000 150000", 0),      # punch in prealloc
+    (f"falloc pre {PUNCH | KEEP} 600000 4096", 0),        # punch in a cloned range
+    (f"falloc pre {ZERO} 290000 20000", 0),               # zero over written prealloc
+    ("write pre 1100000 5000 13", 0),                     # into prealloc past EOF
+    ("truncate ref1 300000", 0),
+    ("create c", 0),
+    ("clone pre 0 c 0 0", 0),                             # clone prealloc + shared + written
+    (f"falloc dense {PUNCH | KEEP} 0 {1 * MiB}", 0),      # drop all of dense: ref1 keeps its refs
 ]
 
 
