@@ -507,6 +507,8 @@ int butter_fallocate(struct butter_fs *fs, butter_ino_t ino, int mode, uint64_t 
 	ret = fs_read_inode(fs, ino, &ii);
 	if (ret == 0 && !(f.sv = fs_subvol_mut(fs, ino.subvol, &err)))
 		ret = err;
+	if (ret == 0 && (f.sv->flags & BTRFS_ROOT_SUBVOL_RDONLY))
+		ret = -EROFS;
 	if (ret)
 		return end_change(w, ret, 0);
 	f.isize = btrfs_inode_size(&ii);
