@@ -301,7 +301,8 @@ static int expand_to(struct falloc *f, u64 start)
 {
 	u64 from = round_up_ss(f, f->isize);
 
-	if (start <= from)
+	if (start <= from ||
+	    (btrfs_super_incompat_flags(&f->fs->vol.super) & BTRFS_FEATURE_INCOMPAT_NO_HOLES))
 		return 0;
 	f->changed = 1;
 	return fs_fill_holes(f->fs, f->sv, f->ino.ino, from, start);
