@@ -202,6 +202,7 @@ int fs_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino)
 			return ret < 0 ? ret : 0;
 		if (key.objectid != ino)
 			return 0;
+		tree_path_init(&path);
 		ret = tree_search_slot(t, &sv->root, &key, &path, 0, 1);
 		if (ret) {
 			tree_path_release(&fs->cache, &path);
