@@ -22,7 +22,7 @@ import re
 
 import pytest
 
-from butter_it import kfs, manifest
+from butter_it import kfs, manifest, tree
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKLOAD = os.environ.get("BUTTER_WORKLOAD",
@@ -64,25 +64,50 @@ def _check(image):
 
 SEEDS = int(os.environ.get("BUTTER_WORKLOAD_SEEDS", "24"))
 OPS = int(os.environ.get("BUTTER_WORKLOAD_OPS", "1000"))
-# every fifth seed on images without the NO_HOLES feature (explicit hole items)
+# every fifth seed on images without the NO_HOLES feature (explicit hole items); every
+# eighth starts from files the kernel wrote compressed (zstd) into both images, so that
+# clones, punches and writes meet compressed and inline-compressed extents
 CASES = [(seed, OPS, (4096, 16384, 65536)[seed % 3], (1, 7, 50, 1000)[seed % 4],
-          "^no-holes" if seed % 5 == 0 else "")
+          "^no-holes" if seed % 5 == 0 else "", seed % 8 == 3)
          for seed in range(1, SEEDS + 1)]
+PRELUDE_DIRS = ("", "a", "b", "a/c")
+PRELUDE_SIZES = (100, 3000, 5000, 70000, 300001, 1 << 20)
 
 
-@pytest.mark.parametrize("seed,ops,nodesize,sync_every,features", CASES)
-def test_random_workload(kernel, workdir, seed, ops, nodesize, sync_every, features):
+def _prelude(root, seed):
+    """Write compressible files at names of the workload's pool (n0..n5 of four dirs)."""
+    for d, dirname in enumerate(PRELUDE_DIRS):
+        os.makedirs(os.path.join(root, dirname), exist_ok=True)
+        for i, size in enumerate(PRELUDE_SIZES):
+            line = b"seed %d file %d/%d: some text that compresses well\n" % (seed, d, i)
+            data = (line * (size // len(line) + 1))[:size]
+            with open(os.path.join(root, dirname, f"n{i}"), "wb") as f:
+                f.write(data)
+    tree.syncfs(root)
+
+
+@pytest.mark.parametrize("seed,ops,nodesize,sync_every,features,prelude", CASES)
+def test_random_workload(kernel, workdir, seed, ops, nodesize, sync_every, features, prelude):
     if not os.access(WORKLOAD, os.X_OK):
         pytest.fail(f"workload tool missing: {WORKLOAD} (build with ninja -C build)",
                     pytrace=False)
-    image = os.path.join(workdir, "img")
-    with open(image, "wb") as f:
-        f.truncate(1 << 30)
     mkfs_args = ["-n", str(nodesize)] + (["-O", features] if features else [])
-    kfs.run(["mkfs.btrfs", "-q", "-f"] + mkfs_args + [image])
+    mount_opts = ["compress-force=zstd"] if prelude else []
+    if prelude:
+        with kfs.kernel_fs(workdir, size=1 << 30, mkfs_args=["-q"] + mkfs_args,
+                           mount_opts=mount_opts, name="image") as imgfs:
+            _prelude(imgfs.mnt, seed)
+        image = imgfs.images[0]
+    else:
+        image = os.path.join(workdir, "img")
+        with open(image, "wb") as f:
+            f.truncate(1 << 30)
+        kfs.run(["mkfs.btrfs", "-q", "-f"] + mkfs_args + [image])
     with kfs.kernel_fs(workdir, size=1 << 30, mkfs_args=["-q"] + mkfs_args,
-                       name="reference") as reffs:
+                       mount_opts=mount_opts, name="reference") as reffs:
         ref = reffs.mnt
+        if prelude:
+            _prelude(ref, seed)
         r = kfs.run([WORKLOAD, image, ref, str(seed), str(ops), str(sync_every)], check=False,
                     timeout=600)
         assert r.returncode == 0, f"workload failed:\n{r.stdout}\n{r.stderr}"
