@@ -71,7 +71,7 @@ CASES = [(seed, OPS, (4096, 16384, 65536)[seed % 3], (1, 7, 50, 1000)[seed % 4],
           "^no-holes" if seed % 5 == 0 else "", seed % 8 == 3)
          for seed in range(1, SEEDS + 1)]
 PRELUDE_DIRS = ("", "a", "b", "a/c")
-PRELUDE_SIZES = (100, 3000, 5000, 70000, 300001, 1 << 20)
+PRELUDE_SIZES = (100, 3000, 5000, 70000, 300001, 600000)
 
 
 def _prelude(root, seed):
