@@ -615,6 +615,123 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 		fuse_reply_lseek(req, (off_t)result);
 }
 
+/*
+ * fallocate(2): the kernel has checked the mode against what FUSE passes on
+ * (KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE) and flushed its cached pages of a range
+ * to be punched or zeroed.
+ */
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+			 struct fuse_file_info *fi)
+{
+	struct daemon *d = D(req);
+	butter_ino_t id;
+	int ret = nodes_resolve(&d->nodes, ino, &id);
+
+	(void)fi;
+	if (ret == 0 && (offset < 0 || length <= 0))
+		ret = -EINVAL;
+	if (ret == 0) {
+		write_lock(d);
+		ret = butter_fallocate(d->fs, id, mode, (uint64_t)offset, (uint64_t)length);
+		unlock(d);
+	}
+	reply_err(req, ret);
+}
+
+/* The reply of FUSE_COPY_FILE_RANGE holds a 32-bit count. */
+#define COPY_MAX (0xffffffffULL & ~0xffffULL)
+/* A copy that cannot share extents moves at most this much per request (a short count). */
+#define COPY_BY_HAND_MAX (8ULL << 20)
+#define COPY_CHUNK (1u << 20)
+
+/* Copy by reading and writing; returns the bytes copied, or a negative errno if none. */
+static ssize_t copy_by_hand(struct daemon *d, butter_ino_t src, uint64_t off_in, butter_ino_t dst,
+			    uint64_t off_out, uint64_t len)
+{
+	uint64_t done = 0;
+	ssize_t n = 0;
+	char *buf;
+
+	if (len > COPY_BY_HAND_MAX)
+		len = COPY_BY_HAND_MAX;
+	buf = malloc(len < COPY_CHUNK ? len : COPY_CHUNK);
+	if (!buf)
+		return -ENOMEM;
+	while (done < len) {
+		size_t want = len - done < COPY_CHUNK ? (size_t)(len - done) : COPY_CHUNK;
+
+		n = butter_read(d->fs, src, buf, want, off_in + done);
+		if (n <= 0)
+			break;
+		n = butter_write(d->fs, dst, buf, (size_t)n, off_out + done);
+		if (n <= 0)
+			break;
+		done += (uint64_t)n;
+	}
+	free(buf);
+	return done ? (ssize_t)done : n;
+}
+
+/*
+ * copy_file_range(2): share the extents (a reflink, as btrfs does for this
+ * call) when the ranges allow a clone — sector-aligned offsets, a length
+ * that is aligned or ends at the source's end without landing inside the
+ * destination — and copy the bytes otherwise. The kernel has already refused
+ * overlapping ranges of one file and flushed its cached pages of both ranges.
+ */
+static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
+			       struct fuse_file_info *fi_in, fuse_ino_t ino_out, off_t off_out,
+			       struct fuse_file_info *fi_out, size_t len, int flags)
+{
+	struct daemon *d = D(req);
+	struct butter_stat sst, dst_st;
+	butter_ino_t src, dst;
+	uint64_t n = 0, ss = d->blksize;
+	ssize_t copied = 0;
+	int ret = nodes_resolve(&d->nodes, ino_in, &src);
+
+	(void)fi_in;
+	(void)fi_out;
+	if (ret == 0)
+		ret = nodes_resolve(&d->nodes, ino_out, &dst);
+	if (ret == 0 && (flags || off_in < 0 || off_out < 0))
+		ret = -EINVAL;
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	write_lock(d);
+	ret = butter_stat(d->fs, src, &sst);
+	if (ret == 0)
+		ret = butter_stat(d->fs, dst, &dst_st);
+	if (ret == 0 && (uint64_t)off_in < sst.size) {
+		n = sst.size - (uint64_t)off_in;
+		if (n > len)
+			n = len;
+		if (n > COPY_MAX)
+			n = COPY_MAX;
+	}
+	if (ret == 0 && n && (uint64_t)off_in % ss == 0 && (uint64_t)off_out % ss == 0 &&
+	    (n % ss == 0 || ((uint64_t)off_in + n == sst.size &&
+			     (uint64_t)off_out + n >= dst_st.size))) {
+		ret = butter_clone_range(d->fs, src, (uint64_t)off_in, dst, (uint64_t)off_out, n);
+		if (ret == 0)
+			copied = (ssize_t)n;
+		else if (ret == -EINVAL)
+			ret = 0; /* e.g. one file NODATASUM, the other not: copy the bytes */
+	}
+	if (ret == 0 && n && !copied) {
+		copied = copy_by_hand(d, src, (uint64_t)off_in, dst, (uint64_t)off_out, n);
+		if (copied < 0)
+			ret = (int)copied;
+	}
+	unlock(d);
+	if (ret)
+		reply_err(req, ret);
+	else
+		fuse_reply_write(req, (size_t)copied);
+}
+
 /* ---- directories ----------------------------------------------------------------- */
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -959,4 +1076,6 @@ const struct fuse_lowlevel_ops butter_fuse_ops = {
 	.create = op_create,
 	.lseek = op_lseek,
 	.ioctl = butter_fuse_ioctl,
+	.fallocate = op_fallocate,
+	.copy_file_range = op_copy_file_range,
 };

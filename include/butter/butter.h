@@ -386,6 +386,33 @@ struct butter_mkfs_opts {
  */
 int butter_mkfs(const struct butter_mkfs_opts *opts);
 
+/* ---- preallocation and reflink -------------------------------------------- */
+
+/*
+ * fallocate(2) on the regular file @ino, @mode holding Linux FALLOC_FL_*
+ * bits: 0 or KEEP_SIZE (0x01) preallocate the holes of [off, off+len)
+ * (unwritten extents that read as zeros; i_size grows unless KEEP_SIZE);
+ * PUNCH_HOLE|KEEP_SIZE (0x03) deallocates the range (edge sectors are zeroed);
+ * ZERO_RANGE (0x10, with or without KEEP_SIZE) makes the range read as zeros
+ * and be allocated. Errors as the kernel gives them: -EINVAL (len 0),
+ * -EOPNOTSUPP (another mode, or PUNCH_HOLE without KEEP_SIZE), -EISDIR,
+ * -ESPIPE (fifo), -ENODEV (not a regular file), -EFBIG, -ENOSPC, -EROFS.
+ */
+int butter_fallocate(struct butter_fs *fs, butter_ino_t ino, int mode, uint64_t off,
+		     uint64_t len);
+
+/*
+ * Reflink [src_off, src_off+len) of @src into @dst at @dst_off, sharing the
+ * data extents (FICLONERANGE; @len 0 means to the end of @src). Both may be
+ * the same file (the ranges must not overlap) and may sit in different
+ * subvolumes. Offsets must be sector-aligned and so must @len unless the
+ * range ends at @src's end, which then may only land at or past @dst's end.
+ * -EINVAL for any of these, for a range past @src's end and for a NODATASUM
+ * mismatch; -EISDIR; -EROFS (read-only subvolume or handle).
+ */
+int butter_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off, butter_ino_t dst,
+		       uint64_t dst_off, uint64_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -65,7 +65,7 @@ static int data_end(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 *end, 
 }
 
 /* Allocate a data extent of up to @want bytes (at least one sector). */
-static int alloc_data(struct butter_fs *fs, u64 want, u64 *logical, u64 *got)
+int fs_alloc_data(struct butter_fs *fs, u64 want, u64 *logical, u64 *got)
 {
 	struct fs_write_state *w = fs->w;
 	u64 len = want;
@@ -116,8 +116,8 @@ static void update_size(struct btrfs_inode_item *ii, void *arg)
 	ii->ctime = ii->mtime;
 }
 
-static int queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64 root, u64 ino,
-			  u64 offset, int delta)
+int fs_queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64 root, u64 ino,
+		      u64 offset, int delta)
 {
 	struct delayed_ref ref;
 
@@ -243,7 +243,7 @@ static int write_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 i
 		if (ctype == BTRFS_COMPRESS_NONE) {
 			if (want > MAX_EXTENT_SIZE)
 				want = MAX_EXTENT_SIZE;
-			ret = alloc_data(fs, want, &logical, &got);
+			ret = fs_alloc_data(fs, want, &logical, &got);
 			if (ret)
 				break;
 			disk_len = got;
@@ -278,7 +278,7 @@ static int write_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 i
 		btrfs_set_file_extent_num_bytes(&fi, got);
 		ret = tree_insert_item(&w->txn.tt, &sv->root, &key, &fi, sizeof(fi));
 		if (ret == 0)
-			ret = queue_data_ref(w, logical, disk_len, sv->id, ino, off + done, 1);
+			ret = fs_queue_data_ref(w, logical, disk_len, sv->id, ino, off + done, 1);
 		u.nbytes = (s64)got;
 		if (ret == 0)
 			ret = modify_inode(fs, sv, ino, update_size, &u);
@@ -380,7 +380,7 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 			ret = tree_del_items(t, &sv->root, &path, 1);
 			tree_path_release(&fs->cache, &path);
 			if (ret == 0 && disk)
-				ret = queue_data_ref(w, disk, disk_len, sv->id, ino, ks - offset, -1);
+				ret = fs_queue_data_ref(w, disk, disk_len, sv->id, ino, ks - offset, -1);
 			if (ret)
 				break;
 			if (disk || type == BTRFS_FILE_EXTENT_PREALLOC)
@@ -399,7 +399,7 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 			tree_path_release(&fs->cache, &path);
 			ret = tree_insert_item(t, &sv->root, &tkey, &tail, sizeof(tail));
 			if (ret == 0 && disk)
-				ret = queue_data_ref(w, disk, btrfs_file_extent_disk_num_bytes(&tail), sv->id,
+				ret = fs_queue_data_ref(w, disk, btrfs_file_extent_disk_num_bytes(&tail), sv->id,
 						     ino, end - (offset + (end - ks)), 1);
 			if (disk || type == BTRFS_FILE_EXTENT_PREALLOC)
 				nbytes_delta -= (s64)(end - start);
@@ -446,25 +446,20 @@ static int read_existing(struct butter_fs *fs, butter_ino_t ino, u8 *buf, u64 le
 	return 0;
 }
 
-ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
-		     uint64_t off)
+ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+			u64 off, int *changed)
 {
 	u32 ss = fs->vol.sectorsize;
 	struct btrfs_inode_item ii;
-	struct fs_write_state *w;
 	struct subvol *sv = NULL;
 	u64 end, isize, astart, aend;
 	u8 *tmp = NULL;
 	int ret, is_inline, err = 0;
 	u64 iflags;
 
+	*changed = 0;
 	if (len == 0)
 		return 0;
-	if (off + len < off || off + len > (1ULL << 62))
-		return -EFBIG;
-	ret = begin_change_rsv(fs, &w, (off % ss + len + 2ULL * ss) / ss * ss, 0);
-	if (ret)
-		return ret;
 	ret = fs_read_inode(fs, ino, &ii);
 	if (ret == 0 && !S_ISREG(btrfs_inode_mode(&ii)))
 		ret = S_ISDIR(btrfs_inode_mode(&ii)) ? -EISDIR : -EINVAL;
@@ -473,7 +468,7 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 	if (ret == 0)
 		ret = data_end(fs, sv, ino.ino, &end, &is_inline);
 	if (ret)
-		return end_change(w, ret, 0);
+		return ret;
 	isize = btrfs_inode_size(&ii);
 	iflags = btrfs_inode_flags(&ii);
 	if (is_inline) {
@@ -483,19 +478,20 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 			/* the file outgrows inline: its bytes move to a regular first sector */
 			tmp = calloc(1, ss);
 			if (!tmp)
-				return end_change(w, -ENOMEM, 0);
+				return -ENOMEM;
 			ret = read_existing(fs, ino, tmp, isize < ss ? isize : ss, 0);
 			if (ret) {
 				free(tmp);
-				return end_change(w, ret, 0);
+				return ret;
 			}
+			*changed = 1;
 			ret = fs_drop_extents(fs, sv, ino.ino, 0, (u64)-1);
 			if (ret == 0)
 				ret = write_extents(fs, sv, ino.ino, iflags, tmp, ss, 0);
 			free(tmp);
 			tmp = NULL;
 			if (ret)
-				return end_change(w, ret, 1);
+				return ret;
 			is_inline = 0;
 			end = ss;
 		}
@@ -506,13 +502,14 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 
 		tmp = calloc(1, newsize + ss);
 		if (!tmp)
-			return end_change(w, -ENOMEM, 0);
+			return -ENOMEM;
 		ret = read_existing(fs, ino, tmp, isize, 0);
 		if (ret) {
 			free(tmp);
-			return end_change(w, ret, 0);
+			return ret;
 		}
 		memcpy(tmp + off, buf, len);
+		*changed = 1;
 		ret = fs_drop_extents(fs, sv, ino.ino, 0, (u64)-1);
 		if (ret == 0 && newsize <= MAX_INLINE && newsize < ss) {
 			struct size_update u = { newsize, (s64)newsize, 1 };
@@ -529,7 +526,6 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 				ret = modify_inode(fs, sv, ino.ino, update_size, &u);
 		}
 		free(tmp);
-		ret = end_change(w, ret, 1);
 		return ret < 0 ? ret : (ssize_t)len;
 	}
 	/* whole sectors: read the partial edge sectors, drop the range, write anew */
@@ -537,7 +533,7 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 	aend = (off + len + ss - 1) / ss * ss;
 	tmp = malloc(aend - astart);
 	if (!tmp)
-		return end_change(w, -ENOMEM, 0);
+		return -ENOMEM;
 	ret = 0;
 	if (astart < off)
 		ret = read_existing(fs, ino, tmp, ss, astart);
@@ -545,20 +541,42 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 		ret = read_existing(fs, ino, tmp + (aend - ss - astart), ss, aend - ss);
 	if (ret) {
 		free(tmp);
-		return end_change(w, ret, 0);
+		return ret;
 	}
 	memcpy(tmp + (off - astart), buf, len);
+	*changed = 1;
 	ret = fs_drop_extents(fs, sv, ino.ino, astart, aend);
 	if (ret == 0)
 		ret = write_extents(fs, sv, ino.ino, iflags, tmp, aend - astart, astart);
+	if (ret == 0 && astart > isize) /* without NO_HOLES the gap gets a hole item */
+		ret = fs_fill_holes(fs, sv, ino.ino, isize / ss * ss, astart);
 	if (ret == 0) {
 		struct size_update u = { off + len, 0, 0 };
 
 		ret = modify_inode(fs, sv, ino.ino, update_size, &u);
 	}
 	free(tmp);
-	ret = end_change(w, ret, 1);
 	return ret < 0 ? ret : (ssize_t)len;
+}
+
+ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+		     uint64_t off)
+{
+	u32 ss = fs->vol.sectorsize;
+	struct fs_write_state *w;
+	ssize_t n;
+	int ret, changed;
+
+	if (len == 0)
+		return 0;
+	if (off + len < off || off + len > (1ULL << 62))
+		return -EFBIG;
+	ret = begin_change_rsv(fs, &w, (off % ss + len + 2ULL * ss) / ss * ss, 0);
+	if (ret)
+		return ret;
+	n = fs_write_locked(fs, ino, buf, len, off, &changed);
+	ret = end_change(w, n < 0 ? (int)n : 0, changed);
+	return ret < 0 ? ret : n;
 }
 
 int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 size)
@@ -577,7 +595,10 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 	if (size >= btrfs_inode_size(&ii)) {
 		struct size_update u = { size, 0, 1 };
 
-		return modify_inode(fs, sv, ino.ino, update_size, &u);
+		/* without NO_HOLES the grown part gets a hole item */
+		ret = fs_fill_holes(fs, sv, ino.ino, btrfs_inode_size(&ii) / ss * ss,
+				    (size + ss - 1) / ss * ss);
+		return ret ? ret : modify_inode(fs, sv, ino.ino, update_size, &u);
 	}
 	if (is_inline || size % ss) {
 		/* keep the bytes of the last partial sector (or of the inline file) */

@@ -85,4 +85,26 @@ int fs_remove_dir_entry(struct butter_fs *fs, struct subvol *sv, u64 dir, const 
 /* Delete every item of inode @ino (its data references too). */
 int fs_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino);
 
+/* ---- shared with fallocate.c and clone.c ---- */
+
+/* Allocate a data extent of up to @want bytes (at least a sector); *got is its size. */
+int fs_alloc_data(struct butter_fs *fs, u64 want, u64 *logical, u64 *got);
+/* Queue a change of @delta to the EXTENT_DATA_REF (root, ino, offset) of an extent. */
+int fs_queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64 root, u64 ino,
+		      u64 offset, int delta);
+/*
+ * Write @len bytes at @off into the regular file @ino inside a running change
+ * (what butter_write() does between begin and end). Returns @len or a
+ * negative errno; *changed says whether trees were touched (a failure then
+ * must abort the transaction).
+ */
+ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+			u64 off, int *changed);
+/*
+ * On filesystems without the NO_HOLES feature, give every gap between the
+ * EXTENT_DATA items of @ino inside [start, end) (sector-aligned) an explicit
+ * hole item; with NO_HOLES, nothing (fallocate.c).
+ */
+int fs_fill_holes(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end);
+
 #endif

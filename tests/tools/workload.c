@@ -5,12 +5,19 @@
  * image with btrfs check, mount it with the kernel and compare both trees.
  *
  * usage: butter-workload IMAGE REFDIR SEED OPS [SYNC_EVERY]
+ * (BUTTER_WORKLOAD_TRACE=1 in the environment: each fallocate and clone with
+ * its arguments and both results on stderr)
  *
  * Every operation is first applied to the reference with POSIX calls; the
  * library must then succeed or fail exactly as the kernel did (same errno),
  * otherwise the program stops with exit status 1 and says which step. Paths
  * are kept in a small pool so that operations collide (renames over existing
  * names, unlinks of hard links, writes to renamed files...).
+ *
+ * fallocate (allocate, KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE, and refused modes)
+ * and clone (FICLONERANGE: aligned and unaligned ranges, to the end of the
+ * source, within one file and across files) need a reference directory on
+ * btrfs, where the kernel's answers are btrfs's own.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -21,6 +28,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "butter/butter.h"
@@ -28,6 +38,7 @@
 #define NDIRS 6
 #define NNAMES 12
 #define MAXFILE (3u << 20)
+#define SECTOR 4096u
 
 static uint64_t rng;
 
@@ -71,8 +82,30 @@ static int parent_of(struct butter_fs *fs, const char *path, butter_ino_t *dir, 
 
 static int failures;
 
+/* Per operation: how often it ran and how often the kernel said yes (printed at the end). */
+static struct {
+	const char *what;
+	unsigned runs, ok;
+} tally[16];
+
+static void count(const char *what, int ok)
+{
+	unsigned i;
+
+	for (i = 0; i < sizeof(tally) / sizeof(tally[0]); i++) {
+		if (!tally[i].what)
+			tally[i].what = what;
+		if (!strcmp(tally[i].what, what)) {
+			tally[i].runs++;
+			tally[i].ok += ok;
+			return;
+		}
+	}
+}
+
 static void compare(const char *what, const char *path, int ref, int got)
 {
+	count(what, ref == 0);
 	if (ref != got) {
 		fprintf(stderr, "MISMATCH %s %s: reference %d (%s), butter %d (%s)\n", what, path, ref,
 			ref ? strerror(-ref) : "ok", got, got ? strerror(-got) : "ok");
@@ -83,6 +116,149 @@ static void compare(const char *what, const char *path, int ref, int got)
 static int errno_ret(int r)
 {
 	return r < 0 ? -errno : 0;
+}
+
+/* A random offset: sector-aligned but one time in @odd. */
+static uint64_t rand_off(uint64_t limit, unsigned odd)
+{
+	uint64_t off = limit ? next_rand() % limit : 0;
+
+	return pick(odd) ? off / SECTOR * SECTOR : off;
+}
+
+/* Pick a path from the pool, preferring (a few tries) one that is a regular file in @ref. */
+static void pick_file(const char *ref, char *path, size_t cap)
+{
+	char rpath[1024];
+	struct stat st;
+	int tries;
+
+	for (tries = 0; tries < 6; tries++) {
+		make_path(path, cap, dirs[pick(NDIRS)], pick(NNAMES));
+		snprintf(rpath, sizeof(rpath), "%s/%s", ref, path);
+		if (lstat(rpath, &st) == 0 && S_ISREG(st.st_mode))
+			return;
+	}
+}
+
+/* fallocate(2) on @p1: the reference first, then the library. */
+static void op_fallocate(struct butter_fs *fs, const char *ref)
+{
+	char rpath[1024], p1[512];
+	static const int modes[] = {
+		0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		FALLOC_FL_ZERO_RANGE, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+		0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		FALLOC_FL_ZERO_RANGE,
+		FALLOC_FL_PUNCH_HOLE,                       /* EOPNOTSUPP: needs KEEP_SIZE */
+		FALLOC_FL_COLLAPSE_RANGE,                   /* EOPNOTSUPP on btrfs */
+	};
+	int mode = modes[pick(sizeof(modes) / sizeof(modes[0]))];
+	uint64_t off = rand_off(MAXFILE / 2, 4);
+	uint64_t len = pick(50) == 0 ? 0 : 1 + pick(pick(3) == 0 ? 300000 : 20000);
+	butter_ino_t ino;
+	struct stat lst;
+	int fd, r, g;
+
+	pick_file(ref, p1, sizeof(p1));
+	snprintf(rpath, sizeof(rpath), "%s/%s", ref, p1);
+	if (lstat(rpath, &lst) == 0 && S_ISLNK(lst.st_mode))
+		return;
+	fd = open(rpath, O_WRONLY);
+	if (pick(3) == 0)
+		len = (len + SECTOR - 1) / SECTOR * SECTOR;
+	r = fd < 0 ? -errno : 0;
+	if (fd >= 0) {
+		r = errno_ret(fallocate(fd, mode, (off_t)off, (off_t)len));
+		close(fd);
+	}
+	g = butter_resolve(fs, p1, &ino);
+	if (g == 0) {
+		struct butter_stat st;
+
+		g = butter_stat(fs, ino, &st);
+		if (g == 0 && S_ISDIR(st.mode))
+			g = -EISDIR; /* open(O_WRONLY) refuses a directory */
+		if (g == 0)
+			g = butter_fallocate(fs, ino, mode, off, len);
+	}
+	if (getenv("BUTTER_WORKLOAD_TRACE"))
+		fprintf(stderr, "falloc %s %d %llu %llu: %d %d\n", p1, mode, (unsigned long long)off,
+			(unsigned long long)len, r, g);
+	compare("fallocate", p1, r, g);
+}
+
+/* FICLONERANGE from @p1 into @p2 (or into @p1 itself). */
+static void op_clone(struct butter_fs *fs, const char *ref)
+{
+	char rsrc[1024], rdst[1024], p1[512], p2[512];
+	struct file_clone_range arg;
+	struct stat sst, dst_st;
+	uint64_t ssize, dsize, soff, doff, len;
+	butter_ino_t src, dst;
+	int sfd, dfd, r, g;
+
+	pick_file(ref, p1, sizeof(p1));
+	if (pick(4) == 0)
+		snprintf(p2, sizeof(p2), "%s", p1);
+	else
+		pick_file(ref, p2, sizeof(p2));
+	snprintf(rsrc, sizeof(rsrc), "%s/%s", ref, p1);
+	snprintf(rdst, sizeof(rdst), "%s/%s", ref, p2);
+	if ((lstat(rsrc, &sst) == 0 && S_ISLNK(sst.st_mode)) ||
+	    (lstat(rdst, &dst_st) == 0 && S_ISLNK(dst_st.st_mode)))
+		return;
+	ssize = stat(rsrc, &sst) == 0 ? (uint64_t)sst.st_size : 0;
+	dsize = stat(rdst, &dst_st) == 0 ? (uint64_t)dst_st.st_size : 0;
+	soff = rand_off(ssize + SECTOR, 10);
+	switch (pick(6)) {
+	case 0:
+		len = 0;                                    /* to the end of the source */
+		break;
+	case 1:
+		len = ssize > soff ? ssize - soff : 1;      /* to the end, spelt out */
+		break;
+	case 2:
+		len = pick(3) ? 1 + pick(100000) : (1 + pick(8)) * (uint64_t)SECTOR + 1; /* EINVAL mostly */
+		break;
+	default:
+		len = (1 + pick(64)) * (uint64_t)SECTOR;
+		if (soff + len > ssize && pick(2))
+			len = ssize > soff ? (ssize - soff) / SECTOR * SECTOR : SECTOR;
+		break;
+	}
+	doff = pick(3) == 0 ? rand_off(MAXFILE / 2, 10) : rand_off(dsize + 2 * SECTOR, 10);
+	sfd = open(rsrc, O_RDONLY);
+	r = sfd < 0 ? -errno : 0;
+	if (sfd >= 0) {
+		dfd = open(rdst, O_WRONLY);
+		r = dfd < 0 ? -errno : 0;
+		if (dfd >= 0) {
+			arg.src_fd = sfd;
+			arg.src_offset = soff;
+			arg.src_length = len;
+			arg.dest_offset = doff;
+			r = errno_ret(ioctl(dfd, FICLONERANGE, &arg));
+			close(dfd);
+		}
+		close(sfd);
+	}
+	g = butter_resolve(fs, p1, &src);
+	if (g == 0)
+		g = butter_resolve(fs, p2, &dst);
+	if (g == 0) {
+		struct butter_stat st;
+
+		g = butter_stat(fs, dst, &st);
+		if (g == 0 && S_ISDIR(st.mode))
+			g = -EISDIR; /* open(O_WRONLY) refuses a directory */
+		if (g == 0)
+			g = butter_clone_range(fs, src, soff, dst, doff, len);
+	}
+	if (getenv("BUTTER_WORKLOAD_TRACE"))
+		fprintf(stderr, "clone %s %llu %s %llu %llu: %d %d\n", p1, (unsigned long long)soff,
+			p2, (unsigned long long)doff, (unsigned long long)len, r, g);
+	compare("clone", p1, r, g);
 }
 
 int main(int argc, char **argv)
@@ -137,10 +313,10 @@ int main(int argc, char **argv)
 			struct stat lst;
 
 			if (lstat(rpath, &lst) == 0 && S_ISLNK(lst.st_mode) &&
-			    ((op >= 18 && op < 53) || (op >= 90 && op < 98)))
+			    ((op >= 16 && op < 56) || (op >= 90 && op < 98)))
 				continue;
 		}
-		if (op < 18) { /* create + write */
+		if (op < 16) { /* create + write */
 			struct butter_new_inode a = { S_IFREG | 0644, 0, 0, 0 };
 			int fd = open(rpath, O_CREAT | O_EXCL | O_WRONLY, 0644);
 
@@ -151,7 +327,7 @@ int main(int argc, char **argv)
 			if (g == 0)
 				g = butter_create(fs, dir, name, strlen(name), &a, &ino);
 			compare("create", p1, r, g);
-		} else if (op < 45) { /* write at a random place */
+		} else if (op < 37) { /* write at a random place */
 			uint64_t off = pick(4) == 0 ? 0 : pick(MAXFILE / 2);
 			size_t len = 1 + pick(pick(3) == 0 ? 200000 : 9000);
 			int fd = open(rpath, O_WRONLY);
@@ -181,7 +357,11 @@ int main(int argc, char **argv)
 			if (r == -EISDIR && g == -EISDIR)
 				g = r;
 			compare("write", p1, r, g);
-		} else if (op < 53) { /* truncate */
+		} else if (op < 45) { /* fallocate */
+			op_fallocate(fs, ref);
+		} else if (op < 51) { /* clone */
+			op_clone(fs, ref);
+		} else if (op < 56) { /* truncate */
 			uint64_t size = pick(3) == 0 ? 0 : pick(MAXFILE / 2);
 			struct butter_stat st = { 0 };
 
@@ -192,7 +372,7 @@ int main(int argc, char **argv)
 				g = butter_setattr(fs, ino, &st, BUTTER_SET_SIZE);
 			}
 			compare("truncate", p1, r, g);
-		} else if (op < 63) { /* unlink */
+		} else if (op < 65) { /* unlink */
 			struct stat hst;
 
 			if (lstat(rpath, &hst) == 0 && S_ISDIR(hst.st_mode))
@@ -202,7 +382,7 @@ int main(int argc, char **argv)
 			if (g == 0)
 				g = butter_unlink(fs, dir, name, strlen(name));
 			compare("unlink", p1, r, g);
-		} else if (op < 73) { /* rename */
+		} else if (op < 74) { /* rename */
 			char rpath2[1024];
 			unsigned flags = pick(4) == 0 ? BUTTER_RENAME_NOREPLACE : 0;
 
@@ -290,5 +470,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("%u operations\n", ops);
+	for (i = 0; i < sizeof(tally) / sizeof(tally[0]) && tally[i].what; i++)
+		printf("%s %u ok %u\n", tally[i].what, tally[i].runs, tally[i].ok);
 	return 0;
 }
