@@ -19,6 +19,14 @@
  *  5. The kernel enforces read-only mounts (-o ro) and, with
  *     default_permissions, permissions; the library refuses changes on a
  *     read-only handle too (-EROFS).
+ *  6. Every file or directory handle the kernel holds (open, create,
+ *     opendir) is one butter_open_ref() of its inode, dropped by release or
+ *     releasedir (or at once if the reply fails): so a file unlinked while
+ *     open lives on as an orphan until its last release (lib/fs/orphan.c).
+ *     The kernel reaches an unlinked file only through such handles (an
+ *     mmap holds its file), so forget needs nothing more. A release that
+ *     frees an orphan is a change and takes fs_lock exclusive; others take
+ *     no fs_lock at all.
  *
  * Readdir offsets: 0 is the start, 1 follows ".", 2 follows "..", and any
  * larger offset is the library's resume position (DIR_INDEX + 1, always >= 3
@@ -321,7 +329,8 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
  * directories.
  */
 static int make_node(struct daemon *d, fuse_req_t req, fuse_ino_t parent, const char *name,
-		     uint32_t mode, uint64_t rdev, const char *target, struct fuse_entry_param *e)
+		     uint32_t mode, uint64_t rdev, const char *target, bool open,
+		     struct fuse_entry_param *e)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct butter_new_inode attr = { mode, ctx->uid, ctx->gid, rdev };
@@ -347,6 +356,11 @@ static int make_node(struct daemon *d, fuse_req_t req, fuse_ino_t parent, const 
 		ret = butter_create(d->fs, dir, name, len, &attr, &id);
 	if (ret == 0)
 		ret = make_entry(d, dir, name, len, id, e);
+	if (ret == 0 && open) {
+		ret = butter_open_ref(d->fs, id);
+		if (ret)
+			nodes_forget(&d->nodes, e->ino, 1);
+	}
 	unlock(d);
 	return ret;
 }
@@ -354,7 +368,7 @@ static int make_node(struct daemon *d, fuse_req_t req, fuse_ino_t parent, const 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
 	struct fuse_entry_param e;
-	int ret = make_node(D(req), req, parent, name, mode, rdev, NULL, &e);
+	int ret = make_node(D(req), req, parent, name, mode, rdev, NULL, false, &e);
 
 	reply_entry(D(req), req, ret, &e);
 }
@@ -362,7 +376,8 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	struct fuse_entry_param e;
-	int ret = make_node(D(req), req, parent, name, S_IFDIR | (mode & 07777), 0, NULL, &e);
+	int ret = make_node(D(req), req, parent, name, S_IFDIR | (mode & 07777), 0, NULL, false,
+			    &e);
 
 	reply_entry(D(req), req, ret, &e);
 }
@@ -370,7 +385,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
 	struct fuse_entry_param e;
-	int ret = make_node(D(req), req, parent, name, S_IFLNK | 0777, 0, link, &e);
+	int ret = make_node(D(req), req, parent, name, S_IFLNK | 0777, 0, link, false, &e);
 
 	reply_entry(D(req), req, ret, &e);
 }
@@ -466,13 +481,34 @@ static void set_keep_cache(struct daemon *d, fuse_ino_t ino, const struct butter
 	fi->keep_cache = d->opts->keep_cache && same;
 }
 
+/*
+ * Drop the handle count of node @ino (rule 6): without any fs_lock unless
+ * this frees an orphan, which is a change.
+ */
+static void release_handle(struct daemon *d, fuse_ino_t ino)
+{
+	butter_ino_t id;
+	int ret = nodes_resolve(&d->nodes, ino, &id);
+
+	if (ret == 0)
+		ret = butter_release(d->fs, id, BUTTER_RELEASE_NOFREE);
+	if (ret == 1) {
+		write_lock(d);
+		ret = butter_release(d->fs, id, 0);
+		unlock(d);
+	}
+	if (ret < 0)
+		daemon_log(d, BUTTER_LOG_WARNING, "release of node %llu: %s",
+			   (unsigned long long)ino, strerror(-ret));
+}
+
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
 	struct daemon *d = D(req);
 	struct fuse_entry_param e;
 	struct butter_stat bs = { 0 };
-	int ret = make_node(d, req, parent, name, S_IFREG | (mode & 07777), 0, NULL, &e);
+	int ret = make_node(d, req, parent, name, S_IFREG | (mode & 07777), 0, NULL, true, &e);
 
 	if (ret) {
 		reply_err(req, ret);
@@ -482,8 +518,10 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	bs.size = (uint64_t)e.attr.st_size;
 	set_keep_cache(d, e.ino, &bs, fi);
 	fi->fh = 0;
-	if (fuse_reply_create(req, &e, fi) != 0)
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		release_handle(d, e.ino);
 		nodes_forget(&d->nodes, e.ino, 1);
+	}
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -496,19 +534,22 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (ret == 0) {
 		read_lock(d);
 		ret = butter_stat(d->fs, id, &bs);
+		if (ret == 0 && S_ISDIR(bs.mode))
+			ret = -EISDIR;
+		if (ret == 0 && d->readonly && (fi->flags & O_ACCMODE) != O_RDONLY)
+			ret = -EROFS;
+		if (ret == 0)
+			ret = butter_open_ref(d->fs, id);
 		unlock(d);
 	}
-	if (ret == 0 && S_ISDIR(bs.mode))
-		ret = -EISDIR;
-	if (ret == 0 && d->readonly && (fi->flags & O_ACCMODE) != O_RDONLY)
-		ret = -EROFS;
 	if (ret) {
 		reply_err(req, ret);
 		return;
 	}
 	set_keep_cache(d, ino, &bs, fi);
 	fi->fh = 0;
-	fuse_reply_open(req, fi);
+	if (fuse_reply_open(req, fi) != 0)
+		release_handle(d, ino);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -570,8 +611,8 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)ino;
 	(void)fi;
+	release_handle(D(req), ino);
 	fuse_reply_err(req, 0);
 }
 
@@ -624,22 +665,25 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (ret == 0) {
 		read_lock(d);
 		ret = butter_stat(d->fs, id, &bs);
+		if (ret == 0 && !S_ISDIR(bs.mode))
+			ret = -ENOTDIR;
+		if (ret == 0)
+			ret = butter_open_ref(d->fs, id);
 		unlock(d);
 	}
-	if (ret == 0 && !S_ISDIR(bs.mode))
-		ret = -ENOTDIR;
 	if (ret) {
 		reply_err(req, ret);
 		return;
 	}
 	fi->fh = 0;
-	fuse_reply_open(req, fi);
+	if (fuse_reply_open(req, fi) != 0)
+		release_handle(d, ino);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)ino;
 	(void)fi;
+	release_handle(D(req), ino);
 	fuse_reply_err(req, 0);
 }
 

@@ -242,6 +242,11 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 		ret = fs_setup_write(fs);
 		if (ret)
 			goto fail_cache;
+		ret = fs_orphan_cleanup(fs); /* as the kernel at a read-write mount */
+		if (ret) {
+			fs_teardown_write(fs);
+			goto fail_cache;
+		}
 	}
 	*out = fs;
 	return 0;

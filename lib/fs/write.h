@@ -23,6 +23,7 @@ struct fs_write_state {
 	struct tree_root dev_tree;
 	struct tree_root fst;
 	u64 data_profile;
+	struct fs_open_files *open_files; /* orphan.c: opens the front end counts */
 };
 
 struct dir_update {
@@ -64,5 +65,16 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 /* namei.c */
 /* Delete every item of inode @ino (its data references too). */
 int fs_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino);
+
+/* orphan.c (open files and orphan items; its header comment has the rules) */
+int fs_open_files_init(struct fs_write_state *w);
+void fs_open_files_destroy(struct fs_write_state *w);
+/*
+ * The last name of @ino went (phase 2): delete the inode, or, if it is open,
+ * keep it with nlink 0 and an ORPHAN_ITEM until its last butter_release().
+ */
+int fs_drop_last_link(struct butter_fs *fs, struct subvol *sv, u64 ino);
+/* Free every orphan still open (at close: nobody can reach them any more). */
+void fs_orphan_free_open(struct butter_fs *fs);
 
 #endif
