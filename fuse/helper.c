@@ -187,7 +187,7 @@ int butter_mount_helper_main(int argc, char **argv)
 				}
 				break;
 			case 'N':
-				fprintf(stderr, "%s: -N (mount namespaces) is not supported\n", prog);
+				fprintf(stderr, "%s: -N (namespaces) is not supported\n", prog);
 				free(options);
 				return 2;
 			default:
