@@ -176,7 +176,8 @@ static void record(struct fsx *f, const struct opdesc *d)
 	}
 }
 
-static void __attribute__((noreturn, format(printf, 2, 3))) fail(struct fsx *f, const char *fmt, ...)
+static void __attribute__((noreturn, format(printf, 2, 3)))
+fail(struct fsx *f, const char *fmt, ...)
 {
 	char line[160];
 	uint64_t first = f->current >= RING ? f->current - RING + 1 : 1;
@@ -205,8 +206,9 @@ static void __attribute__((noreturn, format(printf, 2, 3))) fail(struct fsx *f, 
 			fprintf(out, "%s\n", line);
 		}
 		fclose(out);
-		fprintf(stderr, "fsx: every operation is in %s; replay: butter-fsx -r %s -l %" PRIu64
-				" -o %" PRIu64 " FILE\n",
+		fprintf(stderr,
+			"fsx: every operation is in %s; replay: butter-fsx -r %s -l %" PRIu64
+			" -o %" PRIu64 " FILE\n",
 			f->logpath, f->logpath, f->maxlen, f->maxop);
 	}
 	exit(1);
@@ -260,7 +262,8 @@ static void full_check(struct fsx *f, const char *when)
 			fail(f, "%s: pread 0x%" PRIx64 "+0x%" PRIx64 ": %s", when, done, n,
 			     strerror(errno));
 		if (r == 0)
-			fail(f, "%s: end of file at 0x%" PRIx64 ", size 0x%" PRIx64, when, done, f->size);
+			fail(f, "%s: end of file at 0x%" PRIx64 ", size 0x%" PRIx64, when, done,
+			     f->size);
 		compare(f, f->buf, done, (uint64_t)r, when);
 		done += (uint64_t)r;
 	}
@@ -427,12 +430,15 @@ static bool do_copy(struct fsx *f, const struct opdesc *d)
 		loff_t in = (loff_t)(d->off + done), out = (loff_t)(d->dst + done);
 		ssize_t r = copy_file_range(f->fd, &in, f->fd, &out, len - done, 0);
 
-		if (r < 0 && (errno == EOPNOTSUPP || errno == ENOSYS || errno == EXDEV) && done == 0)
+		bool unsupported = errno == EOPNOTSUPP || errno == ENOSYS || errno == EXDEV;
+
+		if (r < 0 && unsupported && done == 0)
 			return false;
 		if (r < 0)
 			fail(f, "copy_range: %s", strerror(errno));
 		if (r == 0)
-			fail(f, "copy_range: copied nothing at 0x%" PRIx64 " of 0x%" PRIx64, done, len);
+			fail(f, "copy_range: copied nothing at 0x%" PRIx64 " of 0x%" PRIx64, done,
+			     len);
 		done += (uint64_t)r;
 	}
 	/* a destination past the end grows the file; the gap reads as zeros */
@@ -557,8 +563,8 @@ static bool read_logged(struct fsx *f, struct opdesc *d)
 
 	while (fgets(line, sizeof(line), f->replay)) {
 		uint64_t num, a, b, c = 0;
-		int n = sscanf(line, "%" SCNu64 " %63s %" SCNx64 " %" SCNx64 " %" SCNx64, &num, name,
-			       &a, &b, &c);
+		int n = sscanf(line, "%" SCNu64 " %63s %" SCNx64 " %" SCNx64 " %" SCNx64, &num,
+			       name, &a, &b, &c);
 
 		if (n < 4)
 			continue;
@@ -571,8 +577,8 @@ static bool read_logged(struct fsx *f, struct opdesc *d)
 				d->dst = c;
 				if (d->off > f->maxlen || d->len > f->maxlen ||
 				    d->off + d->len > f->maxlen || d->dst + d->len > f->maxlen) {
-					fprintf(stderr, "fsx: logged op %" PRIu64 " exceeds -l %" PRIu64
-							"\n", num, f->maxlen);
+					fprintf(stderr, "fsx: logged op %" PRIu64
+						" exceeds -l %" PRIu64 "\n", num, f->maxlen);
 					exit(2);
 				}
 				return true;
@@ -756,9 +762,11 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!f.quiet) {
-		printf("fsx: %" PRIu64 " operations passed, final size %" PRIu64 "\n", f.done, f.size);
+		printf("fsx: %" PRIu64 " operations passed, final size %" PRIu64 "\n", f.done,
+		       f.size);
 		for (int i = 0; i < NOPS; i++)
-			printf("  %-16s %10" PRIu64 " done %10" PRIu64 " unsupported (EOPNOTSUPP)\n",
+			printf("  %-16s %10" PRIu64 " done %10" PRIu64
+			       " unsupported (EOPNOTSUPP)\n",
 			       op_names[i], f.count[i], f.skipped[i]);
 	}
 	if (f.log)
