@@ -153,8 +153,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* O_TRUNC comes as a separate setattr; the kernel clears setuid bits on writes */
 	conn->want &= ~(unsigned)(FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_HANDLE_KILLPRIV);
 	if (!d->readonly && o->writeback_cache != 0) {
-		if (conn->capable & FUSE_CAP_WRITEBACK_CACHE)
+		if (conn->capable & FUSE_CAP_WRITEBACK_CACHE) {
 			conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+			d->writeback = true;
+		}
 		else if (o->writeback_cache == 1)
 			daemon_log(d, BUTTER_LOG_WARNING, "the kernel offers no writeback cache");
 	}
@@ -591,8 +593,26 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	if (n == 0 && off < 0)
 		n = -EINVAL;
 	if (n == 0) {
+		struct butter_stat times;
+
 		write_lock(d);
-		n = butter_write(d->fs, id, buf, size, (uint64_t)off);
+		if (d->writeback)
+			n = butter_stat(d->fs, id, &times);
+		if (n == 0)
+			n = butter_write(d->fs, id, buf, size, (uint64_t)off);
+		if (n >= 0 && d->writeback) {
+			/*
+			 * With the writeback cache the kernel owns mtime and ctime: it
+			 * sends its own in a setattr after the writes, but a worker may
+			 * serve that setattr before a write still in flight. A write must
+			 * not move the times, or the last request served would win.
+			 */
+			int ret = butter_setattr(d->fs, id, &times,
+						 BUTTER_SET_MTIME | BUTTER_SET_CTIME);
+
+			if (ret)
+				n = ret;
+		}
 		unlock(d);
 	}
 	if (n < 0)
