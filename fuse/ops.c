@@ -285,7 +285,24 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	}
 	if (ret == 0) {
 		write_lock(d);
-		if (mask)
+		if (mask && d->writeback) {
+			/*
+			 * With the writeback cache the kernel owns a regular file's mtime
+			 * and ctime and sends them whenever they change (also for a
+			 * truncate that changes the size); times it does not send stay.
+			 */
+			struct butter_stat cur;
+
+			ret = butter_stat(d->fs, id, &cur);
+			if (ret == 0 && S_ISREG(cur.mode)) {
+				if (!(mask & BUTTER_SET_MTIME))
+					bs.mtime = cur.mtime;
+				if (!(mask & BUTTER_SET_CTIME))
+					bs.ctime = cur.ctime;
+				mask |= BUTTER_SET_MTIME | BUTTER_SET_CTIME;
+			}
+		}
+		if (mask && ret == 0)
 			ret = butter_setattr(d->fs, id, &bs, mask);
 		if (ret == 0)
 			ret = butter_stat(d->fs, id, &bs);
