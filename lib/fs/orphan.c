@@ -42,6 +42,7 @@
  *     can lose its last name.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -244,6 +245,7 @@ int butter_release(struct butter_fs *fs, butter_ino_t ino, unsigned flags)
 	struct fs_write_state *w;
 	struct open_inode **p, *e;
 	struct subvol *sv;
+	bool last = false;
 	int ret, err = 0;
 
 	if (flags & ~BUTTER_RELEASE_NOFREE)
@@ -279,14 +281,12 @@ int butter_release(struct butter_fs *fs, butter_ino_t ino, unsigned flags)
 		*p = e->next;
 		t->count--;
 		free(e);
-	} else {
-		e = NULL; /* opened again meanwhile: the new opener frees it */
-		err = 1;
-	}
+		last = true;
+	} /* else opened again meanwhile: that opener's last release frees it */
 	pthread_mutex_unlock(&t->lock);
 	if (ret)
 		return ret; /* the orphan item stays on disk: the next open frees it */
-	if (err)
+	if (!last)
 		return end_change(w, 0, 0);
 	sv = fs_subvol_mut(fs, ino.subvol, &err);
 	if (!sv)
