@@ -92,9 +92,11 @@ class Worker:
         with open(self.p(rel), "rb") as f:
             got = f.read()
         want = bytes(self.data[self.names[rel]])
-        assert got == want, (f"worker {self.w}: {rel}: {len(got)} bytes read, {len(want)} "
-                             f"expected (first difference at "
-                             f"{next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))})")
+        if got != want:
+            first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b),
+                         min(len(got), len(want)))
+            raise AssertionError(f"worker {self.w}: {rel}: {len(got)} bytes read, {len(want)} "
+                                 f"expected (first difference at {first})")
 
     def verify_dir(self, d):
         mine = {n for n in os.listdir(self.p(d)) if n.startswith(f"w{self.w}-")}
