@@ -291,6 +291,11 @@ static int run(const struct cli_command *cmd, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+#ifdef BUTTER_HAVE_FUSE
+	/* installed as mount.fuse.butter: mount(8)'s helper (fuse/helper.c) */
+	if (argc > 0 && butter_mount_helper_wanted(1, argv))
+		return butter_mount_helper_main(argc, argv);
+#endif
 	if (argc < 2) {
 		print_main_usage(stderr);
 		return CLI_EXIT_USAGE;
@@ -347,6 +352,11 @@ int main(int argc, char **argv)
 		return CLI_EXIT_USAGE;
 	}
 
+#ifdef BUTTER_HAVE_FUSE
+	/* "butter SOURCE MOUNTPOINT -o OPTIONS", as mount.fuse3 runs it (fuse/helper.c) */
+	if (butter_mount_helper_wanted(argc, argv))
+		return butter_mount_helper_main(argc, argv);
+#endif
 	fprintf(stderr, "butter: unknown command '%s'\n", word);
 	print_main_usage(stderr);
 	return CLI_EXIT_USAGE;

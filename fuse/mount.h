@@ -8,6 +8,7 @@
 #ifndef BUTTER_FUSE_MOUNT_H
 #define BUTTER_FUSE_MOUNT_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 /*
@@ -25,5 +26,14 @@ extern const char butter_mount_usage[];
 
 /* Print "usage: butter mount SYNOPSIS" and the usage text on @out. */
 void butter_mount_print_usage(FILE *out);
+
+/*
+ * helper.c: is this a mount(8) helper call (argv[0] named mount.fuse.butter,
+ * or "butter SOURCE MOUNTPOINT ..." as mount.fuse3 runs it)?
+ */
+bool butter_mount_helper_wanted(int argc, char **argv);
+
+/* Run the mount(8) helper; returns the exit status (helper.c says how). */
+int butter_mount_helper_main(int argc, char **argv);
 
 #endif

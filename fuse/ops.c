@@ -19,6 +19,14 @@
  *  5. The kernel enforces read-only mounts (-o ro) and, with
  *     default_permissions, permissions; the library refuses changes on a
  *     read-only handle too (-EROFS).
+ *  6. Every file or directory handle the kernel holds (open, create,
+ *     opendir) is one butter_open_ref() of its inode, dropped by release or
+ *     releasedir (or at once if the reply fails): so a file unlinked while
+ *     open lives on as an orphan until its last release (lib/fs/orphan.c).
+ *     The kernel reaches an unlinked file only through such handles (an
+ *     mmap holds its file), so forget needs nothing more. A release that
+ *     frees an orphan is a change and takes fs_lock exclusive; others take
+ *     no fs_lock at all.
  *
  * Readdir offsets: 0 is the start, 1 follows ".", 2 follows "..", and any
  * larger offset is the library's resume position (DIR_INDEX + 1, always >= 3
@@ -145,8 +153,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* O_TRUNC comes as a separate setattr; the kernel clears setuid bits on writes */
 	conn->want &= ~(unsigned)(FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_HANDLE_KILLPRIV);
 	if (!d->readonly && o->writeback_cache != 0) {
-		if (conn->capable & FUSE_CAP_WRITEBACK_CACHE)
+		if (conn->capable & FUSE_CAP_WRITEBACK_CACHE) {
 			conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+			d->writeback = true;
+		}
 		else if (o->writeback_cache == 1)
 			daemon_log(d, BUTTER_LOG_WARNING, "the kernel offers no writeback cache");
 	}
@@ -278,7 +288,24 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	}
 	if (ret == 0) {
 		write_lock(d);
-		if (mask)
+		if (mask && d->writeback) {
+			/*
+			 * With the writeback cache the kernel owns a regular file's mtime
+			 * and ctime and sends them whenever they change (also for a
+			 * truncate that changes the size); times it does not send stay.
+			 */
+			struct butter_stat cur;
+
+			ret = butter_stat(d->fs, id, &cur);
+			if (ret == 0 && S_ISREG(cur.mode)) {
+				if (!(mask & BUTTER_SET_MTIME))
+					bs.mtime = cur.mtime;
+				if (!(mask & BUTTER_SET_CTIME))
+					bs.ctime = cur.ctime;
+				mask |= BUTTER_SET_MTIME | BUTTER_SET_CTIME;
+			}
+		}
+		if (mask && ret == 0)
 			ret = butter_setattr(d->fs, id, &bs, mask);
 		if (ret == 0)
 			ret = butter_stat(d->fs, id, &bs);
@@ -324,7 +351,8 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
  * directories.
  */
 static int make_node(struct daemon *d, fuse_req_t req, fuse_ino_t parent, const char *name,
-		     uint32_t mode, uint64_t rdev, const char *target, struct fuse_entry_param *e)
+		     uint32_t mode, uint64_t rdev, const char *target, bool open,
+		     struct fuse_entry_param *e)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct butter_new_inode attr = { mode, ctx->uid, ctx->gid, rdev };
@@ -350,6 +378,11 @@ static int make_node(struct daemon *d, fuse_req_t req, fuse_ino_t parent, const 
 		ret = butter_create(d->fs, dir, name, len, &attr, &id);
 	if (ret == 0)
 		ret = make_entry(d, dir, name, len, id, e);
+	if (ret == 0 && open) {
+		ret = butter_open_ref(d->fs, id);
+		if (ret)
+			nodes_forget(&d->nodes, e->ino, 1);
+	}
 	unlock(d);
 	return ret;
 }
@@ -357,7 +390,7 @@ static int make_node(struct daemon *d, fuse_req_t req, fuse_ino_t parent, const 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
 	struct fuse_entry_param e;
-	int ret = make_node(D(req), req, parent, name, mode, rdev, NULL, &e);
+	int ret = make_node(D(req), req, parent, name, mode, rdev, NULL, false, &e);
 
 	reply_entry(D(req), req, ret, &e);
 }
@@ -365,7 +398,8 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	struct fuse_entry_param e;
-	int ret = make_node(D(req), req, parent, name, S_IFDIR | (mode & 07777), 0, NULL, &e);
+	int ret = make_node(D(req), req, parent, name, S_IFDIR | (mode & 07777), 0, NULL, false,
+			    &e);
 
 	reply_entry(D(req), req, ret, &e);
 }
@@ -373,7 +407,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
 	struct fuse_entry_param e;
-	int ret = make_node(D(req), req, parent, name, S_IFLNK | 0777, 0, link, &e);
+	int ret = make_node(D(req), req, parent, name, S_IFLNK | 0777, 0, link, false, &e);
 
 	reply_entry(D(req), req, ret, &e);
 }
@@ -469,13 +503,34 @@ static void set_keep_cache(struct daemon *d, fuse_ino_t ino, const struct butter
 	fi->keep_cache = d->opts->keep_cache && same;
 }
 
+/*
+ * Drop the handle count of node @ino (rule 6): without any fs_lock unless
+ * this frees an orphan, which is a change.
+ */
+static void release_handle(struct daemon *d, fuse_ino_t ino)
+{
+	butter_ino_t id;
+	int ret = nodes_resolve(&d->nodes, ino, &id);
+
+	if (ret == 0)
+		ret = butter_release(d->fs, id, BUTTER_RELEASE_NOFREE);
+	if (ret == 1) {
+		write_lock(d);
+		ret = butter_release(d->fs, id, 0);
+		unlock(d);
+	}
+	if (ret < 0)
+		daemon_log(d, BUTTER_LOG_WARNING, "release of node %llu: %s",
+			   (unsigned long long)ino, strerror(-ret));
+}
+
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
 	struct daemon *d = D(req);
 	struct fuse_entry_param e;
 	struct butter_stat bs = { 0 };
-	int ret = make_node(d, req, parent, name, S_IFREG | (mode & 07777), 0, NULL, &e);
+	int ret = make_node(d, req, parent, name, S_IFREG | (mode & 07777), 0, NULL, true, &e);
 
 	if (ret) {
 		reply_err(req, ret);
@@ -485,8 +540,10 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	bs.size = (uint64_t)e.attr.st_size;
 	set_keep_cache(d, e.ino, &bs, fi);
 	fi->fh = 0;
-	if (fuse_reply_create(req, &e, fi) != 0)
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		release_handle(d, e.ino);
 		nodes_forget(&d->nodes, e.ino, 1);
+	}
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -499,19 +556,22 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (ret == 0) {
 		read_lock(d);
 		ret = butter_stat(d->fs, id, &bs);
+		if (ret == 0 && S_ISDIR(bs.mode))
+			ret = -EISDIR;
+		if (ret == 0 && d->readonly && (fi->flags & O_ACCMODE) != O_RDONLY)
+			ret = -EROFS;
+		if (ret == 0)
+			ret = butter_open_ref(d->fs, id);
 		unlock(d);
 	}
-	if (ret == 0 && S_ISDIR(bs.mode))
-		ret = -EISDIR;
-	if (ret == 0 && d->readonly && (fi->flags & O_ACCMODE) != O_RDONLY)
-		ret = -EROFS;
 	if (ret) {
 		reply_err(req, ret);
 		return;
 	}
 	set_keep_cache(d, ino, &bs, fi);
 	fi->fh = 0;
-	fuse_reply_open(req, fi);
+	if (fuse_reply_open(req, fi) != 0)
+		release_handle(d, ino);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -553,8 +613,26 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	if (n == 0 && off < 0)
 		n = -EINVAL;
 	if (n == 0) {
+		struct butter_stat times;
+
 		write_lock(d);
-		n = butter_write(d->fs, id, buf, size, (uint64_t)off);
+		if (d->writeback)
+			n = butter_stat(d->fs, id, &times);
+		if (n == 0)
+			n = butter_write(d->fs, id, buf, size, (uint64_t)off);
+		if (n >= 0 && d->writeback) {
+			/*
+			 * With the writeback cache the kernel owns mtime and ctime: it
+			 * sends its own in a setattr after the writes, but a worker may
+			 * serve that setattr before a write still in flight. A write must
+			 * not move the times, or the last request served would win.
+			 */
+			int ret = butter_setattr(d->fs, id, &times,
+						 BUTTER_SET_MTIME | BUTTER_SET_CTIME);
+
+			if (ret)
+				n = ret;
+		}
 		unlock(d);
 	}
 	if (n < 0)
@@ -573,8 +651,8 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)ino;
 	(void)fi;
+	release_handle(D(req), ino);
 	fuse_reply_err(req, 0);
 }
 
@@ -744,22 +822,25 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (ret == 0) {
 		read_lock(d);
 		ret = butter_stat(d->fs, id, &bs);
+		if (ret == 0 && !S_ISDIR(bs.mode))
+			ret = -ENOTDIR;
+		if (ret == 0)
+			ret = butter_open_ref(d->fs, id);
 		unlock(d);
 	}
-	if (ret == 0 && !S_ISDIR(bs.mode))
-		ret = -ENOTDIR;
 	if (ret) {
 		reply_err(req, ret);
 		return;
 	}
 	fi->fh = 0;
-	fuse_reply_open(req, fi);
+	if (fuse_reply_open(req, fi) != 0)
+		release_handle(d, ino);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)ino;
 	(void)fi;
+	release_handle(D(req), ino);
 	fuse_reply_err(req, 0);
 }
 

@@ -352,6 +352,37 @@ int butter_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size);
 /* Set the filesystem label (at most 255 bytes; -EINVAL if longer); committed at once. */
 int butter_set_label(struct butter_fs *fs, const char *label);
 
+/* ---- open files ----------------------------------------------------------- */
+/*
+ * POSIX keeps a file whose last name is removed alive while it is open. A
+ * front end that holds files open (the FUSE daemon) reports each open with
+ * butter_open_ref() and each close with butter_release(). When the last name
+ * of an open inode goes (unlink, rmdir, rename over it), the inode stays,
+ * readable and writable, with nlink 0 and an ORPHAN_ITEM, as the kernel
+ * keeps it; the last release frees it with its data. After a crash the
+ * orphan item is on disk, and the next read-write open (ours or the
+ * kernel's) frees the inode. butter_close() frees orphans still open.
+ * On a read-only handle both calls do nothing and return 0.
+ */
+
+/* Count one open of @ino. -ENOMEM. */
+int butter_open_ref(struct butter_fs *fs, butter_ino_t ino);
+
+/*
+ * With this flag butter_release() changes nothing on disk: if the call would
+ * free an orphan it returns 1 and counts nothing, and the caller repeats it
+ * without the flag where changes may run (for front ends that keep reads
+ * and changes apart).
+ */
+#define BUTTER_RELEASE_NOFREE 0x1u
+
+/*
+ * Drop one open of @ino; the last one of an orphan frees it (a change).
+ * Returns 0, 1 (BUTTER_RELEASE_NOFREE, see above), -EINVAL if @ino has no
+ * opens, or the error of freeing it (the orphan then stays for the next open).
+ */
+int butter_release(struct butter_fs *fs, butter_ino_t ino, unsigned flags);
+
 /* ---- making filesystems ------------------------------------------------- */
 
 /* Profile values for butter_mkfs_opts (0 means the mkfs.btrfs default). */

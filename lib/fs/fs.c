@@ -244,6 +244,8 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 			goto fail_cache;
 		/* finish deleting subvolumes whose freeing a crash interrupted */
 		ret = fs_drop_orphan_subvols(fs);
+		if (ret >= 0)
+			ret = fs_orphan_cleanup(fs); /* as the kernel at a read-write mount */
 		if (ret < 0) {
 			fs_teardown_write(fs);
 			goto fail_cache;

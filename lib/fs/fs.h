@@ -81,6 +81,8 @@ int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes);
 /* Set up the write side of a handle opened read-write (write.c). */
 int fs_setup_write(struct butter_fs *fs);
 void fs_teardown_write(struct butter_fs *fs);
+/* Free the orphan inodes of every writable subvolume, after fs_setup_write() (orphan.c). */
+int fs_orphan_cleanup(struct butter_fs *fs);
 
 /*
  * Free every deleted subvolume still waiting (orphan item, root refs 0):

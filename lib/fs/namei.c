@@ -7,9 +7,9 @@
  * the DIR_INDEX item, and the INODE_REF (or INODE_EXTREF) entry that gives
  * the index. The parent's i_size drops by 2 * name_len.
  *
- * An inode with no names left is deleted at once, data references included:
- * the library has no notion of open files; a front end that keeps unlinked
- * files open must hold them itself (orphan items come with the FUSE work).
+ * An inode with no names left is deleted at once, data references included,
+ * unless a front end holds it open (butter_open_ref): then it becomes an
+ * orphan, freed at its last release (fs_drop_last_link, orphan.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -271,7 +271,7 @@ static int drop_link(struct butter_fs *fs, struct subvol *sv, const struct btrfs
 		     u64 target)
 {
 	if (S_ISDIR(btrfs_inode_mode(ii)) || btrfs_inode_nlink(ii) <= 1)
-		return fs_delete_inode(fs, sv, target);
+		return fs_drop_last_link(fs, sv, target);
 	return modify_inode(fs, sv, target, dec_nlink, NULL);
 }
 
@@ -319,7 +319,7 @@ int butter_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_
 		return end_change(w, ret, 0);
 	ret = remove_name(fs, sv, dir.ino, name, namelen, target.ino);
 	if (ret == 0)
-		ret = fs_delete_inode(fs, sv, target.ino);
+		ret = fs_drop_last_link(fs, sv, target.ino);
 	return end_change(w, ret, 1);
 }
 

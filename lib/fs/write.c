@@ -55,6 +55,8 @@ void fs_teardown_write(struct butter_fs *fs)
 
 	if (!w)
 		return;
+	if (w->open_files)
+		fs_orphan_free_open(fs);
 	if (w->txn.running && !w->txn.aborted) {
 		int ret = txn_commit(&w->txn);
 
@@ -63,6 +65,7 @@ void fs_teardown_write(struct butter_fs *fs)
 	}
 	txn_ctx_destroy(&w->txn);
 	extent_state_destroy(&w->es);
+	fs_open_files_destroy(w);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
 	fs->w = NULL;
@@ -167,6 +170,8 @@ int fs_setup_write(struct butter_fs *fs)
 		ret = txn_track_root(&w->txn, &fs->csum_tree);
 	if (ret == 0 && w->es.fst_root)
 		ret = txn_track_root(&w->txn, &w->fst);
+	if (ret == 0)
+		ret = fs_open_files_init(w);
 	if (ret)
 		goto fail;
 	fs->w = w;
@@ -174,6 +179,7 @@ int fs_setup_write(struct butter_fs *fs)
 fail:
 	txn_ctx_destroy(&w->txn);
 	extent_state_destroy(&w->es);
+	fs_open_files_destroy(w);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
 	return ret;
@@ -460,6 +466,8 @@ int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name,
 		return ret;
 	if (!S_ISDIR(btrfs_inode_mode(&ii)))
 		return -ENOTDIR;
+	if (btrfs_inode_nlink(&ii) == 0)
+		return -ENOENT; /* a removed directory still open (orphan.c) */
 	ret = butter_lookup(fs, dir, name, namelen, &existing);
 	if (ret == 0)
 		return -EEXIST;
@@ -844,6 +852,8 @@ int butter_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const 
 		ret = -EPERM;
 	if (ret == 0 && btrfs_inode_nlink(&ii) >= 65535)
 		ret = -EMLINK;
+	if (ret == 0 && btrfs_inode_nlink(&ii) == 0)
+		ret = -ENOENT; /* an open orphan (orphan.c) gets no new name */
 	if (ret == 0)
 		ret = check_new_name(fs, dir, name, namelen, &sv);
 	if (ret)

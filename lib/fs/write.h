@@ -31,6 +31,7 @@ struct fs_write_state {
 	/* compression of new data: BTRFS_COMPRESS_* (NONE: off), level (0: default) */
 	int compress_type, compress_level;
 	int compress_force;          /* keep trying after data did not compress */
+	struct fs_open_files *open_files; /* orphan.c: opens the front end counts */
 };
 
 struct dir_update {
@@ -106,5 +107,15 @@ ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf,
  * hole item; with NO_HOLES, nothing (fallocate.c).
  */
 int fs_fill_holes(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end);
+/* orphan.c (open files and orphan items; its header comment has the rules) */
+int fs_open_files_init(struct fs_write_state *w);
+void fs_open_files_destroy(struct fs_write_state *w);
+/*
+ * The last name of @ino went (phase 2): delete the inode, or, if it is open,
+ * keep it with nlink 0 and an ORPHAN_ITEM until its last butter_release().
+ */
+int fs_drop_last_link(struct butter_fs *fs, struct subvol *sv, u64 ino);
+/* Free every orphan still open (at close: nobody can reach them any more). */
+void fs_orphan_free_open(struct butter_fs *fs);
 
 #endif

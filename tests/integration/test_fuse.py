@@ -211,13 +211,7 @@ def write_workload(root, sections):
 
 
 @pytest.mark.butter_timeout(900)
-@pytest.mark.parametrize("workload", [
-    "files",
-    pytest.param("links", marks=pytest.mark.xfail(
-        reason="under investigation: after the links workload through FUSE the atime and "
-               "mtime of links/sub2 are later than the times the workload stamped (INODE_EXTREF "
-               "itself now works: the 100 long-named links compare equal)")),
-])
+@pytest.mark.parametrize("workload", ["files", "links"])
 def test_write_workload_matches_kernel(fuse, butter, workdir, workload):
     sections = WRITE_WORKLOADS[workload]
     _, ref = kernel_tree(workdir, lambda mnt: write_workload(mnt, sections), name="ref")

@@ -178,8 +178,18 @@ class Gen:
         os.utime(self.p(rel), ns=times or self.times(), follow_symlinks=False)
 
     def mkdir(self, rel, mode=None, owner=None):
+        implicit, parent = [], os.path.dirname(rel)
+        while parent and not os.path.isdir(self.p(parent)):
+            implicit.append(parent)
+            parent = os.path.dirname(parent)
         os.makedirs(self.p(rel), exist_ok=True)
         self.dirs.append(rel)
+        for made in implicit:
+            # made on the way by makedirs: stamped too, else its times are the clock's and
+            # differ between two runs of the same workload; a fixed time, so the random
+            # sequence (and every tree made from it) stays as it was
+            self.dirs.append(made)
+            self.dir_times.setdefault(made, (1_234_567_890_123_456_789, 987_654_321_000_000_001))
         if owner:
             os.lchown(self.p(rel), *owner)
         if mode is not None:

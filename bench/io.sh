@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# bench/io.sh — file I/O and metadata through `butter mount`, side by side with the
+# kernel's btrfs, ext4 and a plain file, in one run on the same disk:
+#
+#   butter   butter mount (release build) of a fresh mkfs.btrfs image file
+#   btrfs    the kernel's btrfs on a loop device over an image file
+#   ext4     ext4 on a loop device over an image file
+#   dd       dd to and from a plain file in $BENCH_DIR (anchor: the disk through the host fs)
+#
+# All image files and the plain file live in $BENCH_DIR (one disk). Workloads, each on
+# every target in turn, page caches dropped (`echo 3 > drop_caches`) before each read:
+#
+#   seq-write   fio: write a SIZE file (default 1 GiB) in 1 MiB blocks, fsync at the end
+#   seq-read    fio: read it back in 1 MiB blocks
+#   rand-read   fio: 4 KiB random reads of that file for RUNTIME seconds (default 30)
+#   rand-write  fio: 4 KiB random overwrites of that file for RUNTIME seconds, fsync at the end
+#   meta-*      N small files (default 100000, 100 bytes each) in 100 directories: create,
+#               stat, rename (within the directory), unlink; then a commit (fsync of the
+#               mount's root: butter commits, the kernel's btrfs and ext4 sync), timed apart
+#
+# dd does the sequential pair only (`dd bs=1M conv=fdatasync`, then a cold read).
+# Results: MiB/s for bandwidth, IOPS for random I/O, files/s for metadata; then the
+# ratios butter/btrfs and butter/ext4 with the targets of issue 4 (sequential >= 0.8x
+# kernel btrfs; random and metadata >= 0.5x), and the daemon's peak RSS (VmHWM).
+#
+# Usage: sudo bench/io.sh [-s SIZE] [-t RUNTIME] [-n FILES] [--keep]
+#   -s SIZE     sequential file size for fio (default 1G; fio syntax: 256M, 1G)
+#   -t SECONDS  random I/O runtime per target (default 30)
+#   -n FILES    metadata run file count (default 100000; a multiple of 100 is used)
+#   --keep      keep $BENCH_DIR's images and logs afterwards
+# Environment: BENCH_DIR (default /tmp/butter-io-bench), BUTTER (a butter binary instead
+#   of building $REPO/build-bench, release, no sanitizers), BUTTER_OPTS (-o options).
+# Needs root (loop devices, mounts, drop_caches), mkfs.btrfs, mkfs.ext4, fusermount3,
+# python3; fio is installed with apt-get if missing.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+BENCH_DIR=${BENCH_DIR:-/tmp/butter-io-bench}
+BUTTER=${BUTTER:-}
+BUTTER_OPTS=${BUTTER_OPTS:-}
+SIZE=1G RUNTIME=30 NFILES=100000 KEEP=0
+
+die() { echo "io.sh: $*" >&2; exit 2; }
+
+while (($#)); do
+	case $1 in
+	-s) [[ $# -ge 2 ]] || die "-s needs a size"; SIZE=$2; shift 2 ;;
+	-t) [[ $# -ge 2 ]] || die "-t needs seconds"; RUNTIME=$2; shift 2 ;;
+	-n) [[ $# -ge 2 ]] || die "-n needs a number"; NFILES=$2; shift 2 ;;
+	--keep) KEEP=1; shift ;;
+	-h|--help) sed -n '2,/^# python3; fio/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) die "unknown argument: $1 (try --help)" ;;
+	esac
+done
+[[ $RUNTIME =~ ^[1-9][0-9]*$ ]] || die "-t must be a positive integer"
+[[ $NFILES =~ ^[1-9][0-9]*$ ]] || die "-n must be a positive integer"
+[[ $(id -u) -eq 0 ]] || die "must run as root (loop devices, mounts, drop_caches)"
+if ! command -v fio >/dev/null; then
+	echo "io.sh: installing fio" >&2
+	apt-get install -y fio >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y fio >/dev/null; }
+fi
+for c in fio mkfs.btrfs mkfs.ext4 losetup mount umount mountpoint fusermount3 python3 dd flock; do
+	command -v "$c" >/dev/null || die "missing command: $c"
+done
+
+mkdir -p "$BENCH_DIR"
+BENCH_DIR=$(cd "$BENCH_DIR" && pwd)
+exec 9>"$BENCH_DIR/.lock"
+flock -n 9 || die "another io.sh is using $BENCH_DIR"
+LOGS=$BENCH_DIR/logs
+rm -rf "$LOGS"
+mkdir -p "$LOGS"
+
+SIZE_BYTES=$(python3 -c "
+import sys; s = sys.argv[1].upper(); m = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
+print(int(float(s[:-1]) * m[s[-1]]) if s[-1] in m else int(s))" "$SIZE")
+IMG_BYTES=$(( SIZE_BYTES * 3 + (4 << 30) ))      # room for COW of random overwrites
+
+# ---- the butter binary ----------------------------------------------------------
+if [[ -z $BUTTER ]]; then
+	BUILD=$REPO/build-bench
+	if [[ ! -f $BUILD/build.ninja ]]; then
+		meson setup "$BUILD" "$REPO" --buildtype=release -Db_sanitize=none -Dwerror=false >/dev/null
+	fi
+	ninja -C "$BUILD" cli/butter >"$LOGS/build.log" 2>&1 || { cat "$LOGS/build.log" >&2; die "build failed"; }
+	BUTTER=$BUILD/cli/butter
+fi
+[[ -x $BUTTER ]] || die "no butter binary at $BUTTER"
+
+# ---- targets: set up and tear down -----------------------------------------------
+declare -A MNT LOOP
+DAEMON_PID=
+TARGETS=(butter btrfs ext4)
+
+cleanup() {
+	set +e
+	for t in "${TARGETS[@]}"; do
+		m=${MNT[$t]:-}
+		[[ -n $m ]] && mountpoint -q "$m" && { if [[ $t == butter ]]; then fusermount3 -u "$m"; else umount "$m"; fi; }
+		[[ -n ${LOOP[$t]:-} ]] && losetup -d "${LOOP[$t]}"
+	done
+	[[ -n $DAEMON_PID ]] && kill "$DAEMON_PID" 2>/dev/null && wait "$DAEMON_PID" 2>/dev/null
+	if ((KEEP)); then echo "kept $BENCH_DIR"; else rm -rf "$BENCH_DIR"/*.img "$BENCH_DIR"/mnt-* "$BENCH_DIR"/dd.file; fi
+}
+trap cleanup EXIT
+
+setup() {
+	local t=$1 img=$BENCH_DIR/$1.img
+	MNT[$t]=$BENCH_DIR/mnt-$t
+	mkdir -p "${MNT[$t]}"
+	rm -f "$img"
+	truncate -s "$IMG_BYTES" "$img"
+	case $t in
+	butter)
+		mkfs.btrfs -q -f "$img" >/dev/null
+		"$BUTTER" mount -f ${BUTTER_OPTS:+-o "$BUTTER_OPTS"} "$img" "${MNT[$t]}" >"$LOGS/daemon.log" 2>&1 &
+		DAEMON_PID=$!
+		for _ in $(seq 200); do mountpoint -q "${MNT[$t]}" && break; sleep 0.05; done
+		mountpoint -q "${MNT[$t]}" || { cat "$LOGS/daemon.log" >&2; die "butter mount failed"; }
+		;;
+	btrfs)
+		mkfs.btrfs -q -f "$img" >/dev/null
+		LOOP[$t]=$(losetup -f --show "$img")
+		mount -o noatime "${LOOP[$t]}" "${MNT[$t]}"
+		;;
+	ext4)
+		mkfs.ext4 -q -F "$img" >/dev/null
+		LOOP[$t]=$(losetup -f --show "$img")
+		mount -o noatime "${LOOP[$t]}" "${MNT[$t]}"
+		;;
+	esac
+}
+
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+
+# ---- measurements ----------------------------------------------------------------
+declare -A RESULT    # RESULT[workload,target] = number
+
+# fio JOB_NAME TARGET FIELD fio-args...: run fio, record read/write bw (MiB/s) or iops
+run_fio() {
+	local name=$1 t=$2 field=$3; shift 3
+	local out=$LOGS/fio-$name-$t.json
+	fio --output-format=json --output="$out" --name="$name" --filename="${MNT[$t]}/fio.data" \
+		--ioengine=psync "$@" >/dev/null
+	RESULT[$name,$t]=$(python3 - "$out" "$field" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))["jobs"][0]
+kind, what = sys.argv[2].split(".")
+v = job[kind]["bw_bytes"] / 2**20 if what == "bw" else job[kind]["iops"]
+print(f"{v:.1f}")
+PY
+)
+}
+
+meta_run() {
+	local t=$1
+	python3 - "${MNT[$t]}/meta" "$NFILES" >"$LOGS/meta-$t.txt" <<'PY'
+import os, sys, time
+root, n = sys.argv[1], int(sys.argv[2])
+dirs, per = 100, max(1, int(sys.argv[2]) // 100)
+os.makedirs(root)
+for d in range(dirs):
+    os.mkdir(f"{root}/d{d:03d}")
+data = b"x" * 100
+def phase(name, fn):
+    t0 = time.perf_counter()
+    for d in range(dirs):
+        for i in range(per):
+            fn(f"{root}/d{d:03d}", i)
+    dt = time.perf_counter() - t0
+    print(f"{name} {dirs * per / dt:.1f}")
+def create(d, i):
+    fd = os.open(f"{d}/f{i:06d}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.write(fd, data)
+    os.close(fd)
+phase("meta-create", create)
+phase("meta-stat", lambda d, i: os.stat(f"{d}/f{i:06d}"))
+phase("meta-rename", lambda d, i: os.rename(f"{d}/f{i:06d}", f"{d}/g{i:06d}"))
+phase("meta-unlink", lambda d, i: os.unlink(f"{d}/g{i:06d}"))
+t0 = time.perf_counter()
+fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+os.fsync(fd)                      # butter: a commit
+os.close(fd)
+import ctypes
+fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+ctypes.CDLL(None).syncfs(fd)      # the kernel's filesystems: a commit / journal flush
+os.close(fd)
+print(f"meta-commit-s {time.perf_counter() - t0:.3f}")
+PY
+	while read -r k v; do RESULT[$k,$t]=$v; done <"$LOGS/meta-$t.txt"
+}
+
+echo "== butter $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo '+changes'), $BUTTER"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== size $SIZE, random runtime ${RUNTIME}s, metadata $(( NFILES / 100 * 100 )) files, $BENCH_DIR on $(df --output=source "$BENCH_DIR" | tail -1)"
+
+for t in "${TARGETS[@]}"; do
+	setup "$t"
+	echo "-- $t"
+	run_fio seq-write "$t" write.bw --rw=write --bs=1M --size="$SIZE" --end_fsync=1
+	drop_caches
+	run_fio seq-read "$t" read.bw --rw=read --bs=1M --size="$SIZE"
+	drop_caches
+	run_fio rand-read "$t" read.iops --rw=randread --bs=4k --size="$SIZE" --runtime="$RUNTIME" \
+		--time_based --norandommap
+	run_fio rand-write "$t" write.iops --rw=randwrite --bs=4k --size="$SIZE" --runtime="$RUNTIME" \
+		--time_based --norandommap --end_fsync=1
+	meta_run "$t"
+	if [[ $t == butter ]]; then
+		RSS_KB=$(awk '/VmHWM/ {print $2}' "/proc/$DAEMON_PID/status")
+		fusermount3 -u "${MNT[$t]}"
+		wait "$DAEMON_PID" || die "the butter daemon exited with an error (log: $LOGS/daemon.log)"
+		DAEMON_PID=
+		grep -q "aborted" "$LOGS/daemon.log" && die "the daemon aborted a transaction: $LOGS/daemon.log"
+	else
+		umount "${MNT[$t]}"
+		losetup -d "${LOOP[$t]}"
+		LOOP[$t]=
+	fi
+	rm -f "$BENCH_DIR/$t.img"
+done
+
+echo "-- dd"
+DDF=$BENCH_DIR/dd.file
+DD_COUNT=$(( SIZE_BYTES >> 20 ))
+dd_rate() { python3 -c "import sys; print(f'{$DD_COUNT * 1e9 / int(sys.argv[1]):.1f}')" "$1"; }
+t0=$(date +%s%N)
+dd if=/dev/zero of="$DDF" bs=1M count="$DD_COUNT" conv=fdatasync status=none
+RESULT[seq-write,dd]=$(dd_rate $(( $(date +%s%N) - t0 )))
+drop_caches
+t0=$(date +%s%N)
+dd if="$DDF" of=/dev/null bs=1M status=none
+RESULT[seq-read,dd]=$(dd_rate $(( $(date +%s%N) - t0 )))
+rm -f "$DDF"
+
+# ---- the table ------------------------------------------------------------------------
+WORKLOADS=(seq-write seq-read rand-read rand-write meta-create meta-stat meta-rename meta-unlink meta-commit-s)
+declare -A UNIT=([seq-write]="MiB/s" [seq-read]="MiB/s" [rand-read]="IOPS" [rand-write]="IOPS"
+	[meta-create]="files/s" [meta-stat]="files/s" [meta-rename]="files/s" [meta-unlink]="files/s"
+	[meta-commit-s]="s (lower is better)")
+declare -A TARGET=([seq-write]=0.8 [seq-read]=0.8 [rand-read]=0.5 [rand-write]=0.5
+	[meta-create]=0.5 [meta-stat]=0.5 [meta-rename]=0.5 [meta-unlink]=0.5)
+echo
+printf "%-14s %10s %10s %10s %10s  %-9s %9s %9s  %s\n" workload butter btrfs ext4 dd unit \
+	"b/btrfs" "b/ext4" "target (vs btrfs)"
+for w in "${WORKLOADS[@]}"; do
+	b=${RESULT[$w,butter]:--} k=${RESULT[$w,btrfs]:--} e=${RESULT[$w,ext4]:--} d=${RESULT[$w,dd]:--}
+	read -r rk re verdict < <(python3 - "$w" "$b" "$k" "$e" "${TARGET[$w]:-}" <<'PY'
+import sys
+w, b, k, e, target = sys.argv[1:6]
+def ratio(x, y):
+    try:
+        x, y = float(x), float(y)
+    except ValueError:
+        return None
+    if w.endswith("-s"):            # a time: lower is better, so the ratio is y/x
+        x, y = y, x
+    return x / y if y else None
+rk, re = ratio(b, k), ratio(b, e)
+fmt = lambda r: "-" if r is None else f"{r:.2f}x"
+verdict = "-" if not target or rk is None else \
+    (f">= {target}x: met" if rk >= float(target) else f">= {target}x: NOT met")
+print(fmt(rk), fmt(re), verdict)
+PY
+)
+	printf "%-14s %10s %10s %10s %10s  %-9s %9s %9s  %s\n" "$w" "$b" "$k" "$e" "$d" \
+		"${UNIT[$w]%% *}" "$rk" "$re" "$verdict"
+done
+echo
+echo "butter daemon peak RSS (VmHWM): $(( RSS_KB / 1024 )) MiB"
