@@ -28,9 +28,8 @@
  * for every orphan item of every writable subvolume (the top level and every
  * live, not read-only subvolume), an inode with nlink 0 is freed with its
  * orphan item; an orphan item whose inode is gone or still has names (old
- * kernels wrote them for truncates) is just deleted. Orphans whose tree
- * blocks are shared with a snapshot are left (and logged) until the library
- * can change shared blocks; the kernel frees them at its next mount.
+ * kernels wrote them for truncates) is just deleted (also in trees that share
+ * blocks with snapshots).
  *
  * Invariants:
  *  1. A table entry exists exactly while its inode has opens (opens > 0) or
@@ -337,36 +336,6 @@ void fs_orphan_free_open(struct butter_fs *fs)
 
 /* ---- cleanup at open --------------------------------------------------------- */
 
-/*
- * Would changing the items of @ino in @sv touch a block shared with a
- * snapshot (or owned by another tree)? 1 yes, 0 no, negative errno.
- */
-static int inode_blocks_shared(struct butter_fs *fs, struct subvol *sv, u64 ino)
-{
-	const struct tree_root *root = &sv->root;
-	struct btrfs_key key = { ino, 0, 0 };
-	struct tree_path path;
-	int ret, shared = 0;
-
-	tree_path_init(&path);
-	ret = tree_search_forward(&fs->cache, root, &key, &path);
-	while (ret == 0 && !shared) {
-		path_key(&path, &key);
-		if (key.objectid != ino)
-			break;
-		for (int l = 0; l < BTRFS_MAX_LEVEL && path.nodes[l]; l++) {
-			const struct tree_node *n = path.nodes[l];
-
-			if (n->owner != root->objectid ||
-			    (root->last_snapshot && n->generation <= root->last_snapshot))
-				shared = 1;
-		}
-		ret = tree_next_item(&fs->cache, &path);
-	}
-	tree_path_release(&fs->cache, &path);
-	return ret < 0 ? ret : shared;
-}
-
 /* The inode numbers of @sv's orphan items, in *out (malloc'd), *n of them. */
 static int list_orphans(struct butter_fs *fs, const struct tree_root *root, u64 **out, size_t *n)
 {
@@ -409,6 +378,7 @@ static int list_orphans(struct butter_fs *fs, const struct tree_root *root, u64 
 /* Free or forget one orphan item found at open. 0, or negative errno. */
 static int clean_one(struct butter_fs *fs, u64 subvol, u64 ino, size_t *freed, size_t *left)
 {
+	(void)left; /* nothing is left over since shared blocks can be changed */
 	butter_ino_t id = { subvol, ino };
 	struct btrfs_inode_item ii;
 	struct fs_write_state *w;
@@ -427,19 +397,8 @@ static int clean_one(struct butter_fs *fs, u64 subvol, u64 ino, size_t *freed, s
 		ret = delete_orphan_item(fs, sv, ino);
 		return end_change(w, ret == 1 ? 0 : ret, 1);
 	}
-	if (ret == 0)
-		ret = inode_blocks_shared(fs, sv, ino);
-	if (ret) {
-		if (ret == 1) {
-			blog_info(&fs->log,
-				  "subvolume %llu: orphan inode %llu shares blocks with a "
-				  "snapshot: left for now",
-				  (unsigned long long)subvol, (unsigned long long)ino);
-			(*left)++;
-			ret = 0;
-		}
+	if (ret)
 		return end_change(w, ret, 0);
-	}
 	(*freed)++;
 	return end_change(w, free_orphan(fs, sv, ino), 1);
 }
