@@ -12,7 +12,11 @@
 # the timed part is the mkfs and an fsync of the image (`sync IMAGE`), so
 # neither tool wins by leaving dirty pages behind. Runs are interleaved, and
 # the order flips every run (butter, progs; progs, butter; ...) so drift and
-# "second to read the tree" hit both alike; the best wall time of N counts.
+# "second to read the tree" hit both alike; the best wall time of N counts,
+# and the ratio is also given run by run (each run's two times were taken
+# close together, which matters on a shared machine). A cold read of the
+# source tree (`tar c | cat >/dev/null`) runs after each pair as an anchor:
+# the floor for anything that has to copy the tree once.
 #
 # Every image is checked after its run, outside the timing: `btrfs check
 # --readonly` must pass, the kernel must mount it read-only, and the mounted
@@ -82,7 +86,7 @@ fi
 SIZE_BYTES=$(echo "$SIZE_GIB * 1073741824 / 1" | bc)
 ((SIZE_BYTES >= 16 << 20)) || die "--size must be at least 16 MiB (0.016)"
 [[ $(id -u) -eq 0 ]] || die "must run as root (loop mounts, drop_caches, chown, trusted.* xattrs)"
-for c in mkfs.btrfs btrfs python3 mount umount mountpoint flock bc du sync truncate; do
+for c in mkfs.btrfs btrfs python3 mount umount mountpoint flock bc du sync truncate tar; do
 	command -v "$c" >/dev/null || die "missing command: $c"
 done
 GEN_VERSION="mkfs-rootdir-tree v2 seed=$SEED files=$NFILES bytes=$SIZE_BYTES"
@@ -433,11 +437,15 @@ fi
 [[ -x $BUTTER ]] || die "no butter binary at $BUTTER"
 
 # ---- the runs ------------------------------------------------------------------
-TOOLS=(butter progs)
-declare -A LABEL=([butter]="butter mkfs" [progs]="mkfs.btrfs")
+# read is an anchor, not a contestant: a cold read of every file of the
+# source tree, the floor for anything that has to copy it once.
+TOOLS=(butter progs read)
+declare -A LABEL=([butter]="butter mkfs" [progs]="mkfs.btrfs" [read]="read tree")
 
 run_butter() { "$BUTTER" mkfs -q -f -K -b "$IMG_SIZE" --rootdir "$SRC" "$1" && sync "$1"; }
 run_progs() { mkfs.btrfs -q -f -K -b "$IMG_SIZE" --rootdir "$SRC" "$1" && sync "$1"; }
+# through cat: GNU tar reads no file data when its archive is /dev/null
+run_read() { tar -C "$SRC" -cf - . | cat >/dev/null; }
 
 # Check the image $1 (fsck, kernel mount, tree against the manifest) and
 # measure it. Prints one verdict line; sets SZ_USED SZ_CHUNKS SZ_HOST SZ_DF
@@ -476,16 +484,18 @@ sed 's/^/== /' "$STATS"
 echo "== image files: -b $IMG_SIZE ($(mib "$IMG_SIZE") MiB) each"
 echo "== $RUNS runs each, interleaved, order flipped every run; wall seconds of mkfs + fsync, caches dropped before each"
 
-declare -A TIMES BEST CPU WARN USED CHUNKS HOST DF
+declare -A TIMES BEST CPU WARN USED CHUNKS HOST DF RUN
 FAILED=0
 for ((r = 1; r <= RUNS; r++)); do
-	order=("${TOOLS[@]}")
-	((r % 2)) || order=("${TOOLS[1]}" "${TOOLS[0]}")
+	order=(butter progs read)
+	((r % 2)) || order=(progs butter read)
 	for t in "${order[@]}"; do
 		img=$WORK/$t.img
 		log=$LOGS/$t.$r.log
-		rm -f "$img"
-		truncate -s "$IMG_SIZE" "$img"  # mkfs.btrfs 6.2 says "zoned: unable to stat" without it
+		if [[ $t != read ]]; then
+			rm -f "$img"
+			truncate -s "$IMG_SIZE" "$img"  # mkfs.btrfs 6.2 says "zoned: unable to stat" without it
+		fi
 		sync
 		echo 3 >/proc/sys/vm/drop_caches
 		rc=0
@@ -493,6 +503,17 @@ for ((r = 1; r <= RUNS; r++)); do
 		{ time { "run_$t" "$img" >"$log" 2>&1 || rc=$?; }; } 2>"$LOGS/$t.$r.time"
 		read -r real usr sys <"$LOGS/$t.$r.time"
 		cpu=$(printf '%.3f' "$(echo "$usr + $sys" | bc)")
+		if [[ $t == read ]]; then
+			printf '   run %d %-12s %8.3f s  cpu %6.2f s  (anchor: cold read of the source tree)\n' \
+				"$r" "${LABEL[$t]}" "$real" "$cpu"
+			((rc == 0)) || die "reading the source tree failed: $(head -n 1 "$log")"
+			TIMES[$t]+="$real "
+			if [[ -z ${BEST[$t]:-} ]] || (($(echo "$real < ${BEST[$t]}" | bc))); then
+				BEST[$t]=$real
+				CPU[$t]=$cpu
+			fi
+			continue
+		fi
 		vrc=0
 		check_image "$img" "$log" >"$log.verdict" || vrc=1
 		verdict=$(<"$log.verdict")
@@ -513,6 +534,7 @@ for ((r = 1; r <= RUNS; r++)); do
 			echo "      ! exit status $rc; $(wc -l <"$log") lines of messages, first: $(head -n 1 "$log")"
 		fi
 		TIMES[$t]+="$real "
+		RUN[$t.$r]=$real
 		if [[ -z ${BEST[$t]:-} ]] || (($(echo "$real < ${BEST[$t]}" | bc))); then
 			BEST[$t]=$real
 			CPU[$t]=$cpu
@@ -532,7 +554,7 @@ for t in "${TOOLS[@]}"; do
 	printf '%-12s %9s %8s %10s %11s %10s   %s\n' "${LABEL[$t]}" "${BEST[$t]:-FAILED}" "${CPU[$t]:--}" \
 		"$(mib "${USED[$t]:--}")" "$(mib "${CHUNKS[$t]:--}")" "$(mib "${HOST[$t]:--}")" "${TIMES[$t]}"
 done
-for t in "${TOOLS[@]}"; do
+for t in butter progs; do
 	[[ -z ${DF[$t]:-} ]] || printf '%-12s %s\n' "${LABEL[$t]}" "${DF[$t]}"
 done
 echo "(used: superblock bytes_used; chunks: dev_item.bytes_used; host: blocks the host allocated to the" \
@@ -546,6 +568,17 @@ if [[ -n ${BEST[butter]:-} && -n ${BEST[progs]:-} ]]; then
 	pu=$( (($(echo "${USED[butter]} <= ${USED[progs]}" | bc))) && echo met || echo MISSED)
 	ph=$( (($(echo "${HOST[butter]} <= ${HOST[progs]}" | bc))) && echo met || echo MISSED)
 	printf 'butter vs mkfs.btrfs --rootdir: %5sx as fast        (target >= 2x: %s)\n' "$v" "$pv"
+	# the same ratio within each run, where the two ran minutes apart at most
+	pairs=
+	for ((r = 1; r <= RUNS; r++)); do
+		[[ -n ${RUN[butter.$r]:-} && -n ${RUN[progs.$r]:-} ]] || continue
+		pairs+="$(awk -v a="${RUN[progs.$r]}" -v b="${RUN[butter.$r]}" 'BEGIN { printf "%.2f", a / b }') "
+	done
+	med=$(tr ' ' '\n' <<<"$pairs" | sed '/^$/d' | sort -n |
+		awk '{ v[NR] = $1 } END { printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+	printf '  the same, run by run:         %s(median %s)\n' "$pairs" "$med"
+	printf 'butter vs cold read of the tree: %5sx the time\n' \
+		"$(awk -v a="${BEST[butter]}" -v b="${BEST[read]}" 'BEGIN { printf "%.2f", a / b }')"
 	printf 'image bytes used, butter/progs: %6s               (target <= 1:  %s)\n' "$u" "$pu"
 	printf 'host blocks, butter/progs:      %6s               (target <= 1:  %s)\n' "$h" "$ph"
 else
