@@ -23,8 +23,9 @@
 # tree must match the manifest taken from the source tree: a wrong or missing
 # name, type, size, content (sha256), symlink target, mode, owner, xattr (any
 # namespace) or hard-link group fails the run, so a fast-but-wrong result
-# cannot win. Differences in mtime are counted and shown
-# but do not fail (mkfs.btrfs 6.x keeps whole seconds only).
+# cannot win. Differences in mtime are counted and shown but do not fail
+# (mkfs.btrfs 6.2 keeps whole seconds only). A run with a right image but a
+# nonzero exit status counts, with a warning.
 #
 # Sizes reported per image: the apparent size of the file (-b), the bytes used
 # inside it (superblock bytes_used: data plus metadata, DUP counted once), the
@@ -34,10 +35,10 @@
 # The source tree (regular files of mixed sizes in nested directories, a
 # directory of a few thousand entries, a 40-level chain, some large files,
 # sparse files, hard links, symlinks, xattrs, odd names and fifos, varied
-# modes, owners and ns mtimes; no device nodes: mkfs.btrfs 6.2 loses their
-# rdev) is generated once from a fixed seed
-# into $BENCH_DIR/mkfs-rootdir/source and reused while source.complete names
-# the same generator version and scale. --files and --size scale it; the mix
+# modes, owners and ns mtimes; no device nodes: mkfs.btrfs 6.2 stores them
+# with rdev 0) is generated once from a fixed seed into
+# $BENCH_DIR/mkfs-rootdir/source and reused while source.complete names the
+# same generator version and scale. --files and --size scale it; the mix
 # (file-count and byte shares) stays the same.
 #
 # Usage: sudo bench/mkfs-rootdir.sh [-n RUNS] [--files N] [--size GiB]
@@ -50,8 +51,8 @@
 #   --keep         keep the last run's images (butter.img, progs.img)
 # Environment: BENCH_DIR (default /tmp/butter-bench), RUNS, BUTTER (a butter
 #   binary to use instead of building $REPO/build-bench).
-# Needs root (loop mounts, drop_caches, chown, trusted.* xattrs), mkfs.btrfs, btrfs,
-# python3, meson, ninja.
+# Needs root (loop mounts, drop_caches, chown, trusted.* xattrs), mkfs.btrfs,
+# btrfs, python3, meson, ninja.
 # shellcheck disable=SC2317  # cleanup and run_* are called indirectly
 set -euo pipefail
 
@@ -74,7 +75,7 @@ while (($#)); do
 	--size) [[ $# -ge 2 ]] || die "--size needs a number of GiB"; SIZE_GIB=$2; shift 2 ;;
 	--rebuild-tree) REBUILD=1; shift ;;
 	--keep) KEEP=1; shift ;;
-	-h|--help) sed -n '2,/^# python3, meson/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,/^# btrfs, python3, meson/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument: $1 (try --help)" ;;
 	esac
 done
