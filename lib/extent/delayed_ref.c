@@ -13,8 +13,10 @@
  *   SHARED_BLOCK_REF u8 type, le64 parent
  *   SHARED_DATA_REF  u8 type, le64 parent, le32 count
  * References may also live in keyed items (bytenr, *_REF, root|hash|parent);
- * those are updated in place when found, new references always go inline
- * while the item stays small.
+ * those are updated in place when found. A new reference goes inline while
+ * the extent item stays within a sixteenth of a leaf (the kernel's limit),
+ * else into a keyed item of its own (EXTENT_DATA_REF at its hash, or the
+ * next free offset after it when hashes collide).
  *
  * Running the queue: sort by bytenr, merge changes to the same reference,
  * then per extent: create, update or delete its item. An extent whose last
@@ -28,7 +30,6 @@
 #include "extent/extent.h"
 #include "format/checksum.h"
 
-#define MAX_INLINE_REFS_SIZE 2048
 
 static size_t pend_slot(u64 bytenr, size_t cap)
 {
@@ -313,33 +314,77 @@ static void keyed_ref_key(u64 bytenr, const struct ref_entry *r, struct btrfs_ke
 	key->offset = r->type == BTRFS_EXTENT_DATA_REF_KEY ? ref_order(r) : r->root_or_parent;
 }
 
+/* Bytes one reference takes inline in an extent item. */
+static u32 inline_ref_size(const struct ref_entry *r)
+{
+	if (r->type == BTRFS_EXTENT_DATA_REF_KEY)
+		return 1 + (u32)sizeof(struct btrfs_extent_data_ref);
+	if (r->type == BTRFS_SHARED_DATA_REF_KEY)
+		return 1 + 8 + 4;
+	return 1 + 8;
+}
+
+/*
+ * The largest extent item that takes more inline references (the kernel's
+ * limit: a sixteenth of a leaf); beyond it new references go in keyed items.
+ */
+static u32 max_extent_item_size(const struct extent_state *es)
+{
+	return (es->vol->nodesize - (u32)sizeof(struct btrfs_header)) / 16 -
+	       (u32)sizeof(struct btrfs_item);
+}
+
+static u32 extent_item_size(const struct extent_rec *rec)
+{
+	u32 size = (u32)sizeof(struct btrfs_extent_item);
+	size_t i;
+
+	if ((rec->flags & BTRFS_EXTENT_FLAG_TREE_BLOCK) && rec->key.type == BTRFS_EXTENT_ITEM_KEY)
+		size += (u32)sizeof(struct btrfs_tree_block_info);
+	for (i = 0; i < rec->ninl; i++)
+		size += inline_ref_size(&rec->inl[i]);
+	return size;
+}
+
+/* Does the keyed EXTENT_DATA_REF payload @p (@size bytes) name reference @r? */
+static int data_ref_matches(const u8 *p, u32 size, const struct ref_entry *r)
+{
+	const struct btrfs_extent_data_ref *dr = (const void *)p;
+
+	return size >= sizeof(*dr) && get_le64(&dr->root) == r->root_or_parent &&
+	       get_le64(&dr->objectid) == r->owner && get_le64(&dr->offset) == r->offset;
+}
+
+#define DATA_REF_PROBES 64 /* hash collisions tolerated for one (bytenr, hash) */
+
 /*
  * Apply @delta to a reference held in a keyed item. Returns 1 if no such
- * keyed reference exists, 0 when applied.
+ * keyed reference exists, 0 when applied. EXTENT_DATA_REF items sit at their
+ * hash, or (collisions) at the next free offsets after it.
  */
 static int apply_keyed_ref(struct extent_state *es, struct tree_trans *t, u64 bytenr,
 			   const struct ref_entry *r, int delta)
 {
 	struct btrfs_key key;
 	struct tree_path path;
-	int ret;
+	int ret, probe;
 
 	keyed_ref_key(bytenr, r, &key);
-	tree_path_init(&path);
-	ret = tree_search_slot(t, es->extent_root, &key, &path, 0, 1);
-	if (ret == 0) {
+	for (probe = 0; probe < DATA_REF_PROBES; probe++, key.offset++) {
 		u32 size, count = 1;
-		u8 *p = path_item_mut(&path, &size);
+		u8 *p;
 
+		tree_path_init(&path);
+		ret = tree_search_slot(t, es->extent_root, &key, &path, 0, 1);
+		if (ret != 0)
+			break;
+		p = path_item_mut(&path, &size);
 		if (r->type == BTRFS_EXTENT_DATA_REF_KEY) {
-			struct btrfs_extent_data_ref *dr = (void *)p;
-
-			if (size < sizeof(*dr) || get_le64(&dr->root) != r->root_or_parent ||
-			    get_le64(&dr->objectid) != r->owner || get_le64(&dr->offset) != r->offset) {
+			if (!data_ref_matches(p, size, r)) {
 				tree_path_release(es->cache, &path);
-				return 1; /* a hash collision: not this reference */
+				continue; /* a hash collision: not this reference */
 			}
-			count = get_le32(&dr->count);
+			count = get_le32(&((struct btrfs_extent_data_ref *)p)->count);
 		} else if (r->type == BTRFS_SHARED_DATA_REF_KEY) {
 			if (size < 4) {
 				ret = BLOG_CORRUPT(es->log, "shared data ref of %llu: short",
@@ -365,10 +410,42 @@ static int apply_keyed_ref(struct extent_state *es, struct tree_trans *t, u64 by
 				ret = BLOG_CORRUPT(es->log, "extent %llu: tree ref count above one",
 						   (unsigned long long)bytenr);
 		}
+		goto out;
 	}
+	if (probe == DATA_REF_PROBES)
+		ret = 1;
 out:
 	tree_path_release(es->cache, &path);
 	return ret;
+}
+
+/* Put reference @r (count @count) of @bytenr in a keyed item of its own. */
+static int insert_keyed_ref(struct extent_state *es, struct tree_trans *t, u64 bytenr,
+			    const struct ref_entry *r, u32 count)
+{
+	struct btrfs_extent_data_ref dr;
+	struct btrfs_key key;
+	le32 c;
+	int probe, ret;
+
+	keyed_ref_key(bytenr, r, &key);
+	if (r->type == BTRFS_TREE_BLOCK_REF_KEY || r->type == BTRFS_SHARED_BLOCK_REF_KEY)
+		return tree_insert_item(t, es->extent_root, &key, NULL, 0);
+	if (r->type == BTRFS_SHARED_DATA_REF_KEY) {
+		put_le32(&c, count);
+		return tree_insert_item(t, es->extent_root, &key, &c, sizeof(c));
+	}
+	put_le64(&dr.root, r->root_or_parent);
+	put_le64(&dr.objectid, r->owner);
+	put_le64(&dr.offset, r->offset);
+	put_le32(&dr.count, count);
+	for (probe = 0; probe < DATA_REF_PROBES; probe++, key.offset++) {
+		ret = tree_insert_item(t, es->extent_root, &key, &dr, sizeof(dr));
+		if (ret != -EEXIST)
+			return ret;
+	}
+	return BLOG_CORRUPT(es->log, "extent %llu: %d data refs collide on one hash",
+			    (unsigned long long)bytenr, DATA_REF_PROBES);
 }
 
 /* Find the extent item of @bytenr: 0 and the decoded record, 1 if none. */
@@ -566,7 +643,11 @@ static int run_one_extent(struct extent_state *es, struct tree_trans *t, struct 
 					goto out;
 				}
 				r.count = (u32)delta;
-				ret = rec_push(&rec, &r);
+				if (extent_item_size(&rec) + inline_ref_size(&r) <=
+				    max_extent_item_size(es))
+					ret = rec_push(&rec, &r);
+				else
+					ret = insert_keyed_ref(es, t, bytenr, &r, r.count);
 				if (ret)
 					goto out;
 			}
