@@ -612,9 +612,15 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 			ret = fs_drop_extents(fs, sv, ino.ino, from, (u64)-1);
 		if (ret == 0 && size > from) {
 			if (is_inline) {
-				struct size_update u = { 0, (s64)size, 0 };
+				/*
+				 * The inline extent keeps what it held below @size; a file
+				 * grown by truncate has only zeroes past it, so the extent
+				 * never grows here (it stays within the inline limit).
+				 */
+				u64 keep = size < end ? size : end;
+				struct size_update u = { 0, (s64)keep, 0 };
 
-				ret = insert_inline(fs, sv, ino.ino, head, (u32)size);
+				ret = keep ? insert_inline(fs, sv, ino.ino, head, (u32)keep) : 0;
 				if (ret == 0)
 					ret = modify_inode(fs, sv, ino.ino, update_size, &u);
 			} else {

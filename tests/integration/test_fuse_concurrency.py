@@ -138,8 +138,6 @@ class Worker:
             rel = self.rng.choice(own)
             buf = self.data[self.names[rel]]
             n = self.rng.randrange(0, len(buf) + 8000)
-            if len(buf) <= INLINE_MAX and n > len(buf):
-                n = len(buf) // 2             # see test_truncate_grown_inline_file_down
             os.truncate(self.p(rel), n)
             if n < len(buf):
                 del buf[n:]
@@ -263,11 +261,6 @@ def test_concurrent_processes_same_directories(fuse, butter, workdir):
         manifest.assert_same(through_fuse, manifest.take(k.mnt))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "library (lib/fs/file_write.c fs_truncate): an inline file grown by truncate keeps its "
-    "inline extent; truncating it down to more than 2048 bytes (or a sector) then rewrites "
-    "the whole new size as one inline extent: btrfs check says 'inline file extent too "
-    "large'. The concurrency workers avoid growing small files by truncate until it is fixed"))
 def test_truncate_grown_inline_file_down(fuse, butter, workdir):
     image = mkfs_image(workdir)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
