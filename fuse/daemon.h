@@ -34,6 +34,7 @@ struct daemon {
 	struct node_table nodes;
 	pthread_rwlock_t fs_lock;     /* see above */
 	bool readonly;
+	bool posix_acl;               /* the kernel enforces ACLs; we inherit them (op_init) */
 	bool writeback;               /* the kernel caches writes and owns mtime/ctime (op_init) */
 	unsigned blksize;             /* st_blksize: the sector size */
 	struct fuse_session *se;

@@ -161,11 +161,19 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 			daemon_log(d, BUTTER_LOG_WARNING, "the kernel offers no writeback cache");
 	}
 	/*
-	 * No FUSE_CAP_POSIX_ACL yet: with it the daemon must inherit default ACLs
-	 * and keep the mode in step with the access ACL, which is the library's
-	 * work (btrfs_init_acl, posix_acl_update_mode). Until then ACLs pass
-	 * through as plain xattrs, and only mode bits are enforced.
+	 * POSIX ACLs with default_permissions: the kernel then checks access by
+	 * the ACLs it reads from us, and leaves to us what btrfs does itself: a
+	 * new inode inherits its directory's default ACL (or takes the umask,
+	 * which FUSE_CAP_DONT_MASK passes on), a new access ACL sets the mode
+	 * and a chmod updates the ACL (the library does both). Without
+	 * default_permissions the kernel checks nothing, and ACLs are plain
+	 * xattrs.
 	 */
+	if (o->default_permissions && (conn->capable & FUSE_CAP_POSIX_ACL) &&
+	    (conn->capable & FUSE_CAP_DONT_MASK)) {
+		conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
+		d->posix_acl = true;
+	}
 	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
 		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
 	/* control ioctls (control.c) work on directories too */
@@ -355,7 +363,11 @@ static int make_node(struct daemon *d, fuse_req_t req, fuse_ino_t parent, const 
 		     struct fuse_entry_param *e)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct butter_new_inode attr = { mode, ctx->uid, ctx->gid, rdev };
+	struct butter_new_inode attr = {
+		.mode = mode, .uid = ctx->uid, .gid = ctx->gid, .rdev = rdev,
+		/* with POSIX ACLs the kernel leaves the umask and inheritance to us */
+		.umask = ctx->umask, .flags = d->posix_acl ? BUTTER_NEW_INHERIT_ACL : 0,
+	};
 	struct butter_stat pst;
 	butter_ino_t dir, id;
 	size_t len;

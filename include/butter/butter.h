@@ -237,7 +237,17 @@ struct butter_new_inode {
 	uint32_t mode;     /* file type and permission bits (S_IFREG, S_IFDIR, ...) */
 	uint32_t uid, gid;
 	uint64_t rdev;     /* device nodes */
+	uint32_t umask;    /* with BUTTER_NEW_INHERIT_ACL */
+	uint32_t flags;    /* BUTTER_NEW_* */
 };
+
+/*
+ * Create as the kernel does on a POSIX-ACL filesystem: the parent's default
+ * ACL is inherited (the new inode's access ACL, and its default ACL for a
+ * directory) and narrows the mode; without one, @umask narrows the mode.
+ * Without this flag the mode is taken as given and no ACL is made.
+ */
+#define BUTTER_NEW_INHERIT_ACL 0x1u
 
 /* Create a file, directory, device node, fifo or socket named @name in @dir. -EEXIST if taken. */
 int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,

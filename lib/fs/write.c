@@ -746,6 +746,8 @@ int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_ne
 int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		  const struct butter_new_inode *attr, butter_ino_t *out)
 {
+	struct butter_new_inode a = *attr;
+	struct fs_acl_set acls = { NULL, NULL, 0 };
 	struct fs_write_state *w;
 	struct subvol *sv;
 	u64 ino;
@@ -761,11 +763,20 @@ int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size
 	if (ret)
 		return ret;
 	ret = check_new_name(fs, dir, name, namelen, &sv);
+	if (ret == 0 && (attr->flags & BUTTER_NEW_INHERIT_ACL))
+		ret = fs_acl_inherit(fs, dir, &a.mode, attr->umask, &acls);
 	if (ret)
 		return end_change(w, ret, 0);
-	ret = create_inode(fs, sv, attr, 0, &ino);
+	ret = create_inode(fs, sv, &a, 0, &ino);
+	if (ret == 0 && acls.access)
+		ret = fs_set_xattr_locked(fs, sv, ino, "system.posix_acl_access", acls.access,
+					  acls.len);
+	if (ret == 0 && acls.dflt)
+		ret = fs_set_xattr_locked(fs, sv, ino, "system.posix_acl_default", acls.dflt,
+					  acls.len);
+	fs_acl_set_free(&acls);
 	if (ret == 0)
-		ret = add_name(fs, sv, dir.ino, name, namelen, ino, attr->mode);
+		ret = add_name(fs, sv, dir.ino, name, namelen, ino, a.mode);
 	if (ret == 0 && out) {
 		out->subvol = sv->id;
 		out->ino = ino;
@@ -798,7 +809,7 @@ int insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *
 int butter_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		   const char *target, uint32_t uid, uint32_t gid, butter_ino_t *out)
 {
-	struct butter_new_inode a = { S_IFLNK | 0777, uid, gid, 0 };
+	struct butter_new_inode a = { .mode = S_IFLNK | 0777, .uid = uid, .gid = gid };
 	struct fs_write_state *w;
 	size_t tlen = strlen(target);
 	struct subvol *sv;
@@ -888,34 +899,19 @@ static int keep_other(void *arg, const struct btrfs_dir_item *di, const char *na
 	return 0;
 }
 
-int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
-		    size_t size)
+int fs_set_xattr_locked(struct butter_fs *fs, struct subvol *sv, u64 ino, const char *name,
+			const void *value, size_t size)
 {
+	struct fs_write_state *w = fs->w;
 	size_t nlen = strlen(name);
-	struct btrfs_key key = { ino.ino, BTRFS_XATTR_ITEM_KEY, btrfs_name_hash(name, nlen) };
+	struct btrfs_key key = { ino, BTRFS_XATTR_ITEM_KEY, btrfs_name_hash(name, nlen) };
 	struct btrfs_key zero = { 0, 0, 0 };
 	struct xattr_ctx c = { name, nlen, NULL, 0, 0 };
-	struct btrfs_inode_item ii;
-	struct fs_write_state *w;
-	struct tree_path path;
-	struct subvol *sv;
 	u32 entry = (u32)(sizeof(struct btrfs_dir_item) + nlen + size);
+	struct tree_path path;
 	u8 *buf;
-	int ret, err = 0;
+	int ret;
 
-	if (nlen == 0 || nlen > 255)
-		return -ERANGE;
-	if (entry > tree_max_item_size(&fs->cache) - 64)
-		return -E2BIG;
-	ret = begin_change(fs, &w);
-	if (ret)
-		return ret;
-	ret = fs_read_inode(fs, ino, &ii);
-	sv = ret == 0 ? fs_subvol_mut(fs, ino.subvol, &err) : NULL;
-	if (ret == 0 && !sv)
-		ret = err;
-	if (ret)
-		return end_change(w, ret, 0);
 	/* take out an existing entry of that name, keeping colliding others */
 	tree_path_init(&path);
 	ret = tree_search_slot(&w->txn.tt, &sv->root, &key, &path, 0, 1);
@@ -939,10 +935,12 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
 		ret = tree_insert_item(&w->txn.tt, &sv->root, &key, c.keep, c.keep_len);
 	}
 	free(c.keep);
-	buf = ret == 0 ? calloc(1, entry) : NULL;
-	if (ret == 0 && !buf)
-		ret = -ENOMEM;
-	if (ret == 0) {
+	if (ret || !value)
+		return ret;
+	buf = calloc(1, entry);
+	if (!buf)
+		return -ENOMEM;
+	{
 		struct btrfs_dir_item *di = (void *)buf;
 
 		btrfs_cpu_to_disk_key(&di->location, &zero);
@@ -953,10 +951,54 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
 		memcpy(buf + sizeof(*di), name, nlen);
 		memcpy(buf + sizeof(*di) + nlen, value, size);
 		ret = insert_or_extend(&w->txn.tt, &sv->root, &key, buf, entry);
-		free(buf);
 	}
+	free(buf);
+	return ret;
+}
+
+static void set_mode_bits(struct btrfs_inode_item *ii, void *arg)
+{
+	const u32 *mode = arg;
+
+	btrfs_set_inode_mode(ii, (btrfs_inode_mode(ii) & ~(u32)0777) | (*mode & 0777));
+	now_ts(&ii->ctime);
+}
+
+int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
+		    size_t size)
+{
+	size_t nlen = strlen(name);
+	u32 entry = (u32)(sizeof(struct btrfs_dir_item) + nlen + size);
+	struct btrfs_inode_item ii;
+	struct fs_write_state *w;
+	struct subvol *sv;
+	int ret, err = 0, equiv = 0, is_access = !strcmp(name, "system.posix_acl_access");
+	u32 mode = 0;
+
+	if (nlen == 0 || nlen > 255)
+		return -ERANGE;
+	if (entry > tree_max_item_size(&fs->cache) - 64)
+		return -E2BIG;
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = fs_read_inode(fs, ino, &ii);
+	sv = ret == 0 ? fs_subvol_mut(fs, ino.subvol, &err) : NULL;
+	if (ret == 0 && !sv)
+		ret = err;
+	if (ret == 0 && is_access) {
+		/* as btrfs: the mode follows the ACL; an ACL the mode says all of is not kept */
+		mode = btrfs_inode_mode(&ii);
+		equiv = fs_acl_update_mode(value, size, &mode);
+		if (equiv < 0)
+			ret = equiv;
+	}
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = fs_set_xattr_locked(fs, sv, ino.ino, name, equiv == 1 ? NULL : value, size);
 	if (ret == 0)
-		ret = modify_inode(fs, sv, ino.ino, touch_ctime, NULL);
+		ret = is_access ? modify_inode(fs, sv, ino.ino, set_mode_bits, &mode)
+				: modify_inode(fs, sv, ino.ino, touch_ctime, NULL);
 	return end_change(w, ret, 1);
 }
 
@@ -994,6 +1036,31 @@ static void apply_attr(struct btrfs_inode_item *ii, void *arg)
 		now_ts(&ii->ctime);
 }
 
+/* chmod: an access ACL follows the new mode, as on btrfs (phase 2). */
+static int chmod_acl(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u32 mode)
+{
+	static const char name[] = "system.posix_acl_access";
+	ssize_t len = butter_getxattr(fs, ino, name, NULL, 0);
+	u8 *acl;
+	int ret;
+
+	if (len == -ENODATA || len == 0)
+		return 0;
+	if (len < 0)
+		return (int)len;
+	acl = malloc((size_t)len);
+	if (!acl)
+		return -ENOMEM;
+	len = butter_getxattr(fs, ino, name, acl, (size_t)len);
+	ret = len < 0 ? (int)len : fs_acl_chmod(acl, (size_t)len, mode);
+	if (ret == 0)
+		ret = fs_set_xattr_locked(fs, sv, ino.ino, name, acl, (size_t)len);
+	else if (ret == -EINVAL)
+		ret = 0; /* a malformed ACL stays as it is */
+	free(acl);
+	return ret;
+}
+
 int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
 		   unsigned mask)
 {
@@ -1018,6 +1085,8 @@ int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_s
 		ret = fs_truncate(fs, sv, ino, st->size);
 		a.mask &= ~BUTTER_SET_SIZE;
 	}
+	if (ret == 0 && (mask & BUTTER_SET_MODE))
+		ret = chmod_acl(fs, sv, ino, st->mode);
 	if (ret == 0)
 		ret = modify_inode(fs, sv, ino.ino, apply_attr, &a);
 	return end_change(w, ret, 1);

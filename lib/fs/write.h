@@ -75,6 +75,23 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 /* Shrink @ino to @size bytes (phase 2). */
 int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 size);
 
+/* acl.c: POSIX ACLs kept in step with modes (see its header comment) */
+struct fs_acl_set {
+	u8 *access, *dflt;   /* xattr values to give a new inode, NULL for none */
+	size_t len;          /* both have the parent's default ACL's length */
+};
+/* New inode in @dir: narrow *mode (umask when @dir has no default ACL) and give its ACLs. */
+int fs_acl_inherit(struct butter_fs *fs, butter_ino_t dir, u32 *mode, u32 umask,
+		   struct fs_acl_set *out);
+void fs_acl_set_free(struct fs_acl_set *s);
+/* The mode bits an access ACL implies; 1 if it says no more than them, 0 if more, -EINVAL. */
+int fs_acl_update_mode(const void *value, size_t len, u32 *mode);
+/* chmod: give an access ACL the owner, group-or-mask and other bits of @mode. */
+int fs_acl_chmod(void *value, size_t len, u32 mode);
+/* Set (@value) or remove (NULL) xattr @name of @ino inside a running change (phase 2). */
+int fs_set_xattr_locked(struct butter_fs *fs, struct subvol *sv, u64 ino, const char *name,
+			const void *value, size_t size);
+
 /* uuid_tree.c: list / unlist subvolume @id under @uuid (type UUID_KEY_*). */
 int fs_uuid_tree_add(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id);
 int fs_uuid_tree_remove(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id);

@@ -74,7 +74,7 @@ static int run(struct butter_fs *fs, char *line)
 	if (sscanf(line, "%31s", cmd) != 1)
 		return 1;
 	if (!strcmp(cmd, "create") && sscanf(line, "%*s %4095s", a) == 1) {
-		struct butter_new_inode attr = { S_IFREG | 0644, 0, 0, 0 };
+		struct butter_new_inode attr = { .mode = S_IFREG | 0644 };
 
 		ret = parent_of(fs, a, &dir, &name);
 		return ret ? ret : butter_create(fs, dir, name, strlen(name), &attr, &ino);

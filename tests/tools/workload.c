@@ -291,7 +291,7 @@ int main(int argc, char **argv)
 	for (i = 1; i < NDIRS; i++) {
 		butter_ino_t dir, out;
 		const char *name;
-		struct butter_new_inode a = { S_IFDIR | 0755, 0, 0, 0 };
+		struct butter_new_inode a = { .mode = S_IFDIR | 0755 };
 
 		snprintf(rpath, sizeof(rpath), "%s/%s", ref, dirs[i]);
 		mkdir(rpath, 0755);
@@ -317,7 +317,7 @@ int main(int argc, char **argv)
 				continue;
 		}
 		if (op < 16) { /* create + write */
-			struct butter_new_inode a = { S_IFREG | 0644, 0, 0, 0 };
+			struct butter_new_inode a = { .mode = S_IFREG | 0644 };
 			int fd = open(rpath, O_CREAT | O_EXCL | O_WRONLY, 0644);
 
 			r = fd < 0 ? -errno : 0;
@@ -399,7 +399,7 @@ int main(int argc, char **argv)
 						  flags);
 			compare("rename", p1, r, g);
 		} else if (op < 80) { /* mkdir */
-			struct butter_new_inode a = { S_IFDIR | 0750, 0, 0, 0 };
+			struct butter_new_inode a = { .mode = S_IFDIR | 0750 };
 
 			r = errno_ret(mkdir(rpath, 0750));
 			g = parent_of(fs, p1, &dir, &name);

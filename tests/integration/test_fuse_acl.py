@@ -1,0 +1,92 @@
+"""POSIX ACLs through `butter mount -o default_permissions`, against kernel btrfs.
+
+The same script of setfacl, chmod, file and directory creation (inheriting default ACLs,
+or taking the umask where there are none) and access checks as an unprivileged user runs
+on a kernel btrfs mount and on a butter mount. Every getfacl listing, every mode and every
+access verdict must be the same; then btrfs check must be clean and the kernel must show
+butter's ACLs.
+"""
+import os
+import subprocess
+
+import pytest
+
+from butter_it import kfs
+from butter_it.fusemount import FuseMount, require_fuse
+
+
+@pytest.fixture
+def fuse(kernel):
+    require_fuse()
+
+
+def sh(cmd, cwd):
+    p = subprocess.run(cmd, shell=True, cwd=cwd, capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+SCRIPT = [
+    "mkdir d",
+    "setfacl -d -m u:nobody:rwx,g::r-x,o::--- d",
+    "setfacl -m u:nobody:r-x d",
+    "touch d/f && mkdir d/sub && mkfifo d/fifo && (umask 077; touch d/masked)",
+    "mkdir d/sub/deeper && touch d/sub/deeper/g",
+    "(umask 027; touch plain && mkdir plaindir)",
+    "echo secret > own && chmod 600 own && setfacl -m u:nobody:r own",
+    "runuser -u nobody -- cat own",
+    "chmod 640 own",
+    "runuser -u nobody -- cat own",
+    "setfacl -m u:nobody:rw,m::r own",
+    "runuser -u nobody -- sh -c 'echo x >> own'",
+    "setfacl -b own",
+    "runuser -u nobody -- cat own",
+    "setfacl -m g::rwx,o::r own",
+    "runuser -u nobody -- ls d",
+    "runuser -u nobody -- touch d/by-nobody",
+    "runuser -u nobody -- touch d/sub/by-nobody",
+    "setfacl -k d/sub",
+    "touch d/sub/after-k",
+]
+LISTINGS = ["d", "d/f", "d/sub", "d/fifo", "d/masked", "d/sub/deeper", "d/sub/deeper/g",
+            "plain", "plaindir", "own", "d/sub/after-k"]
+
+
+def run_script(root):
+    out = []
+    for step in SCRIPT:
+        rc, so, se = sh(step, root)
+        out.append((step, rc, so))
+    for p in LISTINGS:
+        rc, so, se = sh(f"getfacl -n -p {p} && stat -c '%A %a' {p}", root)
+        out.append((p, rc, so))
+    return out
+
+
+def test_acls_like_kernel_btrfs(fuse, butter, workdir):
+    with kfs.kernel_fs(workdir, name="kernel") as fs:
+        os.chmod(fs.mnt, 0o755)
+        want = run_script(fs.mnt)
+        fs.release()
+    image = os.path.join(workdir, "img")
+    kfs.run([butter.path, "mkfs", "-q", "-b", "256M", image])
+    with FuseMount(butter.path, [image], os.path.join(workdir, "mnt"),
+                   ["default_permissions", "allow_other"]) as m:
+        os.chmod(m.mnt, 0o755)
+        got = run_script(m.mnt)
+        assert m.unmount() == 0
+    for w, g in zip(want, got):
+        assert w == g, f"step {w[0]!r}: kernel btrfs {w[1:]!r}, butter {g[1:]!r}"
+    r = kfs.run(["btrfs", "check", "--readonly", image], check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    mnt = os.path.join(workdir, "kview")
+    dev = kfs.loop_attach(image)
+    try:
+        kfs.mount(dev, mnt, ["ro"])
+        try:
+            for p in LISTINGS:
+                rc, so, _ = sh(f"getfacl -n -p {p} && stat -c '%A %a' {p}", mnt)
+                assert (p, rc, so) in want, f"{p}: the kernel reads butter's image as {so!r}"
+        finally:
+            kfs.umount(mnt)
+    finally:
+        kfs.loop_detach(dev)
