@@ -87,6 +87,9 @@ PARTIAL_DROP_BUG = (
     "kernel had dropped part of it (drop_progress/drop_level set): it reaches blocks the "
     "kernel already freed and refuses the image as corrupt ('tree block N: no extent item "
     "or no references', found in extent_lookup_info)")
+PLACEHOLDER_RM_GAP = (
+    "butter rm -r refuses (EPERM, 'Operation not permitted') a placeholder or a directory "
+    "holding one, which the kernel's rmdir removes; no butter command can remove one")
 PUT_RO_MESSAGE_BUG = (
     "put into a read-only snapshot says 'the image takes no more changes after an earlier "
     "error' instead of 'Read-only file system' (cli/copyin.c image_errstr maps every EROFS "
@@ -355,6 +358,7 @@ class Scenario:
         self.nops = 0
         self.names = 0
         self.counts = {}
+        self.seconds = {}                  # where the time goes: butter, check, compare, ...
         self.cli("mkfs", "-q", "-n", str(nodesize), "-b", size, self.image)
 
     # -- running butter ------------------------------------------------------------
@@ -368,10 +372,14 @@ class Scenario:
         """Run butter; without expect_fail it must succeed. With expect_fail (a message
         expected on stderr), it must exit 1 by itself and leave the image unchanged."""
         argv = [os.fspath(a) for a in argv]
+        t = time.monotonic()
         before = image_digest(self.image) if expect_fail is not None else None
+        self.timed("digest", t)
         self.log.append(("FAIL? " if expect_fail is not None else "") +
                         shlex.join(["butter"] + argv))
+        t = time.monotonic()
         proc = self.b.run(argv, check=False)
+        self.timed("butter", t)
         if expect_fail is None:
             assert proc.returncode == 0, (f"butter {shlex.join(argv)}: exit {proc.returncode}\n"
                                           f"{proc.stderr[-3000:]}{self.history()}")
@@ -382,15 +390,22 @@ class Scenario:
         assert expect_fail in proc.stderr, (f"butter {shlex.join(argv)}: expected "
                                             f"{expect_fail!r} on stderr, got:\n{proc.stderr}"
                                             f"{self.history()}")
+        t = time.monotonic()
         assert image_digest(self.image) == before, \
             f"the refused butter {shlex.join(argv)} changed the image{self.history()}"
+        self.timed("digest", t)
         return proc
 
+    def timed(self, what, start):
+        self.seconds[what] = self.seconds.get(what, 0) + time.monotonic() - start
+
     def check(self):
+        t = time.monotonic()
         try:
             btrfs_check([self.image])
         except AssertionError as e:
             raise AssertionError(f"{e}{self.history()}") from None
+        self.timed("btrfs check", t)
 
     # -- host trees ------------------------------------------------------------------
 
@@ -492,14 +507,14 @@ class Scenario:
         else:
             os.unlink(host)
 
-    def put_bulk(self, dest, n):
+    def put_bulk(self, dest, n, sizes=(0, 10, 100, 1500, 5000)):
         """Put a directory of `n` small files (deep trees: 2-3 levels at 4 KiB nodes)."""
         host = os.path.join(self.hostdir, "bulk")
         os.mkdir(host)
         top = Node("dir")
         for i in range(n):
             name = f"bulk-file-{i:05d}-" + "x" * (i % 40)
-            data = self.rng.randbytes(self.rng.choice([0, 10, 100, 1500, 5000]))
+            data = self.rng.randbytes(self.rng.choice(sizes))
             with open(os.path.join(host, name), "wb") as f:
                 f.write(data)
             os.chmod(os.path.join(host, name), 0o644)
@@ -657,26 +672,33 @@ class Scenario:
              f"{self.model.readonly_subvols()}{self.history()}")
 
     def compare_kernel(self, what):
+        t = time.monotonic()
         with mounted(self.workdir, [self.image], name="view") as mnt:
             self.compare_mounted(mnt, what)
+        self.timed("kernel compare", t)
 
-    def compare_butter(self):
+    def compare_butter(self, src=""):
+        """butter's subvolume list and extract (of `src`, "" = all) must match the model."""
+        t = time.monotonic()
         listed = subvolume_paths(self.b.subvolume_list([self.image]).stdout.decode())
         assert listed == self.model.subvols(), \
             f"butter subvolume list {listed} != model {self.model.subvols()}{self.history()}"
         dest = os.path.join(self.workdir, "extracted")
-        self.b.extract([self.image], dest)
-        expected = {p: ("dir",) if s[0] in ("subvol", "placeholder") else s
-                    for p, s in self.model.flat().items()}
+        self.b.extract([self.image], dest, src=img_path(src) if src else None)
+        prefix = src + "/" if src else ""
+        expected = {p[len(prefix):]: ("dir",) if sig[0] in ("subvol", "placeholder") else sig
+                    for p, sig in self.model.flat().items() if p.startswith(prefix)}
         diffs = diff_views(expected, extracted_view(dest))
-        assert not diffs, ("butter extract differs from the model:\n  " + "\n  ".join(diffs)
-                           + self.history())
+        assert not diffs, (f"butter extract {img_path(src)} differs from the model:\n  "
+                           + "\n  ".join(diffs) + self.history())
         shutil.rmtree(dest)
+        self.timed("butter extract compare", t)
 
     def report(self, label):
         levels = tree_levels(self.image)
         print(f"{label}: {self.nops} operations {dict(sorted(self.counts.items()))}; "
-              f"{len(self.model.subvols())} subvolumes; tree levels {levels}")
+              f"{len(self.model.subvols())} subvolumes; tree levels {levels}; seconds "
+              f"{ {k: round(v, 1) for k, v in sorted(self.seconds.items())} }")
         return levels
 
 
@@ -684,24 +706,26 @@ class Scenario:
 # 1. random operations
 
 @pytest.mark.butter_timeout(600)
-@pytest.mark.parametrize("nodesize,seed,nops", [
-    pytest.param(4096, 1, 150, id="4k-seed1"),
-    pytest.param(16384, 2, 150, id="16k-seed2"),
-    pytest.param(4096, 3, 150, id="4k-seed3"),
+@pytest.mark.parametrize("nodesize,seed,nops,bulk", [
+    pytest.param(4096, 1, 150, 1500, id="4k-seed1"),
+    pytest.param(16384, 2, 120, 1500, id="16k-seed2"),
+    # 6000 files of their own extents: the extent and csum trees get 3 levels too
+    pytest.param(4096, 3, 60, 6000, id="4k-seed3-big"),
 ])
-def test_random_ops(kernel, butter, workdir, nodesize, seed, nops):
+def test_random_ops(kernel, butter, workdir, nodesize, seed, nops, bulk):
     t0 = time.monotonic()
     s = Scenario(butter, workdir, seed, nodesize)
     # a big directory first: the top level's tree gets 2-3 levels, and so every
     # snapshot of it shares interior nodes, not only leaves
-    s.put_bulk("bulk", 1500)
+    s.put_bulk("bulk", bulk, (0, 10, 100, 1500, 5000) if bulk < 5000 else (2100, 3000, 4097))
     s.run(nops // 2)
     s.check()
     s.compare_kernel("mid-way")
     s.run(nops - nops // 2)
     s.check()
     s.compare_kernel("at the end")
-    s.compare_butter()
+    # butter's own reading: everything, or (big trees: time) the newest subvolume
+    s.compare_butter("" if bulk < 5000 else (s.model.subvols() or [""])[-1])
     levels = s.report(f"seed {seed} nodesize {nodesize}")
     # the test must have made what it claims to test
     assert levels.get("fs tree", 0) >= (2 if nodesize == 4096 else 1), levels
@@ -719,6 +743,74 @@ def test_put_into_readonly_snapshot_says_why(kernel, butter, workdir):
     with open(host, "wb") as f:
         f.write(b"x" * 100)
     s.cli("put", s.image, host, "/ro/f", expect_fail="Read-only file system")
+
+
+@pytest.mark.butter_timeout(600)
+def test_snapshot_chain(kernel, butter, workdir):
+    """Snapshots of snapshots, 12 deep, each changed a little after it was taken, with
+    the ones in the middle of the chain (the owners of blocks the others still share)
+    deleted as it grows; btrfs check after every other step."""
+    t0 = time.monotonic()
+    s = Scenario(butter, workdir, 31, 4096)
+    s.cli("subvolume", "create", s.image, "/c0")
+    s.model.add("c0", Node("subvol"))
+    s.put_bulk("c0/bulk", 1500)
+    chain = ["c0"]
+    for i in range(1, 13):
+        src = chain[-1]
+        dst = f"c{i}"
+        s.cli("subvolume", "snapshot", *(["-r"] if i % 4 == 0 else []), s.image,
+              img_path(src), img_path(dst))
+        s.model.snapshot(src, dst, i % 4 == 0)
+        # change the source after the snapshot (when it is writable), and the new one
+        for rel in (src, dst):
+            if s.model.get(rel).ro:
+                continue
+            names = sorted(s.model.get(rel + "/bulk").children)
+            victims = [rel + "/bulk/" + n for n in s.rng.sample(names, 3)]
+            s.cli("rm", s.image, *[img_path(v) for v in victims])
+            for v in victims:
+                s.model.remove(v)
+            host = os.path.join(s.hostdir, f"chain{i}-{rel}")
+            node = s.host_file(host)
+            s.cli("put", s.image, host, img_path(rel + f"/bulk/new-{i}"))
+            s.model.add(rel + f"/bulk/new-{i}", node)
+            os.unlink(host)
+        if i % 3 == 0 and len(chain) > 2:
+            victim = chain.pop(len(chain) // 2)
+            s.cli("subvolume", "delete", s.image, img_path(victim))
+            s.model.remove(victim)
+        chain.append(dst)
+        if i % 2 == 0:
+            s.check()
+    # then the rest, oldest first
+    for n, rel in enumerate(chain[:-1]):
+        s.cli("subvolume", "delete", s.image, img_path(rel))
+        s.model.remove(rel)
+        if n % 2:
+            s.check()
+    s.check()
+    s.compare_kernel("at the end")
+    s.compare_butter()
+    s.report("chain")
+    print(f"runtime {time.monotonic() - t0:.1f} s")
+
+
+@pytest.mark.xfail(reason=PLACEHOLDER_RM_GAP)
+def test_rm_of_a_directory_holding_a_placeholder(kernel, butter, workdir):
+    """The kernel's rmdir removes a placeholder (an empty directory that stands for a
+    subvolume in a snapshot); butter rm -r should too."""
+    s = Scenario(butter, workdir, 0, 16384, size="256M")
+    s.cli("mkdir", s.image, "/d")
+    s.cli("subvolume", "create", s.image, "/d/sv")
+    s.cli("subvolume", "snapshot", s.image, "/", "/snap")
+    s.model.add("d", Node("dir"))
+    s.model.add("d/sv", Node("subvol"))
+    s.model.snapshot("", "snap", False)
+    s.cli("rm", "-r", s.image, "/snap/d")
+    s.model.remove("snap/d")
+    s.check()
+    s.compare_kernel("after rm -r")
 
 
 # ---------------------------------------------------------------------------------
@@ -802,6 +894,20 @@ def kernel_changes(s, mnt):
     return done
 
 
+def kernel_delete_undropped(s, n):
+    """Delete `n` subvolumes with a fresh kernel mount and at once remount it read-only:
+    the cleaner has not begun to drop them, the orphan roots are left to butter's next
+    read-write open. Return the paths deleted."""
+    picked = s.rng.sample(s.model.deletable(), min(n, len(s.model.deletable())))
+    with mounted(s.workdir, [s.image], name="rw", opts=()) as mnt:
+        for rel in picked:
+            kfs.run(["btrfs", "subvolume", "delete", os.path.join(mnt, rel)])
+            s.model.remove(rel)
+        kfs.run(["mount", "-o", "remount,ro", mnt])
+    s.log.append(f"# the kernel deleted {picked}, not dropped yet")
+    return picked
+
+
 @pytest.mark.xfail(reason=RO_FLAG_BUG)
 @pytest.mark.butter_timeout(600)
 def test_kernel_in_the_middle(kernel, butter, workdir):
@@ -814,8 +920,13 @@ def test_kernel_in_the_middle(kernel, butter, workdir):
     with mounted(workdir, [s.image], name="rw", opts=()) as mnt:
         done = kernel_changes(s, mnt)
         s.compare_mounted(mnt, "after the kernel's changes, still mounted")
+    s.check()
+    deleted = kernel_delete_undropped(s, 3)
     left = dead_roots(s.image)
-    print(f"the kernel did {done}; it left dead roots (id, drop objectid, drop level): {left}")
+    print(f"the kernel did {done}, then deleted {deleted} and left dead roots (id, drop "
+          f"objectid, drop level): {left}")
+    # (those of the first mount may or may not have been dropped by then)
+    assert len(left) >= len(deleted), f"the kernel dropped what it deleted at once: {left}"
     s.check()
     s.compare_kernel("after the kernel's changes")
     s.run(30)
@@ -917,3 +1028,231 @@ def test_readonly_snapshot_is_readonly_for_the_kernel(kernel, butter, workdir):
                 f"/{rel}: the kernel says {prop.strip()!r}; touch {rel}/x: exit {made.returncode}"
     out = kfs.run(["btrfs", "inspect-internal", "dump-tree", "-t", "root", s.image]).stdout
     assert len(re.findall(r"flags 0x1\(RDONLY\)", out)) == 2, out
+
+
+# ---------------------------------------------------------------------------------
+# 3. space: many snapshots of a large file, overwritten, deleted
+
+def write_random_file(path, size, seed):
+    """Write `size` random bytes (SHAKE-128 of `seed`, 8 MiB at a time); return the sha256."""
+    h = hashlib.sha256()
+    with open(path, "wb") as f:
+        for i, off in enumerate(range(0, size, 8 * MiB)):
+            chunk = hashlib.shake_128(f"{seed}/{i}".encode()).digest(min(8 * MiB, size - off))
+            h.update(chunk)
+            f.write(chunk)
+    return h.hexdigest()
+
+
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(8 * MiB), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@pytest.mark.butter_timeout(900)
+def test_space_of_many_snapshots(kernel, butter, workdir):
+    """Used bytes (btrfs check's "found N bytes used": data extents plus tree blocks,
+    each once) must be, within TOLERANCE = size/64 + 4 MiB of metadata:
+      after 100 snapshots             the size of the file (snapshots share it)
+      after rm + put of a new file    twice the size (the snapshots keep the old one)
+      after deleting every snapshot   the size again (the old extents are freed)."""
+    t0 = time.monotonic()
+    size = SNAP_MIB * MiB
+    tolerance = size // 64 + 4 * MiB
+    nsnaps = 100
+    image = os.path.join(workdir, "img")
+    host = os.path.join(workdir, "big")
+    b = butter.path
+    old_sha = write_random_file(host, size, "old")
+    kfs.run([b, "mkfs", "-q", "-b", str(2 * size + 1 * GiB), image])
+    kfs.run([b, "subvolume", "create", image, "/sv"])
+    t = time.monotonic()
+    kfs.run([b, "put", image, host, "/sv/big"], timeout=1200)
+    put_time = time.monotonic() - t
+    kfs.run([b, "mkdir", image, "/snaps"])
+    times = []
+    for i in range(nsnaps):
+        t = time.monotonic()
+        kfs.run([b, "subvolume", "snapshot"] + (["-r"] if i % 2 else [])
+                + [image, "/sv", f"/snaps/s{i:03d}"])
+        times.append(time.monotonic() - t)
+    used_snapped = used_bytes(image)
+
+    # overwrite: a new file of the same size (new extents), the snapshots keep the old one
+    with open(host, "r+b") as f:
+        f.write(hashlib.shake_128(b"new head").digest(4096))
+        f.seek(size - 4096)
+        f.write(hashlib.shake_128(b"new tail").digest(4096))
+    new_sha = sha256_of(host)
+    kfs.run([b, "rm", image, "/sv/big"])
+    kfs.run([b, "put", image, host, "/sv/big"], timeout=1200)
+    used_overwritten = used_bytes(image)
+    with mounted(workdir, [image]) as mnt:
+        assert sha256_of(os.path.join(mnt, "sv/big")) == new_sha
+        for i in (0, nsnaps - 1):
+            assert sha256_of(os.path.join(mnt, f"snaps/s{i:03d}/big")) == old_sha, i
+        listed = subvolume_paths(kfs.run(["btrfs", "subvolume", "list", mnt]).stdout)
+        assert listed == sorted(["sv"] + [f"snaps/s{i:03d}" for i in range(nsnaps)]), listed
+        assert (subvolume_paths(kfs.run(["btrfs", "subvolume", "list", "-r", mnt]).stdout)
+                == [f"snaps/s{i:03d}" for i in range(1, nsnaps, 2)])
+
+    t = time.monotonic()
+    for i in range(nsnaps):
+        kfs.run([b, "subvolume", "delete", image, f"/snaps/s{i:03d}"])
+    delete_time = time.monotonic() - t
+    used_end = used_bytes(image)
+    with mounted(workdir, [image]) as mnt:
+        assert sha256_of(os.path.join(mnt, "sv/big")) == new_sha
+        assert os.listdir(os.path.join(mnt, "snaps")) == []
+        listed = subvolume_paths(kfs.run(["btrfs", "subvolume", "list", mnt]).stdout)
+        assert listed == ["sv"], listed
+        st = os.statvfs(mnt)
+        statvfs_used = (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    print(f"\nfile {SNAP_MIB} MiB; put {put_time:.1f} s; snapshot 1: {times[0] * 1000:.0f} ms, "
+          f"snapshot {nsnaps}: {times[-1] * 1000:.0f} ms (median "
+          f"{sorted(times)[nsnaps // 2] * 1000:.0f} ms); {nsnaps} deletes {delete_time:.1f} s")
+    print(f"used bytes: after the snapshots {used_snapped}, after the overwrite "
+          f"{used_overwritten}, after the deletes {used_end} (statvfs of the kernel mount: "
+          f"{statvfs_used}); tolerance {tolerance}")
+    assert size <= used_snapped <= size + tolerance, used_snapped
+    assert 2 * size <= used_overwritten <= 2 * size + tolerance, used_overwritten
+    assert size <= used_end <= size + tolerance, \
+        f"after deleting every snapshot {used_end} bytes are used; live data: {size}"
+    print(f"runtime {time.monotonic() - t0:.1f} s")
+
+
+# ---------------------------------------------------------------------------------
+# 4. a kernel-made image with subvolumes, snapshots and reflinks, edited by butter
+
+def m_remove(m, rel):
+    for p in [p for p in m if p == rel or p.startswith(rel + "/")]:
+        del m[p]
+
+
+def m_snapshot(m, src, dst):
+    """Add to manifest `m` the snapshot `dst` of the subvolume `src` ("" = top level):
+    a copy in which nested subvolumes and placeholders are empty placeholders."""
+    token = ("snapshot", dst)               # its own st_dev: hard links stay inside it
+    prefix = src + "/" if src else ""
+    root = m[src or "."]
+    added = {dst: dict(root, _dev=token, subvol=True, placeholder=False)}
+    cut = []
+    for p in sorted(m):
+        if p == "." or p == src or not p.startswith(prefix) or any(p.startswith(c + "/") for c in cut):
+            continue
+        e = m[p]
+        rel = dst + "/" + p[len(prefix):]
+        if e["type"] == "dir" and (e.get("subvol") or e.get("placeholder")):
+            added[rel] = {"type": "dir", "subvol": True, "placeholder": True, "_dev": token,
+                          "_ino": EMPTY_SUBVOL_DIR_INO, "xattrs": {}}
+            cut.append(p)
+        else:
+            added[rel] = dict(e, _dev=token)
+    m.update(added)
+
+
+def m_put(m, dst, src_manifest):
+    for p, e in src_manifest.items():
+        m[dst if p == "." else f"{dst}/{p}"] = dict(e, _dev=("put", dst, e["_dev"]))
+
+
+@pytest.mark.butter_timeout(600)
+def test_kernel_made_snapshots(kernel, butter, workdir):
+    t0 = time.monotonic()
+    with kfs.kernel_fs(workdir, name="kimg", mkfs_args=["-n", "4096"]) as fs:
+        gen = tree.Gen(fs.mnt, seed=9)
+        gen.sizes()
+        gen.cow()
+        gen.many()
+        gen.subvolumes_and_snapshots()
+        gen.stamp_dirs()
+        fs.sync()
+        expected = manifest.take(fs.mnt)
+        subvols = sorted(p for _, p in fs.subvolume_list())
+        fs.release()
+    image = fs.images[0]
+    btrfs_check([image])
+    host = os.path.join(workdir, "host")
+    os.makedirs(os.path.join(host, "tree", "sub"))
+    for name, size in [("tree/a", 70000), ("tree/sub/b", 5 * MiB + 3), ("tree/empty", 0),
+                       ("file", 3 * MiB + 1)]:
+        write_random_file(os.path.join(host, name), size, name)
+    os.symlink("sub/b", os.path.join(host, "tree", "link"))
+
+    b = butter.path
+    with readonly_view(host, os.path.join(workdir, "host-view")) as view:
+        host_m = manifest.take(view)
+
+        def run(*argv):
+            kfs.run([b] + list(argv))
+
+        run("subvolume", "snapshot", image, "/sv1", "/sv1-bsnap")
+        m_snapshot(expected, "sv1", "sv1-bsnap")
+        run("rm", "-r", image, "/sv1/dir")              # after the snapshot: it keeps dir
+        m_remove(expected, "sv1/dir")
+        run("rm", "-r", image, "/cow")                  # reflinked into sv1 (another tree)
+        m_remove(expected, "cow")
+        run("subvolume", "delete", image, "/snaps/sv1-ro")
+        m_remove(expected, "snaps/sv1-ro")
+        run("put", image, os.path.join(view, "tree"), "/sv1-bsnap/newtree")
+        m_put(expected, "sv1-bsnap/newtree", manifest.subtree(host_m, "tree"))
+        run("put", image, os.path.join(view, "file"), "/snaps/sv1-rw/new-file")
+        m_put(expected, "snaps/sv1-rw/new-file", {".": host_m["file"]})
+        run("subvolume", "snapshot", "-r", image, "/snaps/sv1-rw", "/snaps/rw-bsnap-ro")
+        m_snapshot(expected, "snaps/sv1-rw", "snaps/rw-bsnap-ro")
+        # a snapshot of the kernel's snapshot that holds placeholders, then delete that one
+        run("subvolume", "snapshot", image, "/snaps/top-ro", "/top-ro-copy")
+        m_snapshot(expected, "snaps/top-ro", "top-ro-copy")
+        run("subvolume", "delete", image, "/snaps/top-ro")
+        m_remove(expected, "snaps/top-ro")
+        run("rm", "-r", image, "/top-ro-copy/sizes", "/top-ro-copy/many")
+        m_remove(expected, "top-ro-copy/sizes")
+        m_remove(expected, "top-ro-copy/many")
+        # a kernel subvolume kept only as a butter snapshot; a snapshot of a snapshot deleted
+        run("subvolume", "snapshot", image, "/dir_a/sv_in_dir", "/sv_in_dir-copy")
+        m_snapshot(expected, "dir_a/sv_in_dir", "sv_in_dir-copy")
+        run("subvolume", "delete", image, "/dir_a/sv_in_dir")
+        m_remove(expected, "dir_a/sv_in_dir")
+        run("subvolume", "delete", image, "/snaps/sv1-rw-ro")
+        m_remove(expected, "snaps/sv1-rw-ro")
+        run("subvolume", "snapshot", image, "/", "/top-bsnap")
+        m_snapshot(expected, "", "top-bsnap")
+        run("subvolume", "delete", image, "/sv1/nested/deeper")
+        m_remove(expected, "sv1/nested/deeper")
+        run("put", image, os.path.join(view, "file"), "/sv1/nested/new-file")
+        m_put(expected, "sv1/nested/new-file", {".": host_m["file"]})
+        run("rm", image, "/sv1-bsnap/overwrite-me", "/snaps/sv1-rw/append-me")
+        m_remove(expected, "sv1-bsnap/overwrite-me")
+        m_remove(expected, "snaps/sv1-rw/append-me")
+    subvols = sorted(set(subvols) - {"snaps/sv1-ro", "snaps/top-ro", "sv1/nested/deeper",
+                                     "dir_a/sv_in_dir", "snaps/sv1-rw-ro"}
+                     | {"sv1-bsnap", "snaps/rw-bsnap-ro", "top-bsnap", "top-ro-copy",
+                        "sv_in_dir-copy"})
+    btrfs_check([image])
+
+    with mounted(workdir, [image]) as mnt:
+        after = manifest.take(mnt)
+        listed = subvolume_paths(kfs.run(["btrfs", "subvolume", "list", mnt]).stdout)
+        listed_ro = subvolume_paths(kfs.run(["btrfs", "subvolume", "list", "-r", mnt]).stdout)
+        # the kernel's own idea (in memory) of the read-only flag
+        prop = kfs.run(["btrfs", "property", "get", os.path.join(mnt, "snaps/rw-bsnap-ro"),
+                        "ro"]).stdout.strip()
+    # directories that gained or lost entries have new times; so has each snapshot of them
+    for p in (".", "sv1", "snaps", "sv1-bsnap", "snaps/sv1-rw", "snaps/rw-bsnap-ro",
+              "sv1/nested", "top-bsnap", "top-bsnap/snaps", "top-ro-copy", "dir_a",
+              "top-bsnap/dir_a"):
+        if p in expected and p in after:
+            expected[p] = dict(expected[p], mtime_ns=after[p]["mtime_ns"],
+                               atime_ns=after[p]["atime_ns"])
+    manifest.assert_same(expected, after)
+    bad = [p for p, e in expected.items()
+           if e.get("placeholder") and after[p]["_ino"] != EMPTY_SUBVOL_DIR_INO]
+    assert not bad, f"not placeholders in the kernel's view: {bad}"
+    assert listed == subvols, f"btrfs subvolume list {listed} != expected {subvols}"
+    assert listed_ro == ["snaps/rw-bsnap-ro"], listed_ro
+    assert prop == "ro=true", f"snaps/rw-bsnap-ro: the kernel says {prop!r}"
+    print(f"runtime {time.monotonic() - t0:.1f} s")
