@@ -25,7 +25,11 @@ and the shared-block rules behind them (lib/fs/snapshot.c, lib/extent/backref.c)
      back to the live data. Snapshot times are printed, never asserted.
   4. test_kernel_made_snapshots: an image the kernel filled with subvolumes, snapshots
      and reflinks (butter_it.tree.Gen), edited by butter: snapshot, delete, rm -r, put;
-     the kernel must show the kernel's tree with exactly those edits.
+     the kernel must show the kernel's tree with exactly those edits (manifest
+     comparison, stat for stat).
+  Also: test_snapshot_chain (snapshots of snapshots 12 deep, the middle ones deleted as
+  the chain grows), and small cases of the bugs and gaps these tests found (xfail, with
+  the reason: see *_BUG and *_GAP below).
 
 Model rules (what the kernel does): a snapshot copies the source subvolume as it is at
 that moment (the snapshot's own new entry is added after the copy, so a snapshot placed
@@ -67,12 +71,15 @@ EMPTY_SUBVOL_DIR_INO = 2          # inode of a placeholder (BTRFS_EMPTY_SUBVOL_D
 SUBVOL_ROOT_INO = 256             # inode of every subvolume's root directory
 SNAP_MIB = int(os.environ.get("BUTTER_SNAP_MIB", "1024"))
 
-# Measured with the ASan+UBSan build on the 2-core machine (see the closing report):
+# Measured with the ASan+UBSan build on the 2-core machine, other jobs running; xfail
+# cases stop at the bug (after the fixes, expect the times in brackets): the file takes
+# about 4-5 minutes.
 RUNTIMES = """
-  test_random_ops[4k-seed1]   ~35 s   test_random_ops[16k-seed2]  ~30 s
-  test_random_ops[4k-seed3]   ~35 s   test_kernel_in_the_middle   ~35 s
-  test_kernel_partial_drop    ~25 s   test_space_of_many_snapshots (1024 MiB) ~80 s
-  test_kernel_made_snapshots  ~15 s
+  test_random_ops[4k-seed1]  25-40 s    test_random_ops[16k-seed2]      35-60 s
+  test_random_ops[4k-seed3-big] 50-75 s test_snapshot_chain             13-20 s
+  test_kernel_in_the_middle  7 s [27 s] test_kernel_partial_drop        14-22 s [~35 s]
+  test_space_of_many_snapshots 60-70 s (BUTTER_SNAP_MIB=1024)
+  test_kernel_made_snapshots 3-6 s      the small xfail cases           < 1 s each
 """
 
 
@@ -237,9 +244,6 @@ class Model:
     def with_nested(self):
         return [p for p, n, _, _ in self.walk()
                 if n.kind == "subvol" and holds_any(n, ("subvol",))]
-
-    def files(self, writable=True):
-        return [p for p, n, ro, _ in self.walk() if n.kind == "file" and not (writable and ro)]
 
 
 def holds_any(node, kinds):
@@ -544,7 +548,8 @@ class Scenario:
         picked = [self.rng.choice(dirs if dirs and self.rng.random() < 0.5 else cands)]
         other = self.rng.choice(cands)
         if (self.rng.random() < 0.3 and other != picked[0]
-                and not other.startswith(picked[0] + "/") and not picked[0].startswith(other + "/")):
+                and not other.startswith(picked[0] + "/")
+                and not picked[0].startswith(other + "/")):
             picked.append(other)
         kinds = [self.model.get(p).kind for p in picked]
         flags = ["-r"] if "dir" in kinds or self.rng.random() < 0.3 else []
@@ -632,7 +637,7 @@ class Scenario:
                      img_path(join(parent, "new-snapshot")), expect_fail="not a subvolume")
         elif what == "mkdir-placeholder":
             self.cli("mkdir", self.image, img_path(join(self.rng.choice(placeholders), "x")),
-                     expect_fail="")
+                     expect_fail="Operation not permitted")         # as the kernel's EPERM
         elif what == "rm-subvol":
             self.cli("rm", "-r", self.image, img_path(self.rng.choice(subvols)),
                      expect_fail="is a subvolume")
@@ -640,7 +645,7 @@ class Scenario:
             self.cli("subvolume", "snapshot", self.image, "/", img_path(self.rng.choice(subvols)),
                      expect_fail="File exists")
         elif what == "delete-top":
-            self.cli("subvolume", "delete", self.image, "/", expect_fail="")
+            self.cli("subvolume", "delete", self.image, "/", expect_fail="not a subvolume")
         self.count("refused:" + what)
 
     OPS = [("op_put", 24), ("op_mkdir", 7), ("op_rm", 12), ("op_create", 8),
@@ -1142,7 +1147,8 @@ def m_snapshot(m, src, dst):
     added = {dst: dict(root, _dev=token, subvol=True, placeholder=False)}
     cut = []
     for p in sorted(m):
-        if p == "." or p == src or not p.startswith(prefix) or any(p.startswith(c + "/") for c in cut):
+        if (p == "." or p == src or not p.startswith(prefix)
+                or any(p.startswith(c + "/") for c in cut)):
             continue
         e = m[p]
         rel = dst + "/" + p[len(prefix):]
