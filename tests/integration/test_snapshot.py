@@ -39,8 +39,9 @@ placeholder of the source) appears in the snapshot as an empty directory with in
 subvolume can be deleted only when no subvolume is nested in it (placeholders are not
 subvolumes).
 
-On a failure the message ends with the operations run so far (the `butter ...` command
-lines; host trees live in the work directory, kept with BUTTER_KEEP=1).
+On a failure the message ends with the last operations run (the `butter ...` command
+lines). The sequences are seeded, so a rerun repeats them (host trees are made afresh
+and deleted after each put); BUTTER_KEEP=1 keeps the image.
 
 Runtimes on the 2-core CI machine with the ASan build: see RUNTIMES below.
 """
