@@ -297,6 +297,39 @@ int butter_unlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size
 	return end_change(w, ret, 1);
 }
 
+/* The DIR_INDEX of entry @name in @dir, by walking the directory's index items. */
+static int find_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+			  size_t len, u64 *index)
+{
+	struct btrfs_key key = { dir, BTRFS_DIR_INDEX_KEY, 0 };
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_forward(&fs->cache, &sv->root, &key, &path);
+	while (ret == 0) {
+		const struct btrfs_dir_item *di;
+		u32 size;
+
+		path_key(&path, &key);
+		if (key.objectid != dir || key.type != BTRFS_DIR_INDEX_KEY) {
+			ret = 1;
+			break;
+		}
+		di = (const void *)path_item(&path, &size);
+		if (size >= sizeof(*di) && btrfs_dir_name_len(di) == len &&
+		    size - sizeof(*di) >= len && !memcmp(di + 1, name, len)) {
+			*index = key.offset;
+			break;
+		}
+		ret = tree_next_item(&fs->cache, &path);
+	}
+	tree_path_release(&fs->cache, &path);
+	return ret == 1 ? BLOG_CORRUPT(&fs->log, "dir %llu: entry without its index",
+				       (unsigned long long)dir)
+			: ret;
+}
+
 int butter_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen)
 {
 	struct btrfs_inode_item ii;
@@ -308,6 +341,24 @@ int butter_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_
 	ret = begin_change_rsv(fs, &w, 0, 1);
 	if (ret)
 		return ret;
+	if (!(namelen == 1 && name[0] == '.') && !(namelen == 2 && !memcmp(name, "..", 2)) &&
+	    butter_lookup(fs, dir, name, namelen, &target) == 0 &&
+	    target.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID && target.subvol == dir.subvol) {
+		/*
+		 * A placeholder: the empty directory standing for a subvolume in a
+		 * snapshot of its parent. Only its directory entry exists (no
+		 * inode, no ROOT_REF), and it goes, as with the kernel's rmdir.
+		 */
+		u64 index = 0;
+		int err = 0;
+
+		sv = fs_subvol_mut(fs, dir.subvol, &err);
+		ret = sv ? find_dir_index(fs, sv, dir.ino, name, namelen, &index) : err;
+		if (ret)
+			return end_change(w, ret, 0);
+		ret = fs_remove_dir_entry(fs, sv, dir.ino, name, namelen, index);
+		return end_change(w, ret, 1);
+	}
 	ret = check_old_name(fs, dir, name, namelen, &target, &ii, &sv);
 	if (ret == 0 && !S_ISDIR(btrfs_inode_mode(&ii)))
 		ret = -ENOTDIR;
