@@ -68,9 +68,15 @@ static int data_end(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 *end, 
 int fs_alloc_data(struct butter_fs *fs, u64 want, u64 *logical, u64 *got)
 {
 	struct fs_write_state *w = fs->w;
+	u32 ss = fs->vol.sectorsize;
 	u64 len = want;
-	int ret;
+	int ret, tried_chunk = 0;
 
+	/*
+	 * Big pieces first; below 16 sectors a new data chunk is tried once;
+	 * then pieces down to one sector, so a write the reservation accepted
+	 * finds room in fragmented free space instead of failing half way.
+	 */
 	for (;;) {
 		ret = extent_alloc(&w->es, BTRFS_BLOCK_GROUP_DATA, len, logical);
 		if (ret == 0) {
@@ -79,16 +85,22 @@ int fs_alloc_data(struct butter_fs *fs, u64 want, u64 *logical, u64 *got)
 		}
 		if (ret != -ENOSPC)
 			return ret;
-		if (len > fs->vol.sectorsize * 16ULL) {
-			len = len / 2 / fs->vol.sectorsize * fs->vol.sectorsize;
+		if (len > ss * 16ULL || (tried_chunk && len > ss)) {
+			len = len / 2 / ss * ss;
+			if (len < ss)
+				len = ss;
 			continue;
 		}
-		/* no room in any data group: make a new data chunk */
+		if (tried_chunk)
+			return -ENOSPC;
+		tried_chunk = 1;
 		{
 			u64 chunk;
 
 			ret = chunk_create(&w->es, BTRFS_BLOCK_GROUP_DATA | w->data_profile,
 					   1ULL << 30, &chunk);
+			if (ret == -ENOSPC)
+				continue; /* no device space: smaller pieces, then */
 			if (ret)
 				return ret;
 			ret = chunk_insert_items(&w->es, &w->txn.tt, chunk);
