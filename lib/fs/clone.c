@@ -38,7 +38,6 @@
 #include "fs/write.h"
 
 #define BTRFS_INODE_IMMUTABLE_FLAG (1ULL << 6)
-#define MAX_FILE_BYTES ((u64)INT64_MAX)
 
 /* One source item, copied out of its leaf. */
 struct src_item {

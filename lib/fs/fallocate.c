@@ -49,7 +49,6 @@
 #define FL_MODE_MASK (FL_PUNCH_HOLE | FL_COLLAPSE_RANGE | FL_ZERO_RANGE | FL_INSERT_RANGE | \
 		      FL_UNSHARE_RANGE | FL_WRITE_ZEROES)
 #define BTRFS_INODE_PREALLOC_FLAG (1ULL << 4)
-#define MAX_FILE_BYTES ((u64)INT64_MAX)
 
 /* What covers a file range: one EXTENT_DATA item, or a gap between items. */
 enum seg_kind {

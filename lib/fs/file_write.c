@@ -362,6 +362,13 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 		ks = key.offset;
 		if (type == BTRFS_FILE_EXTENT_INLINE) {
 			ke = ks + btrfs_file_extent_ram_bytes(fi);
+			if (ke < ks || btrfs_file_extent_ram_bytes(fi) > MAX_FILE_BYTES) {
+				tree_path_release(&fs->cache, &path);
+				ret = BLOG_CORRUPT(&fs->log, "inode %llu: inline extent of %llu bytes",
+						   (unsigned long long)ino,
+						   (unsigned long long)btrfs_file_extent_ram_bytes(fi));
+				break;
+			}
 			if (ks < start) {
 				/* a head of inline data stays: the callers rewrite inline files whole */
 				tree_path_release(&fs->cache, &path);
@@ -384,6 +391,15 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 		disk = btrfs_file_extent_disk_bytenr(fi);
 		offset = btrfs_file_extent_offset(fi);
 		num = btrfs_file_extent_num_bytes(fi);
+		if (num == 0 || num > MAX_FILE_BYTES || ks > MAX_FILE_BYTES - num ||
+		    offset > MAX_FILE_BYTES) {
+			tree_path_release(&fs->cache, &path);
+			ret = BLOG_CORRUPT(&fs->log, "inode %llu: file extent at %llu: %llu bytes "
+						     "at offset %llu",
+					   (unsigned long long)ino, (unsigned long long)ks,
+					   (unsigned long long)num, (unsigned long long)offset);
+			break;
+		}
 		ke = ks + num;
 		if (ks >= start && ke <= end) {
 			/* wholly inside: delete */

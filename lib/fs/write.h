@@ -11,6 +11,7 @@
 
 #define MAX_INLINE 2048u
 #define MAX_EXTENT_SIZE (128ULL << 20)
+#define MAX_FILE_BYTES ((u64)INT64_MAX) /* the largest file offset; more is corrupt */
 #define DIRTY_COMMIT_BYTES (64ULL << 20)
 #define META_LOW_WATER (32ULL << 20)  /* below this much free metadata, add a chunk */
 #define META_RESERVE (4ULL << 20)     /* changes stop here; deletions may use a quarter */
