@@ -230,7 +230,7 @@ static int write_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 i
 	else if (!compress && (iflags & BTRFS_INODE_COMPRESS_FLAG))
 		compress = BTRFS_COMPRESS_ZLIB;
 	while (done < len && ret == 0) {
-		u64 want = len - done, logical, got, disk_len, i;
+		u64 want = len - done, logical = 0, got = 0, disk_len = 0, i;
 		struct btrfs_file_extent_item fi;
 		struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, off + done };
 		struct size_update u = { 0, 0, 0 };
