@@ -17,9 +17,11 @@
  *
  * The replay (the kernel's algorithm, fs/btrfs/tree-log.c, rewritten):
  *   0. check every log item before changing anything; refuse what is not
- *      understood (see refuse() calls: old log formats, verity, tmpfiles,
- *      subvolume links); take log tree blocks and logged data extents out of
- *      free space (log blocks are pinned: free again after the commit);
+ *      understood (see refuse() calls: old log formats, verity, subvolume
+ *      links); take log tree blocks and logged data extents out of free
+ *      space (log blocks are pinned: free again after the commit);
+ *   an inode logged with no links is skipped with all its items (its names
+ *   go through its directory's logged deletions);
  *   per subvolume log tree, three passes in key order:
  *   1. inode items: delete xattrs the log lacks; for a directory, delete its
  *      entries in the logged index ranges the log lacks; copy the inode item
@@ -98,6 +100,7 @@ struct replay {
 /* Logged data extents without extent items, taken out of free space (step 0). */
 struct excluded {
 	struct u64_list disk, len;
+	u64 cur_inode;               /* objectid of the last inode item seen in the walk */
 };
 
 static int refuse(struct butter_fs *fs, const char *why, const struct btrfs_key *key)
@@ -1403,7 +1406,7 @@ static int replay_pass(struct replay *r, enum pass pass)
 	struct node_cache *cache = &r->fs->cache;
 	struct btrfs_key key = { 0, 0, 0 };
 	struct tree_path path;
-	int ret;
+	int ret, ignore = 0;
 
 	tree_path_init(&path);
 	ret = tree_search_forward(cache, &r->log, &key, &path);
@@ -1420,6 +1423,15 @@ static int replay_pass(struct replay *r, enum pass pass)
 		}
 		memcpy(c.data, p, c.size);
 		ret = 0;
+		/*
+		 * An inode logged without links (unlinked while open, then
+		 * fsynced; or an O_TMPFILE) is skipped with all its items: its
+		 * names go through the directories' logged deletions.
+		 */
+		if (c.key.type == BTRFS_INODE_ITEM_KEY)
+			ignore = btrfs_inode_nlink((const struct btrfs_inode_item *)c.data) == 0;
+		if (ignore && c.key.objectid != BTRFS_EXTENT_CSUM_OBJECTID)
+			c.key.type = 0; /* nothing below matches */
 		switch (c.key.type) {
 		case BTRFS_INODE_ITEM_KEY:
 			if (pass == PASS_INODES)
@@ -1525,13 +1537,19 @@ static int pin_log_block(struct butter_fs *fs, u64 bytenr)
 static int check_log_item(struct butter_fs *fs, struct excluded *ex, const struct btrfs_key *key,
 			  const u8 *p, u32 size)
 {
+	/*
+	 * Items of an inode follow its inode item; the kernel's replay relies on
+	 * that to skip inodes logged without links, and so does ours.
+	 */
+	if (key->type != BTRFS_INODE_ITEM_KEY && key->objectid != BTRFS_EXTENT_CSUM_OBJECTID &&
+	    key->objectid != ex->cur_inode)
+		return refuse(fs, "items of an inode whose inode item is not logged", key);
 	switch (key->type) {
 	case BTRFS_INODE_ITEM_KEY:
 		if (size < sizeof(struct btrfs_inode_item))
 			return BLOG_CORRUPT(&fs->log, "log: short inode item %llu",
 					    (unsigned long long)key->objectid);
-		if (btrfs_inode_nlink((const void *)p) == 0)
-			return refuse(fs, "a logged inode has no links (an O_TMPFILE file)", key);
+		ex->cur_inode = key->objectid;
 		return 0;
 	case BTRFS_INODE_REF_KEY:
 	case BTRFS_INODE_EXTREF_KEY: {
@@ -1818,7 +1836,7 @@ int fs_replay_log(struct butter_fs *fs)
 {
 	struct btrfs_super_block *sb = &fs->vol.super;
 	struct tree_root lrt = { 0 };
-	struct excluded ex = { { 0 }, { 0 } };
+	struct excluded ex;
 	struct replay r;
 	struct log_tree *logs = NULL;
 	struct fs_write_state *w;
@@ -1828,6 +1846,7 @@ int fs_replay_log(struct butter_fs *fs)
 	if (!fs->w || !btrfs_super_log_root(sb))
 		return 0;
 	memset(&r, 0, sizeof(r));
+	memset(&ex, 0, sizeof(ex));
 	lrt.objectid = BTRFS_TREE_LOG_OBJECTID;
 	lrt.bytenr = btrfs_super_log_root(sb);
 	lrt.level = sb->log_root_level;
@@ -1838,8 +1857,10 @@ int fs_replay_log(struct butter_fs *fs)
 	ret = walk_tree(fs, &ex, &lrt, 0);
 	if (ret == 0)
 		ret = read_log_roots(fs, &lrt, &logs, &nlogs);
-	for (i = 0; ret == 0 && i < nlogs; i++)
+	for (i = 0; ret == 0 && i < nlogs; i++) {
+		ex.cur_inode = (u64)-1;
 		ret = walk_tree(fs, &ex, &logs[i].root, 1);
+	}
 	if (ret)
 		goto out;
 
