@@ -894,12 +894,22 @@ static int drop_unlogged_refs(struct replay *r, u64 ino, u64 parent, u8 type)
 	size_t i;
 	int ret, again = 1;
 
+	u64 last_total = (u64)-1;
+
 	while (again) {
+		u64 total = 0;
+
 		again = 0;
 		if (type == BTRFS_INODE_REF_KEY)
 			ret = collect(&r->fs->cache, &r->sv->root, ino, type, parent, parent, &mine);
 		else
 			ret = collect(&r->fs->cache, &r->sv->root, ino, type, 0, (u64)-1, &mine);
+		for (i = 0; i < mine.n; i++)
+			total += mine.v[i].size;
+		if (ret == 0 && total >= last_total)
+			ret = BLOG_CORRUPT(&r->fs->log, "inode %llu: a ref would not go",
+					   (unsigned long long)ino);
+		last_total = total;
 		for (i = 0; ret == 0 && i < mine.n && !again; i++) {
 			struct item_copy *c = &mine.v[i];
 			u32 pos = 0;
@@ -972,6 +982,31 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 	ret = inode_exists(r, ino, &ii);
 	if (ret <= 0)
 		return ret < 0 ? ret : refuse(r->fs, "a logged ref's inode does not exist", &c->key);
+	/*
+	 * A name in a directory that does not exist (it was not logged) cannot
+	 * be made: the kernel skips the whole item then, and so do we. An
+	 * extref item naming several directories of which a later one is
+	 * missing is replayed half by the kernel: refused.
+	 */
+	while (pos < c->size) {
+		u32 l = ref_entry_len(c->key.type, c->data + pos, c->size - pos);
+		struct ref_name rn;
+
+		if (!l)
+			return BLOG_CORRUPT(&r->fs->log, "log: inode %llu: malformed ref",
+					    (unsigned long long)ino);
+		ref_decode(c->key.type, c->key.offset, c->data + pos, &rn);
+		ret = inode_exists(r, rn.parent, NULL);
+		if (ret < 0)
+			return ret;
+		if (ret == 0 && pos == 0)
+			return 0;
+		if (ret == 0)
+			return refuse(r->fs, "an extref names a directory that does not exist",
+				      &c->key);
+		pos += l;
+	}
+	pos = 0;
 	while (pos < c->size) {
 		u32 l = ref_entry_len(c->key.type, c->data + pos, c->size - pos);
 		struct btrfs_key key, loc = { ino, BTRFS_INODE_ITEM_KEY, 0 };
@@ -982,11 +1017,6 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 					    (unsigned long long)ino);
 		ref_decode(c->key.type, c->key.offset, c->data + pos, &rn);
 		pos += l;
-		ret = inode_exists(r, rn.parent, NULL);
-		if (ret < 0)
-			return ret;
-		if (ret == 0)
-			continue; /* its directory was not logged: the name cannot be made */
 		ret = inode_in_dir(r, rn.parent, ino, rn.index, rn.name, rn.len);
 		if (ret < 0)
 			return ret;
@@ -1005,8 +1035,10 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 			u32 size;
 
 			ret = read_item(r, &r->sv->root, &key, &data, &size);
-			if (ret == 0 && dir_entry_len(data, size))
+			if (ret == 0 && find_dir_entry(data, size, rn.name, rn.len, NULL) == 0)
 				ret = drop_dir_entry(r, rn.parent, data, rn.index);
+			else if (ret == 0)
+				ret = refuse(r->fs, "a directory index is taken by another name", &key);
 			else if (ret == -ENOENT)
 				ret = 0;
 			free(data);
@@ -1049,6 +1081,8 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 				char name[BTRFS_NAME_LEN];
 				u32 len = rn.len < sizeof(name) ? rn.len : (u32)sizeof(name);
 
+				u32 before = size;
+
 				memcpy(name, rn.name, len);
 				ret = unlink_name(r, rn.parent, ino, name, len, rn.index);
 				free(data);
@@ -1060,6 +1094,9 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 					ret = 0;
 					size = 0;
 				}
+				if (ret == 0 && size >= before)
+					ret = BLOG_CORRUPT(&r->fs->log, "inode %llu: a ref would not go",
+							   (unsigned long long)ino);
 			}
 		}
 		free(data);

@@ -587,8 +587,9 @@ def _random_case(seed):
                     raise
         if phase == "crash":
             # one last fsync so that a log exists even when an earlier one committed
-            p = os.path.join(m, f"last-{seed}")
-            _write(p, _rand(seed, 5000))
+            # (the last one again: a change before may have made the kernel commit)
+            for name in (f"last-{seed}", f"last2-{seed}"):
+                _write(os.path.join(m, name), _rand(seed, 5000))
     mount = [["compress=zstd"], ["compress=lzo"], ["compress-force=zlib"], [], [], []][seed % 6]
     mkfs = ["-O", "^no-holes"] if seed % 5 == 0 else []
     return Case(f"random_{seed}", lambda m: run(m, "setup"), lambda m: run(m, "crash"),
