@@ -465,6 +465,32 @@ def _(m, phase):
         _write(f"{m}/top", b"top")
 
 
+@case("snapshot_shares_blocks", {"sv/f": _rand(35, 1 << 20)[:200000] + _rand(36, 4096) +
+                                 _rand(35, 1 << 20)[204096:]})
+def _(m, phase):
+    if phase == "setup":
+        kfs.run(["btrfs", "subvolume", "create", f"{m}/sv"])
+        _write(f"{m}/sv/f", _rand(35, 1 << 20), fsync=False)
+        for i in range(200):                       # a subvolume tree of several leaves
+            _write(f"{m}/sv/small{i:03}", _rand(i, 300), fsync=False)
+        kfs.run(["btrfs", "subvolume", "snapshot", f"{m}/sv", f"{m}/snap"])
+    else:
+        _write(f"{m}/sv/f", _rand(36, 4096), offset=200000)
+        os.unlink(f"{m}/sv/small007")
+        _fsync(f"{m}/sv", directory=True)
+
+
+@case("subvolume_deleted_after_fsync", {"gone/f": _rand(37, 20000), "kept": b"k" * 3000})
+def _(m, phase):
+    if phase == "setup":
+        kfs.run(["btrfs", "subvolume", "create", f"{m}/gone"])
+        _write(f"{m}/gone/f", b"g", fsync=False)
+    else:
+        _write(f"{m}/gone/f", _rand(37, 20000))     # a log tree for that subvolume
+        kfs.run(["btrfs", "subvolume", "delete", f"{m}/gone"])  # not committed: it stays
+        _write(f"{m}/kept", b"k" * 3000)
+
+
 @case("no_free_space_tree", {"f": _rand(32, 90000)}, mkfs=["-R", "^free-space-tree"],
       mount=["space_cache=v1"])
 def _(m, phase):
@@ -665,6 +691,21 @@ def test_log_replay(kernel, butter, workdir, c):
 
 # ---------------------------------------------------------------------------------
 # What butter must refuse (never replay wrongly): the open fails, the image is unchanged
+
+def test_log_replay_refused_leaves_image(kernel, butter, workdir):
+    """A log butter cannot replay (mixed block groups): refused, image untouched."""
+    c = Case("mixed", lambda m: _write(f"{m}/a", b"a", fsync=False),
+             lambda m: _write(f"{m}/b", _rand(38, 9000)), mkfs=["-M"])
+    crashed = make_crashed(workdir, c)
+    before = kfs.run(["sha256sum", crashed]).stdout.split()[0]
+    r = butter.run(["filesystem", "label", crashed, "changed"], check=False)
+    assert r.returncode != 0
+    assert "cannot replay the tree log: mixed block groups" in r.stderr
+    assert kfs.run(["sha256sum", crashed]).stdout.split()[0] == before
+    with Mounted(crashed, os.path.join(workdir, "kmnt")) as mnt:   # the kernel still can
+        with open(f"{mnt}/b", "rb") as f:
+            assert f.read() == _rand(38, 9000)
+
 
 def test_log_replay_read_only_open_leaves_log(kernel, butter, workdir):
     crashed = make_crashed(workdir, CASES[0])
