@@ -378,6 +378,22 @@ def _(m, phase):
         _fsync(f"{m}/many/file-with-a-longer-name-0399")
 
 
+@case("small_nodes_deep_log", mkfs=["-n", "4096"])
+def _(m, phase):
+    if phase == "setup":
+        os.mkdir(f"{m}/d")
+        for i in range(100):
+            _write(f"{m}/d/old{i:03}", _rand(i, 1000), fsync=False)
+    else:                                          # a log tree of several levels
+        for i in range(0, 100, 2):
+            os.rename(f"{m}/d/old{i:03}", f"{m}/d/renamed-{i:03}-" + "r" * 100)
+        for i in range(300):
+            _write(f"{m}/d/new-{i:04}-" + "n" * 100, _rand(i + 1000, 5000), fsync=False)
+            os.setxattr(f"{m}/d/new-{i:04}-" + "n" * 100, "user.k", b"v" * 200)
+        _fsync(f"{m}/d", directory=True)
+        _write(f"{m}/d/big", _rand(39, 3 << 20))
+
+
 @case("large_file", {"L": _rand(19, 24 << 20)})
 def _(m, phase):
     if phase == "setup":
