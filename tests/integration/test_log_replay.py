@@ -507,6 +507,19 @@ def _(m, phase):
         _write(f"{m}/kept", b"k" * 3000)
 
 
+@case("dir_holding_subvolume_fsynced", {"d/old": None})
+def _(m, phase):
+    if phase == "setup":
+        os.mkdir(f"{m}/d")
+        kfs.run(["btrfs", "subvolume", "create", f"{m}/d/sv"])
+        _write(f"{m}/d/sv/inside", b"i", fsync=False)
+        _write(f"{m}/d/old", b"o", fsync=False)
+    else:
+        os.unlink(f"{m}/d/old")
+        _write(f"{m}/d/new", b"n" * 100, fsync=False)
+        _fsync(f"{m}/d", directory=True)
+
+
 @case("no_free_space_tree", {"f": _rand(32, 90000)}, mkfs=["-R", "^free-space-tree"],
       mount=["space_cache=v1"])
 def _(m, phase):
