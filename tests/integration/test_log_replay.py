@@ -546,6 +546,8 @@ def _fallocate(path, mode, offset, length):
 def _random_case(seed):
     def run(m, phase):
         rng = random.Random(f"{seed}-{phase}")
+        if phase == "setup" and seed % 4 == 0:      # changes in two subvolumes: two logs
+            kfs.run(["btrfs", "subvolume", "create", f"{m}/sv"])
         files = sorted(p for p in _all(m) if os.path.isfile(p) and not os.path.islink(p))
         dirs = sorted([m] + [p for p in _all(m) if os.path.isdir(p)])
         steps = 25 if phase == "setup" else 18
@@ -596,7 +598,7 @@ def _random_case(seed):
                 elif op == "rename_dir":
                     d = rng.choice(dirs)
                     to = rng.choice(dirs)
-                    if d != m and not (to + "/").startswith(d + "/"):
+                    if d not in (m, f"{m}/sv") and not (to + "/").startswith(d + "/"):
                         q = os.path.join(to, f"rd{tag}")
                         os.rename(d, q)
                         dirs = [q + x[len(d):] if (x + "/").startswith(d + "/") else x
@@ -606,7 +608,7 @@ def _random_case(seed):
                             _fsync(q, directory=True)
                 elif op == "rmdir":
                     d = rng.choice(dirs)
-                    if d != m and not os.listdir(d):
+                    if d not in (m, f"{m}/sv") and not os.listdir(d):
                         os.rmdir(d)
                         dirs.remove(d)
                 elif op == "truncate":
@@ -638,7 +640,8 @@ def _random_case(seed):
                     p = os.path.join(rng.choice(dirs), f"s{tag}")
                     os.symlink("t" * rng.randrange(1, 300), p)
             except OSError as e:
-                if e.errno not in (errno.ENOENT, errno.EEXIST, errno.ENODATA, errno.ENOTEMPTY):
+                if e.errno not in (errno.ENOENT, errno.EEXIST, errno.ENODATA, errno.ENOTEMPTY,
+                                   errno.EXDEV):
                     raise
         if phase == "crash":
             # one last fsync so that a log exists even when an earlier one committed
