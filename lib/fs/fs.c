@@ -17,6 +17,7 @@
 
 #include "format/checksum.h"
 #include "fs/fs.h"
+#include "fs/write.h"
 
 #define DEFAULT_CACHE_BYTES (32ULL << 20)
 
@@ -233,7 +234,7 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 	ret = load_default_subvol(fs);
 	if (ret)
 		goto fail_cache;
-	if (btrfs_super_log_root(&fs->vol.super))
+	if (btrfs_super_log_root(&fs->vol.super) && (opts->flags & BUTTER_OPEN_RDONLY))
 		blog_warn(&fs->log,
 			  "%s: the filesystem has a tree log (it was not unmounted cleanly); "
 			  "changes fsynced since the last commit are not shown",
@@ -242,8 +243,11 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 		ret = fs_setup_write(fs);
 		if (ret)
 			goto fail_cache;
+		/* what was fsynced after the last commit (log_replay.c), before any allocation */
+		ret = fs_replay_log(fs);
 		/* finish deleting subvolumes whose freeing a crash interrupted */
-		ret = fs_drop_orphan_subvols(fs);
+		if (ret >= 0)
+			ret = fs_drop_orphan_subvols(fs);
 		if (ret >= 0)
 			ret = fs_orphan_cleanup(fs); /* as the kernel at a read-write mount */
 		if (ret < 0) {

@@ -80,10 +80,6 @@ int fs_setup_write(struct butter_fs *fs)
 	size_t i;
 	int ret;
 
-	if (btrfs_super_log_root(sb)) {
-		blog_err(&fs->log, "the tree log is not replayed yet: open read-only");
-		return -EOPNOTSUPP;
-	}
 	if (compat_ro & ~(BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE |
 			  BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE_VALID)) {
 		blog_err(&fs->log, "compat_ro features %#llx cannot be written yet: open read-only",

@@ -136,4 +136,13 @@ int fs_drop_last_link(struct butter_fs *fs, struct subvol *sv, u64 ino);
 /* Free every orphan still open (at close: nobody can reach them any more). */
 void fs_orphan_free_open(struct butter_fs *fs);
 
+/* log_replay.c */
+/*
+ * Replay the tree log (super log_root) into the subvolumes and commit with
+ * the log root cleared; right after fs_setup_write(), before anything else
+ * allocates. 0 if there is no log; -EOPNOTSUPP (logged) for a log it
+ * cannot replay exactly; any error leaves the disk as it was.
+ */
+int fs_replay_log(struct butter_fs *fs);
+
 #endif
