@@ -618,6 +618,9 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 	ret = fs_read_inode(fs, ino, &ii);
 	if (ret == 0)
 		ret = data_end(fs, sv, ino.ino, &end, &is_inline);
+	if (ret == 0 && is_inline && end > ss)
+		ret = BLOG_CORRUPT(&fs->log, "inode %llu: inline extent of %llu bytes",
+				   (unsigned long long)ino.ino, (unsigned long long)end);
 	if (ret)
 		return ret;
 	if (size >= btrfs_inode_size(&ii)) {
@@ -631,11 +634,13 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 	if (is_inline || size % ss) {
 		/* keep the bytes of the last partial sector (or of the inline file) */
 		u64 from = is_inline ? 0 : size / ss * ss;
+		/* an inline file keeps at most its inline data; past it is a hole */
+		u64 take = is_inline && size > end ? end : size - from;
 
-		head = calloc(1, ss + (size - from));
+		head = calloc(1, ss + take);
 		if (!head)
 			return -ENOMEM;
-		ret = read_existing(fs, ino, head, size - from, from);
+		ret = read_existing(fs, ino, head, take, from);
 		if (ret == 0)
 			ret = fs_drop_extents(fs, sv, ino.ino, from, (u64)-1);
 		if (ret == 0 && size > from) {
