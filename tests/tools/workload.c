@@ -4,13 +4,34 @@
  * that the caller (tests/integration/test_write_workload.py) can check the
  * image with btrfs check, mount it with the kernel and compare both trees.
  *
- * usage: butter-workload IMAGE REFDIR SEED OPS [SYNC_EVERY]
+ * usage: butter-workload [OPTIONS] IMAGE REFDIR SEED OPS [SYNC_EVERY]
  *
  * Every operation is first applied to the reference with POSIX calls; the
  * library must then succeed or fail exactly as the kernel did (same errno),
  * otherwise the program stops with exit status 1 and says which step. Paths
  * are kept in a small pool so that operations collide (renames over existing
  * names, unlinks of hard links, writes to renamed files...).
+ *
+ * Options (crash and fault tests, tests/integration/test_crash.py and
+ * test_faults.py):
+ *   --record LOG      log every device write and flush (butter_open_opts.record_log)
+ *   --fault SPEC      inject device faults (butter_open_opts.fault_spec); the first
+ *                     operation or commit failing where the reference did not ends
+ *                     the run with exit status 3 and a "stopped:" line
+ *   --manifest FILE   write what each commit holds (format below)
+ *   --profile NAME    mix (default: every operation), overwrite (large writes over
+ *                     a few files), fill (large appends and unlinks: runs into ENOSPC)
+ *   --max-file BYTES  largest file offset written (default 3 MiB)
+ *   --enospc-ok       ENOSPC from butter where the reference had room is fine: from
+ *                     then on results are no longer compared (a small image fills up)
+ *
+ * Manifest (text, for tests/tools/crashreplay.c):
+ *   state GEN         followed by the tree (treelist.h lines) as commit GEN holds it,
+ *   ...               written before the commit is attempted (or after a commit the
+ *   end               library made on its own); the last block for a GEN counts
+ *   durable GEN POS   commit GEN was complete when the record log was POS bytes
+ *                     long (written when butter_sync() returned)
+ * The first block is the state at open, durable at the log's size then.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -24,10 +45,38 @@
 #include <unistd.h>
 
 #include "butter/butter.h"
+#include "treelist.h"
 
 #define NDIRS 6
 #define NNAMES 12
-#define MAXFILE (3u << 20)
+#define MAXFILE_DEFAULT (3u << 20)
+
+enum op_kind { OP_CREATE, OP_WRITE, OP_TRUNC, OP_UNLINK, OP_RENAME, OP_MKDIR, OP_RMDIR, OP_LINK,
+	       OP_SETXATTR, OP_RMXATTR, OP_SYMLINK, NOPS };
+
+/* Weights (out of 100) of each operation, in enum order, per profile. */
+struct profile {
+	const char *name;
+	unsigned weight[NOPS];
+	unsigned names;     /* names per directory in the pool */
+	int root_only;      /* every path in the top directory */
+	size_t write_min, write_span; /* large writes: min + pick(span) bytes; 0: the default mix */
+	int append;         /* writes go to the end of the file half of the time */
+};
+
+static const struct profile profiles[] = {
+	{ "mix", { 18, 27, 8, 10, 10, 7, 5, 5, 5, 3, 2 }, NNAMES, 0, 0, 0, 0 },
+	{ "overwrite", { 6, 70, 8, 4, 6, 0, 0, 2, 2, 0, 2 }, 4, 1, 65536, 1 << 20, 0 },
+	{ "fill", { 15, 60, 4, 17, 2, 0, 0, 0, 2, 0, 0 }, 8, 1, 262144, 2 << 20, 1 },
+};
+
+static unsigned maxfile = MAXFILE_DEFAULT;
+static const struct profile *prof = &profiles[0];
+static const char *record_log;
+static FILE *manifest;
+static int fault_mode;
+static int enospc_ok;
+static int diverged; /* a full image made butter and the reference part ways */
 
 static uint64_t rng;
 
@@ -73,7 +122,13 @@ static int failures;
 
 static void compare(const char *what, const char *path, int ref, int got)
 {
-	if (ref != got) {
+	if (got == -ENOSPC && ref == 0 && enospc_ok)
+		diverged = 1;
+	if (ref != got && (fault_mode && got != 0)) {
+		printf("stopped: %s %s: %s\n", what, path, strerror(-got));
+		exit(3);
+	}
+	if (ref != got && !diverged) {
 		fprintf(stderr, "MISMATCH %s %s: reference %d (%s), butter %d (%s)\n", what, path, ref,
 			ref ? strerror(-ref) : "ok", got, got ? strerror(-got) : "ok");
 		failures++;
@@ -85,6 +140,77 @@ static int errno_ret(int r)
 	return r < 0 ? -errno : 0;
 }
 
+/* The record log's size: the log position after everything done so far. */
+static uint64_t log_pos(void)
+{
+	struct stat st;
+
+	return record_log && stat(record_log, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+static uint64_t generation(struct butter_fs *fs)
+{
+	struct butter_info info;
+
+	return butter_get_info(fs, &info) == 0 ? info.generation : 0;
+}
+
+/* Write "state GEN" and the tree as butter shows it now. */
+static void manifest_state(struct butter_fs *fs, uint64_t gen)
+{
+	struct treelist t;
+	int ret;
+
+	if (!manifest)
+		return;
+	ret = treelist_butter(fs, &t);
+	if (ret) {
+		treelist_free(&t);
+		if (fault_mode) {
+			printf("stopped: listing the tree: %s\n", strerror(-ret));
+			exit(3);
+		}
+		fprintf(stderr, "listing the tree for the manifest: %s\n", strerror(-ret));
+		exit(1);
+	}
+	fprintf(manifest, "state %llu\n", (unsigned long long)gen);
+	treelist_write(&t, manifest);
+	fprintf(manifest, "end\n");
+	fflush(manifest);
+	treelist_free(&t);
+}
+
+static void manifest_durable(uint64_t gen)
+{
+	if (!manifest)
+		return;
+	fprintf(manifest, "durable %llu %llu\n", (unsigned long long)gen,
+		(unsigned long long)log_pos());
+	fflush(manifest);
+}
+
+/* Commit, with the manifest lines around it. Returns butter_sync()'s result. */
+static int sync_with_manifest(struct butter_fs *fs, uint64_t *gen)
+{
+	int ret;
+
+	manifest_state(fs, *gen + 1);
+	ret = butter_sync(fs);
+	if (ret == 0) {
+		*gen = generation(fs);
+		manifest_durable(*gen);
+	}
+	return ret;
+}
+
+static int usage(const char *argv0)
+{
+	fprintf(stderr, "usage: %s [--record LOG] [--fault SPEC] [--manifest FILE] "
+			"[--profile mix|overwrite|fill] [--max-file BYTES] [--enospc-ok]\n"
+			"       IMAGE REFDIR SEED OPS [SYNC_EVERY]\n", argv0);
+	return 2;
+}
+
 int main(int argc, char **argv)
 {
 	struct butter_open_opts opts = { 0 };
@@ -93,18 +219,57 @@ int main(int argc, char **argv)
 	char rpath[1024], p1[512], p2[512];
 	unsigned ops, i, sync_every;
 	unsigned char *buf;
-	int ret;
+	uint64_t gen;
+	int ret, a = 1;
 
-	if (argc < 5) {
-		fprintf(stderr, "usage: %s IMAGE REFDIR SEED OPS [SYNC_EVERY]\n", argv[0]);
-		return 2;
+	while (a < argc && strncmp(argv[a], "--", 2) == 0) {
+		const char *o = argv[a];
+
+		if (strcmp(o, "--enospc-ok") == 0) {
+			enospc_ok = 1;
+			a++;
+			continue;
+		}
+		if (a + 1 >= argc)
+			return usage(argv[0]);
+		if (strcmp(o, "--record") == 0) {
+			record_log = opts.record_log = argv[a + 1];
+		} else if (strcmp(o, "--fault") == 0) {
+			opts.fault_spec = argv[a + 1];
+			fault_mode = 1;
+		} else if (strcmp(o, "--manifest") == 0) {
+			manifest = fopen(argv[a + 1], "w");
+			if (!manifest) {
+				perror(argv[a + 1]);
+				return 2;
+			}
+		} else if (strcmp(o, "--profile") == 0) {
+			size_t k;
+
+			for (k = 0; k < sizeof(profiles) / sizeof(profiles[0]); k++)
+				if (strcmp(profiles[k].name, argv[a + 1]) == 0)
+					prof = &profiles[k];
+			if (strcmp(prof->name, argv[a + 1]) != 0)
+				return usage(argv[0]);
+		} else if (strcmp(o, "--max-file") == 0) {
+			maxfile = (unsigned)strtoul(argv[a + 1], NULL, 0);
+			if (maxfile < 4096)
+				return usage(argv[0]);
+		} else {
+			return usage(argv[0]);
+		}
+		a += 2;
 	}
+	argc -= a - 1;
+	argv += a - 1;
+	if (argc < 5)
+		return usage("butter-workload");
 	image = argv[1];
 	ref = argv[2];
 	rng = strtoull(argv[3], NULL, 0) * 2654435761u + 88172645463325252ull;
 	ops = (unsigned)strtoul(argv[4], NULL, 0);
 	sync_every = argc > 5 ? (unsigned)strtoul(argv[5], NULL, 0) : 50;
-	buf = malloc(MAXFILE);
+	buf = malloc(maxfile > 2200000 ? maxfile : 2200000);
 	if (!buf)
 		return 2;
 	ret = butter_open(image, &opts, &fs);
@@ -112,6 +277,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "open %s: %s\n", image, strerror(-ret));
 		return 2;
 	}
+	gen = generation(fs);
+	manifest_state(fs, gen);
+	manifest_durable(gen);
 	for (i = 1; i < NDIRS; i++) {
 		butter_ino_t dir, out;
 		const char *name;
@@ -123,24 +291,28 @@ int main(int argc, char **argv)
 		butter_create(fs, dir, name, strlen(name), &a, &out);
 	}
 	for (i = 0; i < ops && failures == 0; i++) {
-		unsigned op = pick(100);
+		unsigned roll = pick(100), op = 0, acc = 0;
 		const char *d1 = dirs[pick(NDIRS)], *d2 = dirs[pick(NDIRS)];
 		butter_ino_t dir, dir2, ino;
 		const char *name, *name2;
 		int r, g;
 
-		make_path(p1, sizeof(p1), d1, pick(NNAMES));
-		make_path(p2, sizeof(p2), d2, pick(NNAMES));
+		while (op < NOPS - 1 && roll >= acc + prof->weight[op])
+			acc += prof->weight[op++];
+		if (prof->root_only)
+			d1 = d2 = "";
+		make_path(p1, sizeof(p1), d1, pick(prof->names));
+		make_path(p2, sizeof(p2), d2, pick(prof->names));
 		snprintf(rpath, sizeof(rpath), "%s/%s", ref, p1);
 		{
 			/* the kernel follows symlinks where butter's calls name inodes: skip those */
 			struct stat lst;
 
 			if (lstat(rpath, &lst) == 0 && S_ISLNK(lst.st_mode) &&
-			    ((op >= 18 && op < 53) || (op >= 90 && op < 98)))
+			    (op == OP_WRITE || op == OP_TRUNC || op == OP_SETXATTR || op == OP_RMXATTR))
 				continue;
 		}
-		if (op < 18) { /* create + write */
+		if (op == OP_CREATE) { /* create + write */
 			struct butter_new_inode a = { S_IFREG | 0644, 0, 0, 0 };
 			int fd = open(rpath, O_CREAT | O_EXCL | O_WRONLY, 0644);
 
@@ -151,11 +323,22 @@ int main(int argc, char **argv)
 			if (g == 0)
 				g = butter_create(fs, dir, name, strlen(name), &a, &ino);
 			compare("create", p1, r, g);
-		} else if (op < 45) { /* write at a random place */
-			uint64_t off = pick(4) == 0 ? 0 : pick(MAXFILE / 2);
+		} else if (op == OP_WRITE) { /* write at a random place */
+			uint64_t off = pick(4) == 0 ? 0 : pick(maxfile / 2);
 			size_t len = 1 + pick(pick(3) == 0 ? 200000 : 9000);
 			int fd = open(rpath, O_WRONLY);
 			size_t k;
+
+			if (prof->write_min) {
+				struct stat wst;
+
+				len = prof->write_min + pick((unsigned)prof->write_span);
+				off = pick(maxfile - (unsigned)(len < maxfile ? len : 0) + 1);
+				if (prof->append && pick(2) && stat(rpath, &wst) == 0)
+					off = (uint64_t)wst.st_size;
+				if (off + len > maxfile)
+					off = len < maxfile ? maxfile - len : 0;
+			}
 
 			for (k = 0; k < len; k++)
 				buf[k] = (unsigned char)(next_rand() >> (pick(3) ? 60 : 0));
@@ -181,8 +364,8 @@ int main(int argc, char **argv)
 			if (r == -EISDIR && g == -EISDIR)
 				g = r;
 			compare("write", p1, r, g);
-		} else if (op < 53) { /* truncate */
-			uint64_t size = pick(3) == 0 ? 0 : pick(MAXFILE / 2);
+		} else if (op == OP_TRUNC) {
+			uint64_t size = pick(3) == 0 ? 0 : pick(maxfile / 2);
 			struct butter_stat st = { 0 };
 
 			r = errno_ret(truncate(rpath, (off_t)size));
@@ -192,7 +375,7 @@ int main(int argc, char **argv)
 				g = butter_setattr(fs, ino, &st, BUTTER_SET_SIZE);
 			}
 			compare("truncate", p1, r, g);
-		} else if (op < 63) { /* unlink */
+		} else if (op == OP_UNLINK) {
 			struct stat hst;
 
 			if (lstat(rpath, &hst) == 0 && S_ISDIR(hst.st_mode))
@@ -202,7 +385,7 @@ int main(int argc, char **argv)
 			if (g == 0)
 				g = butter_unlink(fs, dir, name, strlen(name));
 			compare("unlink", p1, r, g);
-		} else if (op < 73) { /* rename */
+		} else if (op == OP_RENAME) {
 			char rpath2[1024];
 			unsigned flags = pick(4) == 0 ? BUTTER_RENAME_NOREPLACE : 0;
 
@@ -218,7 +401,7 @@ int main(int argc, char **argv)
 				g = butter_rename(fs, dir, name, strlen(name), dir2, name2, strlen(name2),
 						  flags);
 			compare("rename", p1, r, g);
-		} else if (op < 80) { /* mkdir */
+		} else if (op == OP_MKDIR) {
 			struct butter_new_inode a = { S_IFDIR | 0750, 0, 0, 0 };
 
 			r = errno_ret(mkdir(rpath, 0750));
@@ -226,7 +409,7 @@ int main(int argc, char **argv)
 			if (g == 0)
 				g = butter_create(fs, dir, name, strlen(name), &a, &ino);
 			compare("mkdir", p1, r, g);
-		} else if (op < 85) { /* rmdir */
+		} else if (op == OP_RMDIR) {
 			r = errno_ret(rmdir(rpath));
 			g = parent_of(fs, p1, &dir, &name);
 			if (g == 0)
@@ -234,7 +417,7 @@ int main(int argc, char **argv)
 			if (r == -EEXIST)
 				r = -ENOTEMPTY;
 			compare("rmdir", p1, r, g);
-		} else if (op < 90) { /* link */
+		} else if (op == OP_LINK) {
 			char rpath2[1024];
 			struct stat hst;
 
@@ -248,7 +431,7 @@ int main(int argc, char **argv)
 			if (g == 0)
 				g = butter_link(fs, ino, dir2, name2, strlen(name2));
 			compare("link", p1, r, g);
-		} else if (op < 95) { /* setxattr */
+		} else if (op == OP_SETXATTR) {
 			char val[64];
 			int vlen = snprintf(val, sizeof(val), "v%llu", (unsigned long long)next_rand());
 			char xname[32];
@@ -259,7 +442,7 @@ int main(int argc, char **argv)
 			if (g == 0)
 				g = butter_setxattr(fs, ino, xname, val, (size_t)vlen);
 			compare("setxattr", p1, r, g);
-		} else if (op < 98) { /* removexattr */
+		} else if (op == OP_RMXATTR) {
 			char xname[32];
 
 			snprintf(xname, sizeof(xname), "user.x%u", pick(3));
@@ -268,22 +451,47 @@ int main(int argc, char **argv)
 			if (g == 0)
 				g = butter_removexattr(fs, ino, xname);
 			compare("removexattr", p1, r, g);
-		} else { /* symlink */
+		} else { /* OP_SYMLINK */
 			r = errno_ret(symlink("target/of/link", rpath));
 			g = parent_of(fs, p1, &dir, &name);
 			if (g == 0)
 				g = butter_symlink(fs, dir, name, strlen(name), "target/of/link", 0, 0, &ino);
 			compare("symlink", p1, r, g);
 		}
+		if (generation(fs) != gen) {
+			/* the library committed on its own (too much dirty metadata) */
+			gen = generation(fs);
+			manifest_state(fs, gen);
+			manifest_durable(gen);
+		}
 		if (sync_every && i % sync_every == sync_every - 1) {
-			ret = butter_sync(fs);
+			ret = sync_with_manifest(fs, &gen);
+			if (ret && fault_mode) {
+				printf("stopped: sync after op %u: %s\n", i, strerror(-ret));
+				butter_close(fs);
+				return 3;
+			}
 			if (ret) {
 				fprintf(stderr, "sync after op %u: %s\n", i, strerror(-ret));
 				failures++;
 			}
 		}
 	}
+	if (failures == 0) {
+		ret = sync_with_manifest(fs, &gen);
+		if (ret && fault_mode) {
+			printf("stopped: final sync: %s\n", strerror(-ret));
+			butter_close(fs);
+			return 3;
+		}
+		if (ret) {
+			fprintf(stderr, "final sync: %s\n", strerror(-ret));
+			failures++;
+		}
+	}
 	butter_close(fs);
+	if (manifest)
+		fclose(manifest);
 	free(buf);
 	if (failures) {
 		fprintf(stderr, "stopped at op %u of seed %s\n", i, argv[3]);
