@@ -524,7 +524,7 @@ static int kernel_agrees(struct ctx *c, const char *what)
 	argv[1] = "-t";
 	argv[2] = "btrfs";
 	argv[3] = "-o";
-	argv[4] = "ro";
+	argv[4] = "ro,noatime";
 	argv[5] = loopdev;
 	argv[6] = c->mnt;
 	argv[7] = NULL;
@@ -552,11 +552,20 @@ static int kernel_agrees(struct ctx *c, const char *what)
 		if (run(argv, out) != 0)
 			die("cannot unmount %s", c->mnt);
 	}
+	/* make the kernel forget this device before the next state reuses the fsid */
+	argv[0] = "btrfs";
+	argv[1] = "device";
+	argv[2] = "scan";
+	argv[3] = "--forget";
+	argv[4] = loopdev;
+	argv[5] = NULL;
+	run(argv, out);
 	argv[0] = "losetup";
 	argv[1] = "-d";
 	argv[2] = loopdev;
 	argv[3] = NULL;
-	run(argv, out);
+	if (run(argv, out) != 0)
+		die("cannot detach %s", loopdev);
 	return ok;
 }
 

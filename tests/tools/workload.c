@@ -67,7 +67,7 @@ struct profile {
 static const struct profile profiles[] = {
 	{ "mix", { 18, 27, 8, 10, 10, 7, 5, 5, 5, 3, 2 }, NNAMES, 0, 0, 0, 0 },
 	{ "overwrite", { 6, 70, 8, 4, 6, 0, 0, 2, 2, 0, 2 }, 4, 1, 65536, 1 << 20, 0 },
-	{ "fill", { 15, 60, 4, 17, 2, 0, 0, 0, 2, 0, 0 }, 8, 1, 262144, 2 << 20, 1 },
+	{ "fill", { 15, 70, 3, 8, 2, 0, 0, 0, 2, 0, 0 }, 8, 1, 262144, 2 << 20, 1 },
 };
 
 static unsigned maxfile = MAXFILE_DEFAULT;
@@ -77,6 +77,7 @@ static FILE *manifest;
 static int fault_mode;
 static int enospc_ok;
 static int diverged; /* a full image made butter and the reference part ways */
+static unsigned enospc_seen;
 
 static uint64_t rng;
 
@@ -122,6 +123,8 @@ static int failures;
 
 static void compare(const char *what, const char *path, int ref, int got)
 {
+	if (got == -ENOSPC)
+		enospc_seen++;
 	if (got == -ENOSPC && ref == 0 && enospc_ok)
 		diverged = 1;
 	if (ref != got && (fault_mode && got != 0)) {
@@ -269,7 +272,7 @@ int main(int argc, char **argv)
 	rng = strtoull(argv[3], NULL, 0) * 2654435761u + 88172645463325252ull;
 	ops = (unsigned)strtoul(argv[4], NULL, 0);
 	sync_every = argc > 5 ? (unsigned)strtoul(argv[5], NULL, 0) : 50;
-	buf = malloc(maxfile > 2200000 ? maxfile : 2200000);
+	buf = malloc(maxfile + prof->write_min + prof->write_span + 200001);
 	if (!buf)
 		return 2;
 	ret = butter_open(image, &opts, &fs);
@@ -497,6 +500,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "stopped at op %u of seed %s\n", i, argv[3]);
 		return 1;
 	}
-	printf("%u operations\n", ops);
+	printf("%u operations, %u ENOSPC\n", ops, enospc_seen);
 	return 0;
 }
