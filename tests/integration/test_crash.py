@@ -28,45 +28,13 @@ the operations for a longer soak; bench/reliability.sh runs bigger ones).
 """
 import os
 import re
-import struct
 
 import pytest
 
-from butter_it import env, kfs
+from butter_it import kfs
+from butter_it.tools import REC_FLUSH, log_records, make_image, parse_summary, tool
 
 SCALE = int(os.environ.get("BUTTER_CRASH_SCALE", "1"))
-SUMMARY = re.compile(
-    r"crashreplay: records (\d+) \(writes (\d+), flushes (\d+)\); states (\d+) \(prefix (\d+), "
-    r"torn (\d+), reordered (\d+)\); consistent (\d+); failed (\d+); btrfs-check (\d+); "
-    r"kernel-mounted (\d+), agreed (\d+); durable-bytes-verified (\d+)")
-FIELDS = ("records", "writes", "flushes", "states", "prefix", "torn", "reordered",
-          "consistent", "failed", "checked", "kmounted", "kagreed", "durable_bytes")
-
-
-def tools_dir():
-    """The directory of the test programs: next to the butter binary's build tree."""
-    if os.environ.get("BUTTER_TOOLS"):
-        return os.environ["BUTTER_TOOLS"]
-    return os.path.join(os.path.dirname(os.path.dirname(env.butter_bin())), "tests", "tools")
-
-
-def tool(name):
-    path = os.path.join(tools_dir(), name)
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"{name} missing: {path} (build it, or set BUTTER_TOOLS)", pytrace=False)
-    return path
-
-
-def parse_summary(out):
-    m = SUMMARY.search(out)
-    assert m, f"no summary line from crashreplay:\n{out[-3000:]}"
-    return dict(zip(FIELDS, (int(g) for g in m.groups())))
-
-
-def make_image(path, size, nodesize=16384):
-    with open(path, "wb") as f:
-        f.truncate(size)
-    kfs.run(["mkfs.btrfs", "-q", "-f", "-n", str(nodesize), path])
 
 
 def prefill(workdir, image, size):
@@ -142,17 +110,13 @@ def test_crash_states(kernel, workdir, name, size, nodesize, args, seed, ops, sy
 
 
 def drop_flushes(src, dst):
-    """Copy the record log `src` without its FLUSH records (format: lib/device/recorder.c)."""
+    """Copy the record log `src` without its FLUSH records."""
     with open(src, "rb") as f:
         data = f.read()
     out = bytearray(data[:16])
-    pos = 16
-    while pos + 24 <= len(data):
-        rtype = data[pos]
-        length = struct.unpack_from("<Q", data, pos + 16)[0]
-        if rtype != 3:
+    for rtype, _, _, length, pos in log_records(src):
+        if rtype != REC_FLUSH:
             out += data[pos:pos + 24 + length]
-        pos += 24 + length
     with open(dst, "wb") as f:
         f.write(out)
 

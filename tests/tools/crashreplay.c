@@ -31,11 +31,13 @@
  *     durable before the cut (every synced byte survives), and the tree equals
  *     the manifest's state for G exactly (every file has the content of one
  *     commit, never a mix);
- *  c. `btrfs check --readonly` finds no error (single-device logs; --no-check
- *     skips it);
- *  d. for a sample of states (--kernel N, evenly spread): the kernel mounts
- *     the image read-only and shows the manifest's state for the generation
- *     of the primary superblock (the kernel reads only that copy).
+ *  c. `btrfs check --readonly` finds no error (--no-check skips it; states of
+ *     a multi-device filesystem are checked only when they are mounted: the
+ *     check needs their devices as loop devices);
+ *  d. for a sample of states (--kernel N, evenly spread; every --verify): the
+ *     kernel mounts the image(s) read-only and shows the manifest's state for
+ *     the generation of the newest primary superblock (the kernel reads only
+ *     primary copies).
  *
  * Output: a FAIL line per inconsistent state (the first --show of them with
  * details; --save-failed DIR keeps the images of the first), then one summary
@@ -488,84 +490,117 @@ static void print_file_head(const char *path, int lines)
 	fclose(f);
 }
 
-/* Mount device 0's state read-only with the kernel and compare with the manifest. */
-static int kernel_agrees(struct ctx *c, const char *what)
+/* Attach @path read-only to a free loop device; its name goes to @loopdev. */
+static int loop_attach(const char *path, const char *out, char *loopdev, size_t cap)
 {
-	char out[4200], loopdev[128] = "", *argv[8];
-	uint8_t g[8];
+	char *argv[] = { "losetup", "--find", "--show", "--read-only", (char *)path, NULL };
+	FILE *f;
+	int ok;
+
+	if (run(argv, out) != 0)
+		return -1;
+	f = fopen(out, "r");
+	ok = f && fgets(loopdev, (int)cap, f);
+	if (f)
+		fclose(f);
+	if (!ok)
+		return -1;
+	loopdev[strcspn(loopdev, "\n")] = '\0';
+	return 0;
+}
+
+/* Make the kernel forget the device (the next state reuses the fsid), then detach it. */
+static void loop_detach(char *loopdev, const char *out)
+{
+	char *forget[] = { "btrfs", "device", "scan", "--forget", loopdev, NULL };
+	char *detach[] = { "losetup", "-d", loopdev, NULL };
+
+	run(forget, out);
+	if (run(detach, out) != 0)
+		die("cannot detach %s", loopdev);
+}
+
+/*
+ * Mount the state read-only with the kernel and compare with the manifest's
+ * state for the newest primary superblock's generation (the kernel reads
+ * only primary copies). A multi-device state is also checked here with
+ * btrfs check, which needs the devices as block devices.
+ */
+static int kernel_agrees(struct ctx *c, const char *what, int *checked_here)
+{
+	char out[4200], loops[MAX_DEVS][128], opts[4096], *argv[8];
+	uint64_t gen = 0;
 	const struct mstate *want;
 	struct treelist got;
-	FILE *f;
+	size_t d, nloops = 0;
 	int ret, ok = 0;
 
-	xpread(c->fds[0], g, 8, SUPER_OFFSET + SUPER_GEN_FIELD);
-	want = state_for(c, get_le(g, 8));
 	snprintf(out, sizeof(out), "%s/cmd.out", c->workdir);
-	argv[0] = "losetup";
-	argv[1] = "--find";
-	argv[2] = "--show";
-	argv[3] = "--read-only";
-	argv[4] = c->paths[0];
-	argv[5] = NULL;
-	if (run(argv, out) != 0) {
-		fprintf(stderr, "FAIL %s: losetup failed\n", what);
-		print_file_head(out, 5);
-		return 0;
+	for (d = 0; d < c->ndev; d++) {
+		uint8_t g[8];
+
+		xpread(c->fds[d], g, 8, SUPER_OFFSET + SUPER_GEN_FIELD);
+		if (get_le(g, 8) > gen)
+			gen = get_le(g, 8);
 	}
-	f = fopen(out, "r");
-	if (!f || !fgets(loopdev, sizeof(loopdev), f)) {
-		if (f)
-			fclose(f);
-		return 0;
+	want = state_for(c, gen);
+	for (d = 0; d < c->ndev; d++, nloops++) {
+		if (loop_attach(c->paths[d], out, loops[d], sizeof(loops[d]))) {
+			fprintf(stderr, "FAIL %s: losetup failed\n", what);
+			print_file_head(out, 5);
+			goto detach;
+		}
 	}
-	fclose(f);
-	loopdev[strcspn(loopdev, "\n")] = '\0';
+	if (c->ndev > 1 && c->check) {
+		char *chk[] = { "btrfs", "check", "--readonly", loops[0], NULL };
+
+		*checked_here = 1;
+		c->checked++;
+		ret = run(chk, out);
+		if (ret != 0) {
+			fprintf(stderr, "FAIL %s: btrfs check --readonly exits %d:\n", what, ret);
+			print_file_head(out, 25);
+			goto detach;
+		}
+	}
+	snprintf(opts, sizeof(opts), "ro,noatime");
+	for (d = 1; d < c->ndev; d++)
+		snprintf(opts + strlen(opts), sizeof(opts) - strlen(opts), ",device=%s", loops[d]);
 	argv[0] = "mount";
 	argv[1] = "-t";
 	argv[2] = "btrfs";
 	argv[3] = "-o";
-	argv[4] = "ro,noatime";
-	argv[5] = loopdev;
+	argv[4] = opts;
+	argv[5] = loops[0];
 	argv[6] = c->mnt;
 	argv[7] = NULL;
 	ret = run(argv, out);
 	if (ret != 0) {
 		fprintf(stderr, "FAIL %s: the kernel does not mount it (generation %" PRIu64 ")\n",
-			what, get_le(g, 8));
+			what, gen);
 		print_file_head(out, 5);
-	} else {
-		ret = treelist_posix(c->mnt, &got);
-		if (ret)
-			fprintf(stderr, "FAIL %s: walking the kernel mount: %s\n", what, strerror(-ret));
-		else if (!want)
-			fprintf(stderr, "FAIL %s: the kernel shows generation %" PRIu64
-					", which the manifest does not know\n", what, get_le(g, 8));
-		else if (treelist_diff(&want->list, &got, "  kernel", 10))
-			fprintf(stderr, "FAIL %s: the kernel's tree differs from the manifest's "
-					"generation %" PRIu64 "\n", what, want->gen);
-		else
-			ok = 1;
-		treelist_free(&got);
-		argv[0] = "umount";
-		argv[1] = c->mnt;
-		argv[2] = NULL;
-		if (run(argv, out) != 0)
-			die("cannot unmount %s", c->mnt);
+		goto detach;
 	}
-	/* make the kernel forget this device before the next state reuses the fsid */
-	argv[0] = "btrfs";
-	argv[1] = "device";
-	argv[2] = "scan";
-	argv[3] = "--forget";
-	argv[4] = loopdev;
-	argv[5] = NULL;
-	run(argv, out);
-	argv[0] = "losetup";
-	argv[1] = "-d";
-	argv[2] = loopdev;
-	argv[3] = NULL;
+	ret = treelist_posix(c->mnt, &got);
+	if (ret)
+		fprintf(stderr, "FAIL %s: walking the kernel mount: %s\n", what, strerror(-ret));
+	else if (!want)
+		fprintf(stderr, "FAIL %s: the kernel shows generation %" PRIu64
+				", which the manifest does not know\n", what, gen);
+	else if (treelist_diff(&want->list, &got, "  kernel", 10))
+		fprintf(stderr, "FAIL %s: the kernel's tree differs from the manifest's "
+				"generation %" PRIu64 "\n", what, want->gen);
+	else
+		ok = 1;
+	treelist_free(&got);
+	argv[0] = "umount";
+	argv[1] = c->mnt;
+	argv[2] = NULL;
 	if (run(argv, out) != 0)
-		die("cannot detach %s", loopdev);
+		die("cannot unmount %s", c->mnt);
+detach:
+	while (nloops-- > 0)
+		loop_detach(loops[nloops], out);
 	return ok;
 }
 
@@ -671,10 +706,12 @@ static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what
 			goto out;
 		}
 	}
-	if (c->kernel_every && c->ndev == 1 &&
+	if (c->kernel_every &&
 	    (c->index % c->kernel_every == c->kernel_every / 2 || kind == ST_VERIFY)) {
+		int checked_here = 0;
+
 		c->kmounted++;
-		if (!kernel_agrees(c, what))
+		if (!kernel_agrees(c, what, &checked_here))
 			goto out;
 		c->kagreed++;
 	}

@@ -14,6 +14,7 @@
  *
  * Options (crash and fault tests, tests/integration/test_crash.py and
  * test_faults.py):
+ *   --device DEV      a further member of a multi-device filesystem (up to 4)
  *   --record LOG      log every device write and flush (butter_open_opts.record_log)
  *   --fault SPEC      inject device faults (butter_open_opts.fault_spec); the first
  *                     operation or commit failing where the reference did not ends
@@ -77,6 +78,7 @@ static FILE *manifest;
 static int fault_mode;
 static int enospc_ok;
 static int diverged; /* a full image made butter and the reference part ways */
+static struct butter_fs *the_fs; /* for stop() */
 static unsigned enospc_seen;
 
 static uint64_t rng;
@@ -121,6 +123,29 @@ static int parent_of(struct butter_fs *fs, const char *path, butter_ino_t *dir, 
 
 static int failures;
 
+/*
+ * Fault mode: end the run after the first failure the reference did not
+ * have. Says what failed, then tries one more change and a commit (a
+ * filesystem that aborted must refuse both) and closes the handle.
+ */
+static void stop(const char *what) __attribute__((noreturn));
+
+static void stop(const char *what)
+{
+	struct butter_new_inode attr = { S_IFREG | 0644, 0, 0, 0 };
+	butter_ino_t root, ino;
+	int c = -ENOENT, sy;
+
+	printf("stopped: %s\n", what);
+	if (butter_root(the_fs, 5, &root) == 0)
+		c = butter_create(the_fs, root, "after-stop", 10, &attr, &ino);
+	sy = butter_sync(the_fs);
+	printf("after: create %s, sync %s\n", c ? strerror(-c) : "ok", sy ? strerror(-sy) : "ok");
+	fflush(stdout);
+	butter_close(the_fs);
+	exit(3);
+}
+
 static void compare(const char *what, const char *path, int ref, int got)
 {
 	if (got == -ENOSPC)
@@ -128,8 +153,10 @@ static void compare(const char *what, const char *path, int ref, int got)
 	if (got == -ENOSPC && ref == 0 && enospc_ok)
 		diverged = 1;
 	if (ref != got && (fault_mode && got != 0)) {
-		printf("stopped: %s %s: %s\n", what, path, strerror(-got));
-		exit(3);
+		char msg[600];
+
+		snprintf(msg, sizeof(msg), "%s %s: %s", what, path, strerror(-got));
+		stop(msg);
 	}
 	if (ref != got && !diverged) {
 		fprintf(stderr, "MISMATCH %s %s: reference %d (%s), butter %d (%s)\n", what, path, ref,
@@ -170,8 +197,10 @@ static void manifest_state(struct butter_fs *fs, uint64_t gen)
 	if (ret) {
 		treelist_free(&t);
 		if (fault_mode) {
-			printf("stopped: listing the tree: %s\n", strerror(-ret));
-			exit(3);
+			char msg[300];
+
+			snprintf(msg, sizeof(msg), "listing the tree: %s", strerror(-ret));
+			stop(msg);
 		}
 		fprintf(stderr, "listing the tree for the manifest: %s\n", strerror(-ret));
 		exit(1);
@@ -208,7 +237,7 @@ static int sync_with_manifest(struct butter_fs *fs, uint64_t *gen)
 
 static int usage(const char *argv0)
 {
-	fprintf(stderr, "usage: %s [--record LOG] [--fault SPEC] [--manifest FILE] "
+	fprintf(stderr, "usage: %s [--device DEV]... [--record LOG] [--fault SPEC] [--manifest FILE] "
 			"[--profile mix|overwrite|fill] [--max-file BYTES] [--enospc-ok]\n"
 			"       IMAGE REFDIR SEED OPS [SYNC_EVERY]\n", argv0);
 	return 2;
@@ -222,6 +251,7 @@ int main(int argc, char **argv)
 	char rpath[1024], p1[512], p2[512];
 	unsigned ops, i, sync_every;
 	unsigned char *buf;
+	const char *extra_devs[4];
 	uint64_t gen;
 	int ret, a = 1;
 
@@ -235,7 +265,12 @@ int main(int argc, char **argv)
 		}
 		if (a + 1 >= argc)
 			return usage(argv[0]);
-		if (strcmp(o, "--record") == 0) {
+		if (strcmp(o, "--device") == 0) {
+			if (opts.ndevices == 4)
+				return usage(argv[0]);
+			extra_devs[opts.ndevices++] = argv[a + 1];
+			opts.devices = extra_devs;
+		} else if (strcmp(o, "--record") == 0) {
 			record_log = opts.record_log = argv[a + 1];
 		} else if (strcmp(o, "--fault") == 0) {
 			opts.fault_spec = argv[a + 1];
@@ -280,6 +315,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "open %s: %s\n", image, strerror(-ret));
 		return 2;
 	}
+	the_fs = fs;
 	gen = generation(fs);
 	manifest_state(fs, gen);
 	manifest_durable(gen);
@@ -470,9 +506,10 @@ int main(int argc, char **argv)
 		if (sync_every && i % sync_every == sync_every - 1) {
 			ret = sync_with_manifest(fs, &gen);
 			if (ret && fault_mode) {
-				printf("stopped: sync after op %u: %s\n", i, strerror(-ret));
-				butter_close(fs);
-				return 3;
+				char msg[300];
+
+				snprintf(msg, sizeof(msg), "sync after op %u: %s", i, strerror(-ret));
+				stop(msg);
 			}
 			if (ret) {
 				fprintf(stderr, "sync after op %u: %s\n", i, strerror(-ret));
@@ -483,9 +520,10 @@ int main(int argc, char **argv)
 	if (failures == 0) {
 		ret = sync_with_manifest(fs, &gen);
 		if (ret && fault_mode) {
-			printf("stopped: final sync: %s\n", strerror(-ret));
-			butter_close(fs);
-			return 3;
+			char msg[300];
+
+			snprintf(msg, sizeof(msg), "final sync: %s", strerror(-ret));
+			stop(msg);
 		}
 		if (ret) {
 			fprintf(stderr, "final sync: %s\n", strerror(-ret));
