@@ -121,6 +121,7 @@ static int parse_rule(const char *s, size_t n, struct fault_rule *r)
 {
 	const char *end = s + n, *p, *comma, *eq;
 	size_t wl;
+	int ranged;
 
 	memset(r, 0, sizeof(*r));
 	r->dev = -1;
@@ -145,6 +146,7 @@ static int parse_rule(const char *s, size_t n, struct fault_rule *r)
 		return -EINVAL;
 	if (eq && parse_number(eq + 1, (size_t)(comma - eq - 1), &r->after))
 		return -EINVAL;
+	ranged = r->kind != FAULT_FLUSH && r->kind != FAULT_VANISH;
 	for (p = comma; p < end; p = comma) {
 		uint64_t v;
 
@@ -165,9 +167,9 @@ static int parse_rule(const char *s, size_t n, struct fault_rule *r)
 			return -EINVAL;
 		if (word_is(p, wl, "dev") && v < 65536)
 			r->dev = (int)v;
-		else if (word_is(p, wl, "start") && r->kind != FAULT_FLUSH && r->kind != FAULT_VANISH)
+		else if (word_is(p, wl, "start") && ranged)
 			r->start = v;
-		else if (word_is(p, wl, "len") && r->kind != FAULT_FLUSH && r->kind != FAULT_VANISH)
+		else if (word_is(p, wl, "len") && ranged)
 			r->len = v;
 		else if (word_is(p, wl, "bytes") && r->kind == FAULT_TORN)
 			r->bytes = v;

@@ -126,7 +126,10 @@ static int cow_write(struct blockdev *dev, const void *buf, size_t len, uint64_t
 
 		if (!cp->pages[idx]) {
 			uint64_t start = (uint64_t)idx * COW_PAGE;
-			size_t have = dev->size - start < COW_PAGE ? (size_t)(dev->size - start) : COW_PAGE;
+			size_t have = COW_PAGE;
+
+			if (dev->size - start < COW_PAGE)
+				have = (size_t)(dev->size - start);
 
 			cp->pages[idx] = calloc(1, COW_PAGE);
 			if (!cp->pages[idx])

@@ -116,7 +116,8 @@ static void new_things(struct run *r, butter_ino_t root)
 		     butter_symlink(r->fs, d, "link", 4, "../fz-file", 0, 0, &ino));
 		if (lookup(r, root, "fz-file", &f) == 0)
 			note(r, "link", "fz-dir/hard", butter_link(r->fs, f, d, "hard", 4));
-		note(r, "rename", "fz-small", butter_rename(r->fs, root, "fz-small", 8, d, "small", 5, 0));
+		note(r, "rename", "fz-small",
+		     butter_rename(r->fs, root, "fz-small", 8, d, "small", 5, 0));
 	}
 }
 
@@ -151,10 +152,11 @@ static void existing_things(struct run *r, butter_ino_t dir, int depth)
 			     butter_setattr(r->fs, ns->ino[i], &sz, BUTTER_SET_SIZE));
 			note(r, "setxattr", ns->name[i],
 			     butter_setxattr(r->fs, ns->ino[i], "user.fz", "value", 5));
-			note(r, "rmxattr", ns->name[i], butter_removexattr(r->fs, ns->ino[i], "user.fz"));
+			note(r, "rmxattr", ns->name[i],
+			     butter_removexattr(r->fs, ns->ino[i], "user.fz"));
 		} else if (S_ISDIR(st.mode) && depth == 0) {
-			note(r, "create", "fz-in", butter_create(r->fs, ns->ino[i], "fz-in", 5, &file,
-								 &ino));
+			note(r, "create", "fz-in",
+			     butter_create(r->fs, ns->ino[i], "fz-in", 5, &file, &ino));
 			existing_things(r, ns->ino[i], depth + 1);
 		}
 	}

@@ -526,7 +526,7 @@ static void loop_detach(char *loopdev, const char *out)
  * only primary copies). A multi-device state is also checked here with
  * btrfs check, which needs the devices as block devices.
  */
-static int kernel_agrees(struct ctx *c, const char *what, int *checked_here)
+static int kernel_agrees(struct ctx *c, const char *what)
 {
 	char out[4200], loops[MAX_DEVS][128], opts[4096], *argv[8];
 	uint64_t gen = 0;
@@ -554,7 +554,6 @@ static int kernel_agrees(struct ctx *c, const char *what, int *checked_here)
 	if (c->ndev > 1 && c->check) {
 		char *chk[] = { "btrfs", "check", "--readonly", loops[0], NULL };
 
-		*checked_here = 1;
 		c->checked++;
 		ret = run(chk, out);
 		if (ret != 0) {
@@ -658,8 +657,8 @@ static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what
 	ret = butter_open(c->paths[0], &o, &fs);
 	if (ret) {
 		if (show)
-			fprintf(stderr, "FAIL %s: butter cannot open it: %s\n%s", what, strerror(-ret),
-				messages ? messages : "");
+			fprintf(stderr, "FAIL %s: butter cannot open it: %s\n%s", what,
+				strerror(-ret), messages ? messages : "");
 		goto out;
 	}
 	butter_get_info(fs, &info);
@@ -673,8 +672,8 @@ static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what
 	want = state_for(c, info.generation);
 	if (!want) {
 		if (show)
-			fprintf(stderr, "FAIL %s: generation %" PRIu64 " is not in the manifest\n", what,
-				info.generation);
+			fprintf(stderr, "FAIL %s: generation %" PRIu64 " is not in the manifest\n",
+				what, info.generation);
 		goto out;
 	}
 	ret = treelist_butter(fs, &got);
@@ -700,7 +699,8 @@ static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what
 		ret = run(argv, out);
 		if (ret != 0) {
 			if (show) {
-				fprintf(stderr, "FAIL %s: btrfs check --readonly exits %d:\n", what, ret);
+				fprintf(stderr, "FAIL %s: btrfs check --readonly exits %d:\n", what,
+					ret);
 				print_file_head(out, 25);
 			}
 			goto out;
@@ -708,10 +708,8 @@ static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what
 	}
 	if (c->kernel_every &&
 	    (c->index % c->kernel_every == c->kernel_every / 2 || kind == ST_VERIFY)) {
-		int checked_here = 0;
-
 		c->kmounted++;
-		if (!kernel_agrees(c, what, &checked_here))
+		if (!kernel_agrees(c, what))
 			goto out;
 		c->kagreed++;
 	}
@@ -839,8 +837,9 @@ static void reorder_variants(struct ctx *c, size_t n, size_t p0, const size_t *l
 				kept += pending(c, i, last_flush);
 			}
 		}
-		snprintf(what, sizeof(what), "reordered before record #%zu: %zu of the %zu unflushed "
-			 "writes since #%zu (variant %u)", n, kept, npend, p0, v);
+		snprintf(what, sizeof(what),
+			 "reordered before record #%zu: %zu of the %zu unflushed writes since #%zu "
+			 "(variant %u)", n, kept, npend, p0, v);
 		verify(c, ST_REORDER, p0 ? c->recs[p0 - 1].end : LOG_HEADER, what);
 		if (!c->dry)
 			rollback(c, &c->tmp_j, 0);

@@ -529,8 +529,8 @@ static int walk_posix(const char *root, const char *rel, dev_t dev, struct treel
 			snprintf(data, sizeof(data), "%u:%u", major(st.st_rdev), minor(st.st_rdev));
 		}
 		if (ret == 0)
-			ret = add_entry(t, sub, st.st_mode, st.st_uid, st.st_gid, (unsigned)st.st_nlink,
-					(uint64_t)st.st_size, data, xd);
+			ret = add_entry(t, sub, st.st_mode, st.st_uid, st.st_gid,
+					(unsigned)st.st_nlink, (uint64_t)st.st_size, data, xd);
 		/* subvolumes have their own st_dev on the kernel: descend anyway */
 		(void)dev;
 		if (ret == 0 && S_ISDIR(st.st_mode))

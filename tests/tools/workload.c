@@ -237,8 +237,9 @@ static int sync_with_manifest(struct butter_fs *fs, uint64_t *gen)
 
 static int usage(const char *argv0)
 {
-	fprintf(stderr, "usage: %s [--device DEV]... [--record LOG] [--fault SPEC] [--manifest FILE] "
-			"[--profile mix|overwrite|fill] [--max-file BYTES] [--enospc-ok]\n"
+	fprintf(stderr, "usage: %s [--device DEV]... [--record LOG] [--fault SPEC] "
+			"[--manifest FILE]\n       [--profile mix|overwrite|fill] [--max-file BYTES] "
+			"[--enospc-ok]\n"
 			"       IMAGE REFDIR SEED OPS [SYNC_EVERY]\n", argv0);
 	return 2;
 }
@@ -348,7 +349,8 @@ int main(int argc, char **argv)
 			struct stat lst;
 
 			if (lstat(rpath, &lst) == 0 && S_ISLNK(lst.st_mode) &&
-			    (op == OP_WRITE || op == OP_TRUNC || op == OP_SETXATTR || op == OP_RMXATTR))
+			    (op == OP_WRITE || op == OP_TRUNC || op == OP_SETXATTR ||
+			     op == OP_RMXATTR))
 				continue;
 		}
 		if (op == OP_CREATE) { /* create + write */
