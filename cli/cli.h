@@ -81,6 +81,17 @@ void cli_print_usage(const struct cli_command *cmd, FILE *out);
  */
 int cli_open(const struct cli_args *args, const char *image, struct butter_fs **fs);
 
+/*
+ * Test devices named by the global options before COMMAND (`butter --record
+ * LOG --fault SPEC COMMAND ...`); NULL when not given. Every open of an image
+ * (cli_open, copyin_open_rw) passes them to butter_open_opts.
+ */
+struct cli_test_devices {
+	const char *record_log;
+	const char *fault_spec;
+};
+extern struct cli_test_devices cli_test_devices;
+
 /* Print "butter: " + the formatted message + "\n" on stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -15,6 +15,8 @@
 
 #include "cli.h"
 
+struct cli_test_devices cli_test_devices;
+
 void cli_print_usage(const struct cli_command *cmd, FILE *out)
 {
 	fprintf(out, "usage: butter %s %s\n\n%s", cmd->name, cmd->synopsis, cmd->usage);
@@ -122,6 +124,8 @@ int cli_open(const struct cli_args *args, const char *image, struct butter_fs **
 		.devices = args->devices,
 		.ndevices = args->ndevices,
 		.flags = BUTTER_OPEN_RDONLY | BUTTER_OPEN_DEGRADED,
+		.record_log = cli_test_devices.record_log,
+		.fault_spec = cli_test_devices.fault_spec,
 	};
 	int ret = butter_open(image, &opts, fs);
 	if (ret < 0)

@@ -259,7 +259,14 @@ static void print_main_usage(FILE *out)
 		fprintf(out, "  %-17s %s\n", commands[i].name, commands[i].summary);
 	fprintf(out, "\n"
 		     "Every command opening IMAGE takes --device DEV (repeatable) for the other\n"
-		     "members of a multi-device filesystem. IMAGE may be a file or a block device.\n");
+		     "members of a multi-device filesystem. IMAGE may be a file or a block device.\n"
+		     "\n"
+		     "Global options (before COMMAND), for crash and fault tests:\n"
+		     "  --record LOG   log every write and flush reaching the devices to LOG\n"
+		     "                 (replayed by crashreplay; format in lib/device/recorder.c)\n"
+		     "  --fault SPEC   make device operations fail as SPEC says, e.g.\n"
+		     "                 \"write-eio=40\" or \"read-eio,dev=1,start=1M\"\n"
+		     "                 (language in lib/device/fault.c)\n");
 }
 
 /* Does @name start with the word @word followed by a space? */
@@ -289,6 +296,45 @@ static int run(const struct cli_command *cmd, int argc, char **argv)
 	return cmd->main(cmd, argc, argv);
 }
 
+/*
+ * Take the global options --record LOG and --fault SPEC (also --opt=VALUE)
+ * off the front of argv. Returns how many arguments they used, or -1 after
+ * printing a usage error.
+ */
+static int global_options(int argc, char **argv)
+{
+	int i = 1;
+
+	while (i < argc) {
+		const char **slot = NULL;
+		const char *name = NULL, *value = NULL;
+
+		if (strncmp(argv[i], "--record", 8) == 0) {
+			slot = &cli_test_devices.record_log;
+			name = "--record";
+		} else if (strncmp(argv[i], "--fault", 7) == 0) {
+			slot = &cli_test_devices.fault_spec;
+			name = "--fault";
+		}
+		if (!slot)
+			break;
+		if (argv[i][strlen(name)] == '=') {
+			value = argv[i] + strlen(name) + 1;
+			i++;
+		} else if (argv[i][strlen(name)] == '\0' && i + 1 < argc) {
+			value = argv[i + 1];
+			i += 2;
+		} else if (argv[i][strlen(name)] == '\0') {
+			fprintf(stderr, "butter: option '%s' needs an argument\n", name);
+			return -1;
+		} else {
+			break;
+		}
+		*slot = value;
+	}
+	return i - 1;
+}
+
 int main(int argc, char **argv)
 {
 #ifdef BUTTER_HAVE_FUSE
@@ -296,6 +342,15 @@ int main(int argc, char **argv)
 	if (argc > 0 && butter_mount_helper_wanted(1, argv))
 		return butter_mount_helper_main(argc, argv);
 #endif
+	int used = global_options(argc, argv);
+
+	if (used < 0) {
+		print_main_usage(stderr);
+		return CLI_EXIT_USAGE;
+	}
+	argv[used] = argv[0];
+	argv += used;
+	argc -= used;
 	if (argc < 2) {
 		print_main_usage(stderr);
 		return CLI_EXIT_USAGE;

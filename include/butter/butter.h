@@ -50,6 +50,16 @@ struct butter_open_opts {
 	butter_log_fn log;          /* NULL: messages go to stderr prefixed "butter: " */
 	void *log_arg;
 	int log_level;              /* highest level passed to log; 0 means WARNING */
+	/*
+	 * Test devices (crash and fault tests; NULL: none). record_log: create
+	 * this file and log every write and flush that reaches the devices
+	 * (format in lib/device/recorder.c; replayed by tests/tools/crashreplay).
+	 * fault_spec: make chosen device operations fail, e.g.
+	 * "read-eio,dev=1,start=1M" or "write-eio=40" (language in
+	 * lib/device/fault.c; -EINVAL if it does not parse).
+	 */
+	const char *record_log;
+	const char *fault_spec;
 };
 
 /*
@@ -70,6 +80,15 @@ int butter_open(const char *path, const struct butter_open_opts *opts, struct bu
  */
 int butter_open_memory(const void *image, size_t size, const struct butter_open_opts *opts,
 		       struct butter_fs **out);
+
+/*
+ * As butter_open_memory(), but writable unless opts->flags say
+ * BUTTER_OPEN_RDONLY: writes go to private copies of the pages they touch,
+ * so @image is still never written, and the changes vanish at
+ * butter_close() (for fuzzing the write path and for tests).
+ */
+int butter_open_memory_cow(const void *image, size_t size, const struct butter_open_opts *opts,
+			   struct butter_fs **out);
 
 /* Release everything the handle holds. */
 void butter_close(struct butter_fs *fs);

@@ -1,7 +1,8 @@
 /*
  * device.c — the generic half of the device layer: range checks and dispatch
  * to a backend's operations table. Backends live in their own files
- * (file.c, memory.c, and later the recorder and fault injector).
+ * (file.c, memory.c, recorder.c, fault.c). blockdev_stack_test() puts the
+ * test backends over opened devices.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -42,4 +43,40 @@ void blockdev_close(struct blockdev *dev)
 {
 	if (dev)
 		dev->ops->close(dev);
+}
+
+int blockdev_stack_test(struct blockdev **bdevs, size_t n, const char *record_log,
+			const char *fault_spec)
+{
+	struct recorder_log *log = NULL;
+	struct blockdev *wrapped;
+	size_t i;
+	int ret = 0;
+
+	if (fault_spec)
+		ret = blockdev_fault_spec_valid(fault_spec);
+	if (ret == 0 && record_log)
+		ret = recorder_log_open(record_log, &log);
+	for (i = 0; i < n && ret == 0; i++) {
+		if (log) {
+			ret = blockdev_open_recorder(bdevs[i], log, (uint32_t)i, &wrapped);
+			if (ret)
+				break;
+			bdevs[i] = wrapped;
+		}
+		if (fault_spec) {
+			ret = blockdev_open_fault(bdevs[i], fault_spec, (int)i, &wrapped);
+			if (ret)
+				break;
+			bdevs[i] = wrapped;
+		}
+	}
+	recorder_log_put(log);
+	if (ret) {
+		for (i = 0; i < n; i++) {
+			blockdev_close(bdevs[i]);
+			bdevs[i] = NULL;
+		}
+	}
+	return ret;
 }

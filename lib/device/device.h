@@ -50,4 +50,49 @@ int blockdev_prepare_file(const char *path, uint64_t size);
  */
 int blockdev_open_memory(void *data, uint64_t size, int copy, struct blockdev **out);
 
+/*
+ * A writable device over the borrowed @base (@size bytes, which must outlive
+ * it and never change): writes go to private copies of the pages they touch;
+ * @base is never written. What was written is lost at close.
+ */
+int blockdev_open_memory_cow(const void *base, uint64_t size, struct blockdev **out);
+
+/* ---- test backends (recorder.c, fault.c) --------------------------------- */
+
+/* A write/flush log shared by the recorder devices of one filesystem. */
+struct recorder_log;
+
+/* Create (or truncate) the log file @path. The caller holds one reference. */
+int recorder_log_open(const char *path, struct recorder_log **out);
+void recorder_log_put(struct recorder_log *log);
+
+/*
+ * Wrap @inner (owned by the new device from now on, on success) so that
+ * every completed write and flush is appended to @log as device @devidx.
+ * The new device takes its own reference on @log.
+ */
+int blockdev_open_recorder(struct blockdev *inner, struct recorder_log *log, uint32_t devidx,
+			   struct blockdev **out);
+
+/*
+ * Wrap @inner (owned by the new device on success) in the fault injector
+ * configured by @spec (language in fault.c), keeping the rules for device
+ * index @devidx. -EINVAL on a bad spec.
+ */
+int blockdev_open_fault(struct blockdev *inner, const char *spec, int devidx,
+			struct blockdev **out);
+
+/* 0 if @spec parses, -EINVAL if not. */
+int blockdev_fault_spec_valid(const char *spec);
+
+/*
+ * Stack the test backends over the opened devices @bdevs[0..n): each device
+ * i becomes fault(recorder(bdevs[i])) — the recorder logs what reached the
+ * real device, the fault injector sits above it — when @record_log and
+ * @fault_spec are set (either may be NULL). On failure every device is
+ * closed and the array entries are NULL.
+ */
+int blockdev_stack_test(struct blockdev **bdevs, size_t n, const char *record_log,
+			const char *fault_spec);
+
 #endif

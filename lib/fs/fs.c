@@ -166,6 +166,16 @@ int butter_open(const char *path, const struct butter_open_opts *opts, struct bu
 			return ret;
 		}
 	}
+	if (opts->record_log || opts->fault_spec) {
+		ret = blockdev_stack_test(bdevs, n, opts->record_log, opts->fault_spec);
+		if (ret) {
+			blog_err(&log, "%s: test devices (record log %s, fault spec \"%s\"): %s", path,
+				 opts->record_log ? opts->record_log : "none",
+				 opts->fault_spec ? opts->fault_spec : "", strerror(-ret));
+			free(bdevs);
+			return ret;
+		}
+	}
 	ret = fs_open_bdevs(path, bdevs, n, opts, out);
 	free(bdevs);
 	return ret;

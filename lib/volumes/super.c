@@ -122,7 +122,7 @@ static int read_one_super(struct blockdev *dev, int mirror, const struct blog *l
 int btrfs_read_super(struct blockdev *dev, const struct blog *log, struct btrfs_super_block *sb)
 {
 	struct btrfs_super_block cand;
-	int mirror, found = 0, has_magic = 0, first_err = 0;
+	int mirror, found = 0, has_magic = 0, first_err = 0, io_err = 0;
 
 	for (mirror = 0; mirror < BTRFS_SUPER_MIRROR_MAX; mirror++) {
 		int ret = read_one_super(dev, mirror, log, &cand, &has_magic);
@@ -132,6 +132,8 @@ int btrfs_read_super(struct blockdev *dev, const struct blog *log, struct btrfs_
 		if (ret < 0) {
 			if (!first_err)
 				first_err = ret;
+			if (ret != -EINVAL && ret != -EUCLEAN && !io_err)
+				io_err = ret;
 			continue;
 		}
 		if (!found || btrfs_super_generation(&cand) > btrfs_super_generation(sb)) {
@@ -144,6 +146,10 @@ int btrfs_read_super(struct blockdev *dev, const struct blog *log, struct btrfs_
 	}
 	if (found)
 		return 0;
+	if (!has_magic && io_err) {
+		blog_err(log, "%s: cannot read the superblock: %s", dev->name, strerror(-io_err));
+		return io_err;
+	}
 	if (!has_magic) {
 		blog_err(log, "%s: not a btrfs filesystem (no superblock magic)", dev->name);
 		return -EINVAL;

@@ -80,6 +80,11 @@ static void loud_log(void *arg, int level, const char *msg)
 	quiet_log(arg, level, msg);
 }
 
+butter_log_fn fuzz_walk_log_fn(int verbose)
+{
+	return verbose ? loud_log : quiet_log;
+}
+
 static void note(struct walk *w, const char *what, const char *path, long long ret)
 {
 	if (ret < 0)

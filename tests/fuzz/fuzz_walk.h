@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include "butter/butter.h"
+
 /*
  * Open @size bytes at @image with butter_open_memory() and walk it: info,
  * devices, space, every directory of every subvolume (readdir, lookup of each
@@ -23,5 +25,11 @@ int fuzz_walk_image(const void *image, size_t size, int verbose);
  * which checks a finding's expected messages.
  */
 void fuzz_walk_set_log(void (*fn)(void *arg, int level, const char *msg), void *arg);
+
+/*
+ * The log callback the walk opens with (to stderr when @verbose, and to the
+ * function given to fuzz_walk_set_log()), for the other harnesses.
+ */
+butter_log_fn fuzz_walk_log_fn(int verbose);
 
 #endif

@@ -2,7 +2,7 @@
  * replay.c — run fuzz inputs without libFuzzer: the regression test for saved
  * findings, and a tool to look at one input.
  *
- *   fuzz_replay [-v] [--dump-image OUT | --seed-info] PATH...
+ *   fuzz_replay [-v] [--write] [--dump-image OUT | --seed-info] PATH...
  *
  * PATH is an input file, or a directory searched (it and its subdirectories,
  * one level deep) for finding folders. A finding folder (tests/images/NNN-what/)
@@ -14,7 +14,10 @@
  *   expect       optional: lines that must each occur in some library message
  *                during the walk (the verdict: which check catches the damage)
  *   README       what was found and where it was fixed
- * -v prints the walk and every library message; --dump-image writes the
+ *   harness      optional: "write" runs the write-path sequence
+ *                (fuzz_writes.c, harness fuzz_write) instead of the walk
+ * -v prints the walk and every library message; --write runs the write
+ * sequence on inputs given as files; --dump-image writes the
  * edited image of the (one) input to OUT, e.g. for `butter` or `btrfs check`;
  * --seed-info prints which seed an input edits, as a "seed" file records it.
  *
@@ -30,6 +33,7 @@
 
 #include "fuzz_image.h"
 #include "fuzz_walk.h"
+#include "fuzz_writes.h"
 
 #ifndef BUTTER_FUZZ_SEEDS_DIR
 #define BUTTER_FUZZ_SEEDS_DIR "tests/fuzz/seeds"
@@ -39,6 +43,7 @@ static const char *dump_path;
 static int seed_info;
 static int verbose;
 static int ran;
+static int write_files; /* --write: inputs given as files run the write sequence */
 
 /* Library messages of the current input, for "expect". */
 static char *messages;
@@ -153,7 +158,8 @@ static int check_expect(const char *expect_file, const char *input)
 	return ret;
 }
 
-static int run_input(const char *path, const char *seed_file, const char *expect_file)
+static int run_input(const char *path, const char *seed_file, const char *expect_file,
+		     int write_harness)
 {
 	size_t size;
 	uint8_t *data = (uint8_t *)read_all(path, &size);
@@ -190,7 +196,10 @@ static int run_input(const char *path, const char *seed_file, const char *expect
 		if (verbose)
 			printf("seed %s (%zu tree blocks), mode %#x\n", seed->name, seed->nblocks,
 			       data[0] & 3);
-		fuzz_walk_image(seed->work, seed->size, verbose);
+		if (write_harness)
+			fuzz_write_image(seed->work, seed->size, verbose);
+		else
+			fuzz_walk_image(seed->work, seed->size, verbose);
 		fuzz_image_restore(seed);
 		if (expect_file)
 			ret = check_expect(expect_file, path);
@@ -203,12 +212,18 @@ static int run_input(const char *path, const char *seed_file, const char *expect
 /* A finding folder: fuzz-input plus optional seed and expect files. */
 static int run_case(const char *dir)
 {
-	char input[4096], seed[4096], expect[4096];
+	char input[4096], seed[4096], expect[4096], harness[4096], *which;
+	size_t len;
+	int write_harness;
 
 	snprintf(input, sizeof(input), "%s/fuzz-input", dir);
 	snprintf(seed, sizeof(seed), "%s/seed", dir);
 	snprintf(expect, sizeof(expect), "%s/expect", dir);
-	return run_input(input, seed, expect);
+	snprintf(harness, sizeof(harness), "%s/harness", dir);
+	which = read_all(harness, &len);
+	write_harness = which && strncmp(which, "write", 5) == 0;
+	free(which);
+	return run_input(input, seed, expect, write_harness);
 }
 
 static int run_dir(const char *dir, int depth)
@@ -240,7 +255,8 @@ static int run_dir(const char *dir, int depth)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: fuzz_replay [-v] [--dump-image OUT | --seed-info] PATH...\n");
+	fprintf(stderr, "usage: fuzz_replay [-v] [--write] [--dump-image OUT | --seed-info] "
+			"PATH...\n");
 	return 2;
 }
 
@@ -253,6 +269,8 @@ int main(int argc, char **argv)
 	for (i = 1; i < argc && argv[i][0] == '-'; i++) {
 		if (strcmp(argv[i], "-v") == 0)
 			verbose = 1;
+		else if (strcmp(argv[i], "--write") == 0)
+			write_files = 1;
 		else if (strcmp(argv[i], "--dump-image") == 0 && i + 1 < argc)
 			dump_path = argv[++i];
 		else if (strcmp(argv[i], "--seed-info") == 0)
@@ -271,7 +289,7 @@ int main(int argc, char **argv)
 		if (stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode))
 			ret |= run_dir(argv[i], 0) != 0;
 		else
-			ret |= run_input(argv[i], NULL, NULL) != 0;
+			ret |= run_input(argv[i], NULL, NULL, write_files) != 0;
 	}
 	free(messages);
 	printf("fuzz_replay: %d input(s) ran%s\n", ran, ret ? ", some FAILED" : "");

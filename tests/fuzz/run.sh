@@ -1,18 +1,20 @@
 #!/bin/sh
 # run.sh [SECONDS] — build the fuzz harnesses (clang, ASan + UBSan) and run
-# them for a bounded time: SECONDS in all (default 60), four fifths to
-# fuzz_open_walk (open + full walk of mutated images), the rest to
-# fuzz_decompress (the zlib/lzo/zstd extent decoders). Before fuzzing, every
-# saved finding (tests/images/*/fuzz-input) is replayed.
+# them for a bounded time: SECONDS in all (default 60): 55% to fuzz_open_walk
+# (open + full walk of mutated images), 30% to fuzz_write (open + a fixed
+# sequence of writes and commits on mutated images, copy-on-write in memory),
+# the rest to fuzz_decompress (the zlib/lzo/zstd extent decoders). Before
+# fuzzing, every saved finding (tests/images/*/fuzz-input) is replayed.
 #
 # Exits non-zero on any crash, sanitizer report, leak, timeout (-timeout=10 s
 # per input) or memory blow-up (-rss_limit_mb=2048); the input that did it is
 # saved in tests/fuzz/crashes/ (gitignored). Inputs that found new coverage
 # accumulate in tests/fuzz/work/ (gitignored), which starts from the committed
 # corpus: corpus.tar.gz (a merged corpus from earlier runs, unpacked here) plus
-# the hand-written inputs in corpus/ and corpus-decompress/. To refresh the
-# archive after a long run: fuzz_open_walk -merge=1 NEW corpus work/open_walk
-# (likewise decompress), then tar NEW dirs as open_walk/ and decompress/.
+# the hand-written inputs in corpus/, corpus-write/ and corpus-decompress/. To
+# refresh the archive after a long run: fuzz_open_walk -merge=1 NEW corpus
+# work/open_walk (likewise write and decompress), then tar NEW dirs as
+# open_walk/, write/ and decompress/.
 # Environment: BUTTER_FUZZ_BUILD (build directory, default <repo>/build-fuzz),
 # BUTTER_FUZZ_JOBS (parallel fuzzing processes, default 1).
 set -eu
@@ -30,9 +32,10 @@ if [ ! -f "$build/build.ninja" ]; then
 	CC=clang meson setup "$build" "$repo" -Dfuzz=true -Db_sanitize=address,undefined \
 		-Db_lundef=false
 fi
-ninja -C "$build" tests/fuzz/fuzz_open_walk tests/fuzz/fuzz_decompress tests/fuzz/fuzz_replay
+ninja -C "$build" tests/fuzz/fuzz_open_walk tests/fuzz/fuzz_write tests/fuzz/fuzz_decompress \
+	tests/fuzz/fuzz_replay
 
-mkdir -p "$here/crashes" "$here/work/open_walk" "$here/work/decompress"
+mkdir -p "$here/crashes" "$here/work/open_walk" "$here/work/write" "$here/work/decompress"
 tar -xzf "$here/corpus.tar.gz" -C "$here/work"
 status=0
 
@@ -76,7 +79,9 @@ fuzz() {
 }
 
 cd "$here/work"
-walk_t=$((secs * 4 / 5))
+walk_t=$((secs * 55 / 100))
+write_t=$((secs * 30 / 100))
 fuzz fuzz_open_walk "$walk_t" "$here/work/open_walk" "$here/corpus"
-fuzz fuzz_decompress "$((secs - walk_t))" "$here/work/decompress" "$here/corpus-decompress"
+fuzz fuzz_write "$write_t" "$here/work/write" "$here/corpus-write"
+fuzz fuzz_decompress "$((secs - walk_t - write_t))" "$here/work/decompress" "$here/corpus-decompress"
 exit $status

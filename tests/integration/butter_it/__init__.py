@@ -7,4 +7,5 @@ Modules:
   tree      the deterministic, seeded tree generator that fills a mounted filesystem
   manifest  a stat-for-stat, byte-for-byte description of a tree, and the comparison
   butter    running the butter CLI with timeouts
+  tools     the test programs of tests/tools (workload, crashreplay) and their files
 """

@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# reliability.sh — the reliability report: power cuts, device faults, fuzzing.
+#
+#   bench/reliability.sh [-b BUILD] [-s SEEDS] [-o OPS] [-k KERNEL] [-f FUZZ_SECONDS] [-w DIR]
+#
+# 1. Power cuts: for each of SEEDS seeds (default 4) and each workload profile
+#    (mix with 16 KiB nodes, mix with 4 KiB nodes, large overwrites, ENOSPC on a
+#    small prefilled image), butter-crashload runs OPS operations (default 400;
+#    the ENOSPC and overwrite profiles a quarter and a half of that) with the
+#    recorder under it, then crashreplay replays every cut point (prefixes,
+#    torn writes, reorders between flushes) and checks each with butter, btrfs
+#    check, and the kernel for KERNEL states per workload (default 10).
+# 2. Faults: EIO on writes, torn writes, failing flushes, a vanishing device,
+#    each at several points of a workload, on one device and on a raid1 member,
+#    plus ENOSPC at every write and flush of one commit; each must stop the
+#    workload with a clear message and leave the last committed state
+#    (crashreplay --verify: butter, btrfs check, kernel mount).
+# 3. Fuzzing: tests/fuzz/run.sh FUZZ_SECONDS (default 600; 0 skips it; needs
+#    clang): open+walk, write path and decompressor harnesses.
+#
+# Prints one line per workload and scenario, then the totals. Needs root, loop
+# devices, kernel btrfs, btrfs-progs. BUILD (default build/) must hold
+# tests/tools/butter-crashload and tests/tools/crashreplay. The exit status is
+# 1 if anything was inconsistent, failed or found.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+build=build
+seeds=4
+ops=400
+ksample=10
+fuzz_secs=600
+work=${TMPDIR:-/tmp}
+while getopts "b:s:o:k:f:w:h" opt; do
+	case $opt in
+	b) build=$OPTARG ;;
+	s) seeds=$OPTARG ;;
+	o) ops=$OPTARG ;;
+	k) ksample=$OPTARG ;;
+	f) fuzz_secs=$OPTARG ;;
+	w) work=$OPTARG ;;
+	*) sed -n '2,27p' "$0"; exit 2 ;;
+	esac
+done
+W=$build/tests/tools/butter-crashload
+R=$build/tests/tools/crashreplay
+for t in "$W" "$R"; do
+	[ -x "$t" ] || { echo "reliability.sh: $t missing (ninja -C $build)" >&2; exit 2; }
+done
+dir=$(mktemp -d "$work/butter-reliability-XXXXXX")
+loops=()
+cleanup() {
+	mountpoint -q "$dir/mnt" 2>/dev/null && umount "$dir/mnt"
+	for l in "${loops[@]}"; do losetup -d "$l" 2>/dev/null || true; done
+	rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+status=0
+start_time=$(date +%s)
+
+# ---- 1. power cuts --------------------------------------------------------------
+states=0 consistent=0 failed=0 checked=0 kmounted=0 kagreed=0 durable=0 records=0
+
+mkimage() { # mkimage PATH SIZE NODESIZE
+	rm -f "$1"
+	truncate -s "$2" "$1"
+	mkfs.btrfs -q -f -n "$3" "$1" >/dev/null
+}
+
+prefill() { # prefill IMAGE BYTES: the kernel takes BYTES with a preallocated file
+	local l
+	l=$(losetup -f --show "$1")
+	loops+=("$l")
+	mkdir -p "$dir/mnt"
+	mount "$l" "$dir/mnt"
+	fallocate -l "$2" "$dir/mnt/filler"
+	umount "$dir/mnt"
+	btrfs device scan --forget "$l" 2>/dev/null || true
+	losetup -d "$l"
+	unset 'loops[-1]'
+}
+
+crash_case() { # crash_case NAME SIZE NODESIZE SEED OPS SYNC_EVERY WORKLOAD-ARGS...
+	local name=$1 size=$2 nodesize=$3 seed=$4 n=$5 sync_every=$6 line
+	shift 6
+	local d="$dir/$name-$seed"
+	mkdir -p "$d/ref"
+	mkimage "$d/start.img" "$size" "$nodesize"
+	[ "$name" = enospc ] && prefill "$d/start.img" $((22 << 20))
+	cp --sparse=always "$d/start.img" "$d/img"
+	if ! "$W" --record "$d/log" --manifest "$d/manifest" "$@" "$d/img" "$d/ref" "$seed" "$n" \
+		"$sync_every" > "$d/workload.out" 2>&1; then
+		echo "crash $name seed $seed: the workload failed:"; tail -n 5 "$d/workload.out"
+		status=1
+		rm -rf "$d"
+		return
+	fi
+	"$R" --work "$d" --kernel "$ksample" --seed "$seed" "$d/log" "$d/manifest" "$d/start.img" \
+		> "$d/replay.out" 2> "$d/replay.err" || status=1
+	line=$(grep '^crashreplay:' "$d/replay.out" || echo "crashreplay: no summary")
+	echo "crash $name seed $seed: ${line#crashreplay: }"
+	if grep -q '^FAIL' "$d/replay.err"; then
+		head -n 20 "$d/replay.err"
+	fi
+	set -- $(echo "$line" | sed -E 's/[^0-9]+/ /g')
+	if [ $# -ge 13 ]; then
+		records=$((records + $1)); states=$((states + $4)); consistent=$((consistent + $8))
+		failed=$((failed + $9)); checked=$((checked + ${10})); kmounted=$((kmounted + ${11}))
+		kagreed=$((kagreed + ${12})); durable=$((durable + ${13}))
+	else
+		status=1
+	fi
+	rm -rf "$d"
+}
+
+for seed in $(seq 1 "$seeds"); do
+	crash_case mix $((128 << 20)) 16384 "$seed" "$ops" 20 --max-file $((1 << 20))
+	crash_case mix-4k $((128 << 20)) 4096 "$seed" "$ops" 7 --max-file $((1 << 20))
+	crash_case overwrite $((128 << 20)) 16384 "$seed" $((ops / 4)) 4 --profile overwrite \
+		--max-file $((4 << 20))
+	crash_case enospc $((110 << 20)) 16384 "$seed" $((ops / 2)) 5 --profile fill \
+		--max-file $((2 << 20)) --enospc-ok
+done
+
+# ---- 2. device faults -----------------------------------------------------------
+fault_total=0 fault_passed=0
+
+count() { # count LOG DEV TYPE: records of TYPE (2 write, 3 flush) of device DEV
+	python3 - "$1" "$2" "$3" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+dev, typ, pos, n = int(sys.argv[2]), int(sys.argv[3]), 16, 0
+while pos + 24 <= len(data):
+    t, d, _, ln = data[pos], *struct.unpack_from("<IQQ", data, pos + 4)
+    n += t == typ and d == dev
+    pos += 24 + ln
+print(n)
+PY
+}
+
+fault_case() { # fault_case LABEL SPEC EXPECT OPS SYNC IMAGES...
+	local label=$1 spec=$2 expect=$3 n=$4 sync_every=$5 i=0 d extra=() copies=()
+	shift 5
+	fault_total=$((fault_total + 1))
+	d="$dir/fault-$fault_total"
+	mkdir -p "$d/ref"
+	for img in "$@"; do
+		cp --sparse=always "$img" "$d/dev$i.img"
+		copies+=("$d/dev$i.img")
+		[ $i -gt 0 ] && extra+=(--device "$d/dev$i.img")
+		i=$((i + 1))
+	done
+	local rc=0
+	"$W" "${extra[@]}" --fault "$spec" --manifest "$d/manifest" --max-file $((1 << 20)) \
+		"${copies[0]}" "$d/ref" 3 "$n" "$sync_every" > "$d/out" 2> "$d/err" || rc=$?
+	if [ $rc -ne 3 ] || ! grep -q "stopped: .*$expect" "$d/out"; then
+		echo "fault $label ($spec): FAIL: the fault did not stop the workload as expected (exit $rc)"
+		tail -n 3 "$d/out" "$d/err"
+		status=1
+	elif ! "$R" --verify --work "$d" --kernel 1 "$d/manifest" "${copies[@]}" > "$d/verify.out" \
+		2> "$d/verify.err"; then
+		echo "fault $label ($spec): FAIL: the image is not the last committed state"
+		head -n 20 "$d/verify.err"
+		status=1
+	else
+		fault_passed=$((fault_passed + 1))
+		echo "fault $label ($spec): ok: $(grep -m1 'stopped:' "$d/out" | cut -c10-)"
+	fi
+	rm -rf "$d"
+}
+
+mkimage "$dir/single.img" $((128 << 20)) 16384
+truncate -s 256M "$dir/r1a.img" "$dir/r1b.img"
+mkfs.btrfs -q -f -d raid1 -m raid1 "$dir/r1a.img" "$dir/r1b.img" >/dev/null
+for layout in single raid1; do
+	if [ $layout = single ]; then imgs=("$dir/single.img"); dev=0; sel=""
+	else imgs=("$dir/r1a.img" "$dir/r1b.img"); dev=1; sel=",dev=1"; fi
+	mkdir -p "$dir/clean/ref"
+	extra=()
+	[ $layout = raid1 ] && { cp --sparse=always "${imgs[1]}" "$dir/clean/b.img"; extra=(--device "$dir/clean/b.img"); }
+	cp --sparse=always "${imgs[0]}" "$dir/clean/a.img"
+	"$W" "${extra[@]}" --record "$dir/clean/log" --max-file $((1 << 20)) "$dir/clean/a.img" \
+		"$dir/clean/ref" 3 100 10 > /dev/null
+	writes=$(count "$dir/clean/log" $dev 2)
+	flushes=$(count "$dir/clean/log" $dev 3)
+	rm -rf "$dir/clean"
+	for pct in 5 20 35 50 65 80 95; do
+		fault_case "$layout write-eio" "write-eio=$((writes * pct / 100))$sel" "Input/output error" \
+			100 10 "${imgs[@]}"
+	done
+	for pct in 15 45 75; do
+		fault_case "$layout torn" "torn=$((writes * pct / 100))$sel" "Input/output error" \
+			100 10 "${imgs[@]}"
+	done
+	for k in 1 $((flushes / 3)) $((flushes * 2 / 3)) $((flushes - 1)); do
+		fault_case "$layout flush-eio" "flush-eio=$k$sel" "Input/output error" 100 10 "${imgs[@]}"
+	done
+	for pct in 10 50 90; do
+		fault_case "$layout vanish" "vanish=$(((writes + flushes) * pct / 100))$sel,err=ENXIO" \
+			"No such device or address" 100 10 "${imgs[@]}"
+	done
+done
+# ENOSPC at every write and flush of one commit
+mkdir -p "$dir/one/ref"
+cp --sparse=always "$dir/single.img" "$dir/one/a.img"
+"$W" --record "$dir/one/log" --max-file $((1 << 20)) "$dir/one/a.img" "$dir/one/ref" 3 8 8 \
+	> /dev/null
+writes=$(count "$dir/one/log" 0 2)
+flushes=$(count "$dir/one/log" 0 3)
+for n in $(seq 0 $((writes - 1))); do
+	fault_case "enospc commit" "write-eio=$n,err=ENOSPC" "No space left on device" 8 8 \
+		"$dir/single.img"
+done
+for k in $(seq 0 $((flushes - 1))); do
+	fault_case "enospc commit" "flush-eio=$k,err=ENOSPC" "No space left on device" 8 8 \
+		"$dir/single.img"
+done
+
+# ---- 3. fuzzing -----------------------------------------------------------------
+fuzz_execs=0 fuzz_findings=0 fuzz_line="skipped"
+if [ "$fuzz_secs" -gt 0 ]; then
+	if command -v clang >/dev/null; then
+		if tests/fuzz/run.sh "$fuzz_secs" > "$dir/fuzz.out" 2>&1; then
+			fuzz_line="no findings"
+		else
+			fuzz_findings=$(ls tests/fuzz/crashes 2>/dev/null | wc -l)
+			[ "$fuzz_findings" -gt 0 ] || fuzz_findings=1
+			fuzz_line="FINDINGS (tests/fuzz/crashes/)"
+			status=1
+		fi
+		grep '^run.sh:' "$dir/fuzz.out" || true
+		fuzz_execs=$(sed -n 's/^run.sh: .*: \([0-9]*\) executions.*/\1/p' "$dir/fuzz.out" |
+			awk '{ n += $1 } END { print n + 0 }')
+	else
+		fuzz_line="skipped (no clang)"
+	fi
+fi
+
+end_time=$(date +%s)
+echo
+echo "== reliability report ($(git -C "$repo" rev-parse --short HEAD), $((end_time - start_time)) s)"
+printf 'power cuts:   %d cut points replayed from %d records, %d consistent, %d inconsistent\n' \
+	"$states" "$records" "$consistent" "$failed"
+printf '              %d checked by btrfs check, %d mounted by the kernel (%d agreed)\n' \
+	"$checked" "$kmounted" "$kagreed"
+printf '              %d fsynced bytes verified (%s MiB)\n' "$durable" \
+	"$(awk -v b="$durable" 'BEGIN { printf "%.1f", b / 1048576 }')"
+printf 'faults:       %d of %d scenarios passed\n' "$fault_passed" "$fault_total"
+printf 'fuzzing:      %d executions in %d s, %s (%d)\n' "$fuzz_execs" "$fuzz_secs" "$fuzz_line" \
+	"$fuzz_findings"
+exit $status

@@ -1,0 +1,63 @@
+"""The test programs of tests/tools (built next to the butter binary) and their files.
+
+  tool(name)            path of butter-workload / crashreplay; fails the test if missing
+                        (BUTTER_TOOLS overrides the directory)
+  make_image(path, ...) a sparse image file made by mkfs.btrfs
+  parse_summary(text)   the figures of crashreplay's summary line, as a dict
+  log_records(log)      (type, device, offset, length) of each record of a record log
+                        (format: lib/device/recorder.c)
+"""
+import os
+import re
+import struct
+
+import pytest
+
+from . import env, kfs
+
+SUMMARY = re.compile(
+    r"crashreplay: records (\d+) \(writes (\d+), flushes (\d+)\); states (\d+) \(prefix (\d+), "
+    r"torn (\d+), reordered (\d+)\); consistent (\d+); failed (\d+); btrfs-check (\d+); "
+    r"kernel-mounted (\d+), agreed (\d+); durable-bytes-verified (\d+)")
+FIELDS = ("records", "writes", "flushes", "states", "prefix", "torn", "reordered",
+          "consistent", "failed", "checked", "kmounted", "kagreed", "durable_bytes")
+REC_DEVICE, REC_WRITE, REC_FLUSH = 1, 2, 3
+
+
+def tools_dir():
+    """The directory of the test programs: next to the butter binary's build tree."""
+    if os.environ.get("BUTTER_TOOLS"):
+        return os.environ["BUTTER_TOOLS"]
+    return os.path.join(os.path.dirname(os.path.dirname(env.butter_bin())), "tests", "tools")
+
+
+def tool(name):
+    path = os.path.join(tools_dir(), name)
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{name} missing: {path} (build it, or set BUTTER_TOOLS)", pytrace=False)
+    return path
+
+
+def make_image(path, size, nodesize=16384, mkfs_args=()):
+    with open(path, "wb") as f:
+        f.truncate(size)
+    kfs.run(["mkfs.btrfs", "-q", "-f", "-n", str(nodesize)] + list(mkfs_args) + [path])
+
+
+def parse_summary(out):
+    m = SUMMARY.search(out)
+    assert m, f"no summary line from crashreplay:\n{out[-3000:]}"
+    return dict(zip(FIELDS, (int(g) for g in m.groups())))
+
+
+def log_records(log):
+    """Yield (type, device, offset, length, payload start) for each record of `log`."""
+    with open(log, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"BTRREC01", f"{log}: not a record log"
+    pos = 16
+    while pos + 24 <= len(data):
+        rtype, = struct.unpack_from("<B", data, pos)
+        dev, value, length = struct.unpack_from("<IQQ", data, pos + 4)
+        yield rtype, dev, value, length, pos
+        pos += 24 + length

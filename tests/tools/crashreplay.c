@@ -1,0 +1,1044 @@
+/*
+ * crashreplay.c — power-cut replay: rebuild every state a crash could have
+ * left on the disk(s) during a recorded workload, and check each one.
+ *
+ *   crashreplay [OPTIONS] LOG MANIFEST IMAGE...
+ *   crashreplay --verify [OPTIONS] MANIFEST IMAGE...
+ *
+ * LOG is a record log (lib/device/recorder.c) of a workload that started on
+ * the images IMAGE... (device 0, 1, ... in the log's order; they are only
+ * read); MANIFEST is the workload's account of what each commit held and
+ * when it was durable (tests/tools/crashload.c). --verify checks the images
+ * themselves as they are now (after a fault test) against the manifest.
+ *
+ * States (cut points), each built on copies of the images (sparse files in
+ * --work DIR, updated incrementally: every write applied keeps an undo entry
+ * with the bytes it replaced, so a state is a few writes away from the next):
+ *  1. prefix: the first n records reached the disk, for every n after a
+ *     write (every write count between flushes, up to every flush boundary);
+ *  2. torn: the first n records and part of write n+1, at --sector
+ *     granularity (default 4096: btrfs assumes a 4 KiB superblock write is
+ *     atomic): a random prefix of its sectors, and random subsets
+ *     (--torn variants per write, default 2);
+ *  3. reordered: at each flush, the device may have kept any subset of the
+ *     writes issued since the previous flush of that device: --reorder random
+ *     subsets (default 3; seeded by --seed).
+ *
+ * A state is consistent when (each check is counted):
+ *  a. butter opens it read-only and lists the whole tree, reading every file
+ *     (tests/tools/treelist.c) without an error;
+ *  b. its generation G is at least the newest commit the manifest says was
+ *     durable before the cut (every synced byte survives), and the tree equals
+ *     the manifest's state for G exactly (every file has the content of one
+ *     commit, never a mix);
+ *  c. `btrfs check --readonly` finds no error (--no-check skips it; states of
+ *     a multi-device filesystem are checked only when they are mounted: the
+ *     check needs their devices as loop devices);
+ *  d. for a sample of states (--kernel N, evenly spread; every --verify): the
+ *     kernel mounts the image(s) read-only and shows the manifest's state for
+ *     the generation of the newest primary superblock (the kernel reads only
+ *     primary copies).
+ *
+ * Output: a FAIL line per inconsistent state (the first --show of them with
+ * details; --save-failed DIR keeps the images of the first), then one summary
+ * line:
+ *   crashreplay: records R (writes W, flushes F); states S (prefix P, torn T,
+ *   reordered O); consistent C; failed X; btrfs-check B; kernel-mounted K,
+ *   agreed A; durable-bytes-verified D
+ * Exit status 0 if every state was consistent, 1 if not, 2 on a usage or
+ * setup error.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/fs.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <spawn.h>
+#include <unistd.h>
+
+#include "butter/butter.h"
+#include "treelist.h"
+
+extern char **environ;
+
+#define REC_DEVICE 1u
+#define REC_WRITE 2u
+#define REC_FLUSH 3u
+#define REC_HEADER 24u
+#define LOG_HEADER 16u
+#define SUPER_OFFSET 65536u
+#define SUPER_GEN_FIELD 72u /* csum 32, fsid 16, bytenr 8, flags 8, magic 8 */
+#define MAX_DEVS 16
+
+struct rec {
+	unsigned type;
+	uint32_t dev;
+	uint64_t offset;       /* WRITE: device byte; DEVICE: size */
+	uint64_t len;
+	const uint8_t *data;   /* into the mapped log */
+	uint64_t end;          /* log position after this record */
+};
+
+struct mstate {
+	uint64_t gen;
+	struct treelist list;
+};
+
+struct durable {
+	uint64_t gen, pos;
+};
+
+struct undo {
+	size_t rec;            /* record it undoes */
+	uint32_t dev;
+	uint64_t off, len;
+	uint8_t *old;
+};
+
+struct journal {
+	struct undo *v;
+	size_t n, cap;
+};
+
+enum kind { ST_PREFIX, ST_TORN, ST_REORDER, ST_VERIFY };
+
+struct ctx {
+	/* options */
+	uint64_t seed;
+	unsigned torn, reorder, show, ksample;
+	uint64_t sector, max_states;
+	int check, verbose;
+	const char *workdir, *save_failed;
+
+	/* the log and the manifest */
+	struct rec *recs;
+	size_t nrec;
+	struct mstate *states;
+	size_t nstates;
+	struct durable *dur;
+	size_t ndur;
+
+	/* state files */
+	size_t ndev;
+	char *paths[MAX_DEVS];
+	int fds[MAX_DEVS];
+	uint64_t sizes[MAX_DEVS];
+	char mnt[4300];
+
+	struct journal main_j, tmp_j;
+
+	/* the walk */
+	int dry;               /* count states only */
+	uint64_t index;        /* states seen so far */
+	uint64_t total;        /* from the dry pass */
+	uint64_t kernel_every;
+	int saved;
+
+	/* figures */
+	uint64_t n_prefix, n_torn, n_reorder, consistent, failed, checked, kmounted, kagreed;
+	uint64_t durable_bytes;
+	uint64_t nwrites, nflushes;
+};
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("crashreplay: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(2);
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+
+	while (n--)
+		v = v << 8 | p[n];
+	return v;
+}
+
+/* splitmix64 over (seed, record, variant): the same choice in the dry pass and the real one */
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+struct rng {
+	uint64_t s;
+};
+
+static uint64_t rng_next(struct rng *r)
+{
+	r->s = mix(r->s);
+	return r->s;
+}
+
+static struct rng rng_for(const struct ctx *c, size_t rec, unsigned variant, unsigned kind)
+{
+	struct rng r = { mix(c->seed ^ mix((uint64_t)rec * 4 + kind) ^ mix(variant + 0x51ed)) };
+
+	return r;
+}
+
+/* ---- reading the log and the manifest ------------------------------------ */
+
+static void load_log(struct ctx *c, const char *path)
+{
+	struct stat st;
+	const uint8_t *m;
+	uint64_t pos = LOG_HEADER;
+	size_t cap = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || fstat(fd, &st) < 0)
+		die("%s: %s", path, strerror(errno));
+	if ((uint64_t)st.st_size < LOG_HEADER)
+		die("%s: too short for a record log", path);
+	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (m == MAP_FAILED)
+		die("%s: mmap: %s", path, strerror(errno));
+	close(fd);
+	if (memcmp(m, "BTRREC01", 8) != 0 || get_le(m + 8, 4) != 1)
+		die("%s: not a version 1 record log", path);
+	while (pos + REC_HEADER <= (uint64_t)st.st_size) {
+		struct rec r;
+
+		r.type = m[pos];
+		r.dev = (uint32_t)get_le(m + pos + 4, 4);
+		r.offset = get_le(m + pos + 8, 8);
+		r.len = get_le(m + pos + 16, 8);
+		r.data = m + pos + REC_HEADER;
+		if (r.len > (uint64_t)st.st_size - pos - REC_HEADER)
+			break; /* a record cut short: the workload died while logging */
+		r.end = pos + REC_HEADER + r.len;
+		if (r.type < REC_DEVICE || r.type > REC_FLUSH || r.dev >= MAX_DEVS)
+			die("%s: bad record at %" PRIu64, path, pos);
+		if (r.type == REC_DEVICE) {
+			if (r.dev != c->ndev)
+				die("%s: devices out of order at %" PRIu64, path, pos);
+			c->sizes[c->ndev++] = r.offset;
+		} else if (r.dev >= c->ndev) {
+			die("%s: record for unknown device %u at %" PRIu64, path, r.dev, pos);
+		} else if (r.type == REC_WRITE) {
+			if (r.offset > c->sizes[r.dev] || r.len > c->sizes[r.dev] - r.offset)
+				die("%s: write past the device's end at %" PRIu64, path, pos);
+			c->nwrites++;
+		} else {
+			c->nflushes++;
+		}
+		if (c->nrec == cap) {
+			cap = cap ? cap * 2 : 1024;
+			c->recs = realloc(c->recs, cap * sizeof(*c->recs));
+			if (!c->recs)
+				die("out of memory");
+		}
+		c->recs[c->nrec++] = r;
+		pos = r.end;
+	}
+}
+
+static void load_manifest(struct ctx *c, const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *line = NULL;
+	size_t cap = 0, scap = 0, dcap = 0;
+	struct mstate *cur = NULL;
+	ssize_t n;
+
+	if (!f)
+		die("%s: %s", path, strerror(errno));
+	while ((n = getline(&line, &cap, f)) >= 0) {
+		unsigned long long a, b;
+
+		if (n && line[n - 1] == '\n')
+			line[--n] = '\0';
+		if (cur) {
+			if (strcmp(line, "end") == 0) {
+				treelist_sort(&cur->list);
+				cur = NULL;
+			} else if (treelist_add(&cur->list, line)) {
+				die("out of memory");
+			}
+		} else if (sscanf(line, "state %llu", &a) == 1) {
+			if (c->nstates == scap) {
+				scap = scap ? scap * 2 : 64;
+				c->states = realloc(c->states, scap * sizeof(*c->states));
+				if (!c->states)
+					die("out of memory");
+			}
+			cur = &c->states[c->nstates++];
+			memset(cur, 0, sizeof(*cur));
+			cur->gen = a;
+		} else if (sscanf(line, "durable %llu %llu", &a, &b) == 2) {
+			if (c->ndur == dcap) {
+				dcap = dcap ? dcap * 2 : 64;
+				c->dur = realloc(c->dur, dcap * sizeof(*c->dur));
+				if (!c->dur)
+					die("out of memory");
+			}
+			c->dur[c->ndur].gen = a;
+			c->dur[c->ndur++].pos = b;
+		} else if (*line) {
+			die("%s: unexpected line: %s", path, line);
+		}
+	}
+	free(line);
+	fclose(f);
+	if (cur)
+		c->nstates--; /* an unfinished block: the workload died writing it */
+	if (!c->nstates || !c->ndur)
+		die("%s: no states or no durable lines", path);
+}
+
+/* The last state block written for @gen, or NULL. */
+static const struct mstate *state_for(const struct ctx *c, uint64_t gen)
+{
+	for (size_t i = c->nstates; i-- > 0;)
+		if (c->states[i].gen == gen)
+			return &c->states[i];
+	return NULL;
+}
+
+/* The newest generation durable once the log was @pos bytes long (0: none). */
+static uint64_t durable_gen(const struct ctx *c, uint64_t pos)
+{
+	uint64_t gen = 0;
+
+	for (size_t i = 0; i < c->ndur; i++)
+		if (c->dur[i].pos <= pos && c->dur[i].gen > gen)
+			gen = c->dur[i].gen;
+	return gen;
+}
+
+/* ---- state files --------------------------------------------------------- */
+
+static void copy_image(const char *src, const char *dst, uint64_t want_size)
+{
+	int in = open(src, O_RDONLY | O_CLOEXEC), out;
+	struct stat st;
+	uint8_t *buf;
+	uint64_t off = 0;
+
+	if (in < 0 || fstat(in, &st) < 0)
+		die("%s: %s", src, strerror(errno));
+	if (want_size && (uint64_t)st.st_size != want_size)
+		die("%s: %" PRIu64 " bytes, but the log says the device had %" PRIu64, src,
+		    (uint64_t)st.st_size, want_size);
+	out = open(dst, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (out < 0)
+		die("%s: %s", dst, strerror(errno));
+	if (ioctl(out, FICLONE, in) == 0) {
+		close(in);
+		close(out);
+		return;
+	}
+	if (ftruncate(out, st.st_size) < 0)
+		die("%s: %s", dst, strerror(errno));
+	buf = malloc(1 << 20);
+	if (!buf)
+		die("out of memory");
+	while (off < (uint64_t)st.st_size) {
+		ssize_t n = pread(in, buf, 1 << 20, (off_t)off), k;
+
+		if (n <= 0)
+			die("%s: read error", src);
+		for (k = 0; k < n && !buf[k]; k++)
+			;
+		if (k < n && pwrite(out, buf, (size_t)n, (off_t)off) != n)
+			die("%s: %s", dst, strerror(errno));
+		off += (uint64_t)n;
+	}
+	free(buf);
+	close(in);
+	close(out);
+}
+
+static void xpread(int fd, void *buf, uint64_t len, uint64_t off)
+{
+	if (pread(fd, buf, len, (off_t)off) != (ssize_t)len)
+		die("reading a state file: %s", strerror(errno));
+}
+
+static void xpwrite(int fd, const void *buf, uint64_t len, uint64_t off)
+{
+	if (pwrite(fd, buf, len, (off_t)off) != (ssize_t)len)
+		die("writing a state file: %s", strerror(errno));
+}
+
+/* Write @len bytes of record @ri's data from byte @from of it, keeping an undo entry. */
+static void apply(struct ctx *c, struct journal *j, size_t ri, uint64_t from, uint64_t len)
+{
+	const struct rec *r = &c->recs[ri];
+	struct undo *u;
+
+	if (j->n == j->cap) {
+		j->cap = j->cap ? j->cap * 2 : 256;
+		j->v = realloc(j->v, j->cap * sizeof(*j->v));
+		if (!j->v)
+			die("out of memory");
+	}
+	u = &j->v[j->n++];
+	u->rec = ri;
+	u->dev = r->dev;
+	u->off = r->offset + from;
+	u->len = len;
+	u->old = malloc(len ? len : 1);
+	if (!u->old)
+		die("out of memory");
+	xpread(c->fds[r->dev], u->old, len, u->off);
+	xpwrite(c->fds[r->dev], r->data + from, len, u->off);
+}
+
+/* Undo entries (newest first) until only those of records below @rec remain. */
+static void rollback(struct ctx *c, struct journal *j, size_t rec)
+{
+	while (j->n && j->v[j->n - 1].rec >= rec) {
+		struct undo *u = &j->v[--j->n];
+
+		xpwrite(c->fds[u->dev], u->old, u->len, u->off);
+		free(u->old);
+	}
+}
+
+/* Forget undo entries of records below @rec (they will never be undone). */
+static void forget(struct journal *j, size_t rec)
+{
+	size_t k = 0, i;
+
+	while (k < j->n && j->v[k].rec < rec)
+		free(j->v[k++].old);
+	if (!k)
+		return;
+	for (i = k; i < j->n; i++)
+		j->v[i - k] = j->v[i];
+	j->n -= k;
+}
+
+/* ---- checking one state --------------------------------------------------- */
+
+static char *messages;
+static size_t messages_len;
+
+static void collect_message(void *arg, int level, const char *msg)
+{
+	size_t len = strlen(msg);
+	char *m;
+
+	(void)arg;
+	(void)level;
+	if (messages_len > 16384)
+		return;
+	m = realloc(messages, messages_len + len + 2);
+	if (!m)
+		return;
+	messages = m;
+	memcpy(messages + messages_len, msg, len);
+	messages_len += len;
+	messages[messages_len++] = '\n';
+	messages[messages_len] = '\0';
+}
+
+/*
+ * Run @argv with its output in @out (truncated) and return its exit status
+ * (-1: not run). posix_spawn, not fork: forking a sanitizer build's big
+ * address space costs a hundred milliseconds a call.
+ */
+static int run(char *const argv[], const char *out)
+{
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+	int status, ret;
+
+	if (posix_spawn_file_actions_init(&fa))
+		return -1;
+	posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	ret = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (ret)
+		return -1;
+	if (waitpid(pid, &status, 0) < 0)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void print_file_head(const char *path, int lines)
+{
+	FILE *f = fopen(path, "r");
+	char buf[512];
+
+	if (!f)
+		return;
+	while (lines-- > 0 && fgets(buf, sizeof(buf), f))
+		fprintf(stderr, "    %s", buf);
+	fclose(f);
+}
+
+/* Attach @path read-only to a free loop device; its name goes to @loopdev. */
+static int loop_attach(const char *path, const char *out, char *loopdev, size_t cap)
+{
+	char *argv[] = { "losetup", "--find", "--show", "--read-only", (char *)path, NULL };
+	FILE *f;
+	int ok;
+
+	if (run(argv, out) != 0)
+		return -1;
+	f = fopen(out, "r");
+	ok = f && fgets(loopdev, (int)cap, f);
+	if (f)
+		fclose(f);
+	if (!ok)
+		return -1;
+	loopdev[strcspn(loopdev, "\n")] = '\0';
+	return 0;
+}
+
+/* Make the kernel forget the device (the next state reuses the fsid), then detach it. */
+static void loop_detach(char *loopdev, const char *out)
+{
+	char *forget[] = { "btrfs", "device", "scan", "--forget", loopdev, NULL };
+	char *detach[] = { "losetup", "-d", loopdev, NULL };
+
+	run(forget, out);
+	if (run(detach, out) != 0)
+		die("cannot detach %s", loopdev);
+}
+
+/*
+ * Mount the state read-only with the kernel and compare with the manifest's
+ * state for the newest primary superblock's generation (the kernel reads
+ * only primary copies). A multi-device state is also checked here with
+ * btrfs check, which needs the devices as block devices.
+ */
+static int kernel_agrees(struct ctx *c, const char *what)
+{
+	char out[4200], loops[MAX_DEVS][128], opts[4096], *argv[8];
+	uint64_t gen = 0;
+	const struct mstate *want;
+	struct treelist got;
+	size_t d, nloops = 0;
+	int ret, ok = 0;
+
+	snprintf(out, sizeof(out), "%s/cmd.out", c->workdir);
+	for (d = 0; d < c->ndev; d++) {
+		uint8_t g[8];
+
+		xpread(c->fds[d], g, 8, SUPER_OFFSET + SUPER_GEN_FIELD);
+		if (get_le(g, 8) > gen)
+			gen = get_le(g, 8);
+	}
+	want = state_for(c, gen);
+	for (d = 0; d < c->ndev; d++, nloops++) {
+		if (loop_attach(c->paths[d], out, loops[d], sizeof(loops[d]))) {
+			fprintf(stderr, "FAIL %s: losetup failed\n", what);
+			print_file_head(out, 5);
+			goto detach;
+		}
+	}
+	if (c->ndev > 1 && c->check) {
+		char *chk[] = { "btrfs", "check", "--readonly", loops[0], NULL };
+
+		c->checked++;
+		ret = run(chk, out);
+		if (ret != 0) {
+			fprintf(stderr, "FAIL %s: btrfs check --readonly exits %d:\n", what, ret);
+			print_file_head(out, 25);
+			goto detach;
+		}
+	}
+	snprintf(opts, sizeof(opts), "ro,noatime");
+	for (d = 1; d < c->ndev; d++)
+		snprintf(opts + strlen(opts), sizeof(opts) - strlen(opts), ",device=%s", loops[d]);
+	argv[0] = "mount";
+	argv[1] = "-t";
+	argv[2] = "btrfs";
+	argv[3] = "-o";
+	argv[4] = opts;
+	argv[5] = loops[0];
+	argv[6] = c->mnt;
+	argv[7] = NULL;
+	ret = run(argv, out);
+	if (ret != 0) {
+		fprintf(stderr, "FAIL %s: the kernel does not mount it (generation %" PRIu64 ")\n",
+			what, gen);
+		print_file_head(out, 5);
+		goto detach;
+	}
+	ret = treelist_posix(c->mnt, &got);
+	if (ret)
+		fprintf(stderr, "FAIL %s: walking the kernel mount: %s\n", what, strerror(-ret));
+	else if (!want)
+		fprintf(stderr, "FAIL %s: the kernel shows generation %" PRIu64
+				", which the manifest does not know\n", what, gen);
+	else if (treelist_diff(&want->list, &got, "  kernel", 10))
+		fprintf(stderr, "FAIL %s: the kernel's tree differs from the manifest's "
+				"generation %" PRIu64 "\n", what, want->gen);
+	else
+		ok = 1;
+	treelist_free(&got);
+	argv[0] = "umount";
+	argv[1] = c->mnt;
+	argv[2] = NULL;
+	if (run(argv, out) != 0)
+		die("cannot unmount %s", c->mnt);
+detach:
+	while (nloops-- > 0)
+		loop_detach(loops[nloops], out);
+	return ok;
+}
+
+static void save_state(struct ctx *c)
+{
+	char dst[4200];
+
+	if (!c->save_failed || c->saved)
+		return;
+	c->saved = 1;
+	mkdir(c->save_failed, 0755);
+	for (size_t d = 0; d < c->ndev; d++) {
+		snprintf(dst, sizeof(dst), "%s/state-%zu.img", c->save_failed, d);
+		copy_image(c->paths[d], dst, 0);
+	}
+	fprintf(stderr, "    (images saved in %s)\n", c->save_failed);
+}
+
+/*
+ * Check the current state. @pos: the log position every applied record
+ * lies below (durable commits up to there must survive). @what describes it.
+ */
+static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what)
+{
+	struct butter_open_opts o = { 0 };
+	const char *devs[MAX_DEVS];
+	struct butter_fs *fs = NULL;
+	struct butter_info info;
+	const struct mstate *want;
+	struct treelist got = { 0 };
+	uint64_t dgen;
+	int ret, ok = 0, show;
+
+	c->index++;
+	if (kind == ST_PREFIX)
+		c->n_prefix++;
+	else if (kind == ST_TORN)
+		c->n_torn++;
+	else if (kind == ST_REORDER)
+		c->n_reorder++;
+	if (c->dry)
+		return;
+	show = c->failed < c->show;
+	for (size_t d = 1; d < c->ndev; d++)
+		devs[d - 1] = c->paths[d];
+	o.devices = devs;
+	o.ndevices = c->ndev - 1;
+	o.flags = BUTTER_OPEN_RDONLY;
+	o.log = collect_message;
+	o.log_level = BUTTER_LOG_WARNING;
+	messages_len = 0;
+	if (messages)
+		messages[0] = '\0';
+	dgen = kind == ST_VERIFY ? durable_gen(c, UINT64_MAX) : durable_gen(c, pos);
+	ret = butter_open(c->paths[0], &o, &fs);
+	if (ret) {
+		if (show)
+			fprintf(stderr, "FAIL %s: butter cannot open it: %s\n%s", what,
+				strerror(-ret), messages ? messages : "");
+		goto out;
+	}
+	butter_get_info(fs, &info);
+	if (info.generation < dgen) {
+		if (show)
+			fprintf(stderr, "FAIL %s: generation %" PRIu64 " but %" PRIu64
+					" was durable: synced changes are lost\n",
+				what, info.generation, dgen);
+		goto out;
+	}
+	want = state_for(c, info.generation);
+	if (!want) {
+		if (show)
+			fprintf(stderr, "FAIL %s: generation %" PRIu64 " is not in the manifest\n",
+				what, info.generation);
+		goto out;
+	}
+	ret = treelist_butter(fs, &got);
+	if (ret) {
+		if (show)
+			fprintf(stderr, "FAIL %s: reading the tree: %s\n%s", what, strerror(-ret),
+				messages ? messages : "");
+		goto out;
+	}
+	if (treelist_diff(&want->list, &got, "  butter", show ? 10 : 0)) {
+		if (show)
+			fprintf(stderr, "FAIL %s: the tree differs from the manifest's generation %"
+					PRIu64 "\n", what, info.generation);
+		goto out;
+	}
+	butter_close(fs);
+	fs = NULL;
+	if (c->check && c->ndev == 1) {
+		char out[4200], *argv[] = { "btrfs", "check", "--readonly", c->paths[0], NULL };
+
+		snprintf(out, sizeof(out), "%s/check.out", c->workdir);
+		c->checked++;
+		ret = run(argv, out);
+		if (ret != 0) {
+			if (show) {
+				fprintf(stderr, "FAIL %s: btrfs check --readonly exits %d:\n", what,
+					ret);
+				print_file_head(out, 25);
+			}
+			goto out;
+		}
+	}
+	if (c->kernel_every &&
+	    (c->index % c->kernel_every == c->kernel_every / 2 || kind == ST_VERIFY)) {
+		c->kmounted++;
+		if (!kernel_agrees(c, what))
+			goto out;
+		c->kagreed++;
+	}
+	ok = 1;
+	if (info.generation == dgen)
+		c->durable_bytes += want->list.file_bytes;
+out:
+	treelist_free(&got);
+	if (fs)
+		butter_close(fs);
+	if (ok) {
+		c->consistent++;
+		if (c->verbose)
+			printf("ok %s: generation %" PRIu64 "\n", what, info.generation);
+	} else {
+		if (!show)
+			fprintf(stderr, "FAIL %s\n", what);
+		save_state(c);
+		c->failed++;
+	}
+}
+
+/* ---- enumerating the states ---------------------------------------------- */
+
+static int budget_left(const struct ctx *c)
+{
+	return !c->max_states || c->index < c->max_states;
+}
+
+/* Sector pieces of write @ri: how many --sector-aligned pieces it spans. */
+static uint64_t pieces(const struct ctx *c, const struct rec *r, uint64_t k, uint64_t *from,
+		       uint64_t *len)
+{
+	uint64_t first_end = (r->offset / c->sector + 1) * c->sector - r->offset;
+	uint64_t n;
+
+	if (first_end >= r->len)
+		n = 1;
+	else
+		n = 1 + (r->len - first_end + c->sector - 1) / c->sector;
+	if (from) {
+		uint64_t s = k == 0 ? 0 : first_end + (k - 1) * c->sector;
+		uint64_t e = k == 0 ? first_end : s + c->sector;
+
+		if (e > r->len)
+			e = r->len;
+		*from = s;
+		*len = e - s;
+	}
+	return n;
+}
+
+/* The torn variants of write @ri over the prefix state before it. */
+static void torn_variants(struct ctx *c, size_t ri, uint64_t pos)
+{
+	const struct rec *r = &c->recs[ri];
+	uint64_t np = pieces(c, r, 0, NULL, NULL), k, from, len;
+	char what[256];
+
+	if (np < 2)
+		return;
+	for (unsigned v = 0; v < c->torn && budget_left(c); v++) {
+		struct rng g = rng_for(c, ri, v, 1);
+		uint64_t keep = 1 + rng_next(&g) % (np - 1), kept = 0;
+
+		if (v > 0 && np < 3)
+			break; /* a two-piece write has one torn state */
+		if (!c->dry) {
+			for (k = 0; k < np; k++) {
+				int take = v == 0 ? k < keep : (rng_next(&g) & 1);
+
+				if (v > 0 && k == np - 1 && kept == np - 1)
+					take = 0; /* never the whole write */
+				if (v > 0 && k == np - 1 && kept == 0)
+					take = 1; /* never none of it */
+				if (!take)
+					continue;
+				pieces(c, r, k, &from, &len);
+				apply(c, &c->tmp_j, ri, from, len);
+				kept++;
+			}
+		}
+		snprintf(what, sizeof(what), "torn write #%zu (%" PRIu64 " bytes at %" PRIu64
+			 " on device %u): %s of %" PRIu64 " sectors", ri, r->len, r->offset, r->dev,
+			 v == 0 ? "a prefix" : "a subset", np);
+		verify(c, ST_TORN, pos, what);
+		if (!c->dry)
+			rollback(c, &c->tmp_j, 0);
+	}
+}
+
+/* Is write @i still unflushed at record @n (no flush of its device in between)? */
+static int pending(const struct ctx *c, size_t i, const size_t *last_flush)
+{
+	const struct rec *r = &c->recs[i];
+
+	return r->type == REC_WRITE && (last_flush[r->dev] == SIZE_MAX || last_flush[r->dev] < i);
+}
+
+/* Reordered states at @n: records below @p0 all applied, any subset of the pending ones. */
+static void reorder_variants(struct ctx *c, size_t n, size_t p0, const size_t *last_flush)
+{
+	size_t npend = 0, i;
+	char what[256];
+
+	for (i = p0; i < n; i++)
+		npend += pending(c, i, last_flush);
+	if (npend < 2)
+		return;
+	if (!c->dry)
+		rollback(c, &c->main_j, p0);
+	for (unsigned v = 0; v < c->reorder && budget_left(c); v++) {
+		struct rng g = rng_for(c, n, v, 2);
+		size_t kept = 0;
+
+		if (!c->dry) {
+			for (i = p0; i < n; i++) {
+				const struct rec *r = &c->recs[i];
+
+				if (r->type != REC_WRITE)
+					continue;
+				if (pending(c, i, last_flush) && !(rng_next(&g) & 1))
+					continue;
+				apply(c, &c->tmp_j, i, 0, r->len);
+				kept += pending(c, i, last_flush);
+			}
+		}
+		snprintf(what, sizeof(what),
+			 "reordered before record #%zu: %zu of the %zu unflushed writes since #%zu "
+			 "(variant %u)", n, kept, npend, p0, v);
+		verify(c, ST_REORDER, p0 ? c->recs[p0 - 1].end : LOG_HEADER, what);
+		if (!c->dry)
+			rollback(c, &c->tmp_j, 0);
+	}
+	if (!c->dry)
+		for (i = p0; i < n; i++)
+			if (c->recs[i].type == REC_WRITE)
+				apply(c, &c->main_j, i, 0, c->recs[i].len);
+}
+
+static void walk(struct ctx *c)
+{
+	size_t last_flush[MAX_DEVS], n, p0 = 0;
+	char what[256];
+
+	for (n = 0; n < MAX_DEVS; n++)
+		last_flush[n] = SIZE_MAX;
+	c->index = 0;
+	c->n_prefix = c->n_torn = c->n_reorder = 0;
+	for (n = 0; n <= c->nrec && budget_left(c); n++) {
+		const struct rec *r = n < c->nrec ? &c->recs[n] : NULL;
+		uint64_t pos = n ? c->recs[n - 1].end : LOG_HEADER;
+
+		if (n == 0 || c->recs[n - 1].type == REC_WRITE) {
+			snprintf(what, sizeof(what), "prefix of %zu records", n);
+			verify(c, ST_PREFIX, pos, what);
+		}
+		while (p0 < n && !pending(c, p0, last_flush))
+			p0++;
+		if (r && r->type == REC_WRITE)
+			torn_variants(c, n, pos);
+		if (!r || r->type == REC_FLUSH)
+			reorder_variants(c, n, p0, last_flush);
+		if (!r)
+			break;
+		if (r->type == REC_WRITE && !c->dry)
+			apply(c, &c->main_j, n, 0, r->len);
+		if (r->type == REC_FLUSH) {
+			last_flush[r->dev] = n;
+			while (p0 <= n && !pending(c, p0, last_flush))
+				p0++;
+			if (!c->dry)
+				forget(&c->main_j, p0);
+		}
+	}
+}
+
+static int usage(void)
+{
+	fprintf(stderr,
+		"usage: crashreplay [OPTIONS] LOG MANIFEST IMAGE...\n"
+		"       crashreplay --verify [OPTIONS] MANIFEST IMAGE...\n"
+		"  --work DIR        where the state images go (default $TMPDIR or /tmp)\n"
+		"  --seed N          seed of the torn and reordered choices (1)\n"
+		"  --torn N          torn variants per write (2)\n"
+		"  --reorder N       reordered variants per flush (3)\n"
+		"  --sector BYTES    tear granularity (4096)\n"
+		"  --no-check        skip btrfs check\n"
+		"  --kernel N        mount about N states with the kernel (0)\n"
+		"  --max-states N    stop after N states\n"
+		"  --show N          details for the first N failures (5)\n"
+		"  --save-failed DIR keep the images of the first failing state\n"
+		"  -v                a line per state\n");
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	struct ctx c;
+	const char *log_path = NULL, *manifest;
+	char tmpl[4200];
+	int a = 1, verify_mode = 0;
+	size_t d;
+
+	memset(&c, 0, sizeof(c));
+	c.seed = 1;
+	c.torn = 2;
+	c.reorder = 3;
+	c.show = 5;
+	c.sector = 4096;
+	c.check = 1;
+	c.workdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	for (; a < argc && argv[a][0] == '-'; a++) {
+		const char *o = argv[a];
+		int has = a + 1 < argc;
+
+		if (strcmp(o, "--verify") == 0)
+			verify_mode = 1;
+		else if (strcmp(o, "--no-check") == 0)
+			c.check = 0;
+		else if (strcmp(o, "-v") == 0)
+			c.verbose = 1;
+		else if (strcmp(o, "--work") == 0 && has)
+			c.workdir = argv[++a];
+		else if (strcmp(o, "--seed") == 0 && has)
+			c.seed = strtoull(argv[++a], NULL, 0);
+		else if (strcmp(o, "--torn") == 0 && has)
+			c.torn = (unsigned)strtoul(argv[++a], NULL, 0);
+		else if (strcmp(o, "--reorder") == 0 && has)
+			c.reorder = (unsigned)strtoul(argv[++a], NULL, 0);
+		else if (strcmp(o, "--sector") == 0 && has)
+			c.sector = strtoull(argv[++a], NULL, 0);
+		else if (strcmp(o, "--kernel") == 0 && has)
+			c.ksample = (unsigned)strtoul(argv[++a], NULL, 0);
+		else if (strcmp(o, "--max-states") == 0 && has)
+			c.max_states = strtoull(argv[++a], NULL, 0);
+		else if (strcmp(o, "--show") == 0 && has)
+			c.show = (unsigned)strtoul(argv[++a], NULL, 0);
+		else if (strcmp(o, "--save-failed") == 0 && has)
+			c.save_failed = argv[++a];
+		else
+			return usage();
+	}
+	if (c.sector < 512 || (c.sector & (c.sector - 1)))
+		die("--sector must be a power of two, at least 512");
+	if (!verify_mode) {
+		if (argc - a < 3)
+			return usage();
+		log_path = argv[a++];
+	} else if (argc - a < 2) {
+		return usage();
+	}
+	manifest = argv[a++];
+	if (log_path)
+		load_log(&c, log_path);
+	else
+		c.ndev = (size_t)(argc - a);
+	load_manifest(&c, manifest);
+	if ((size_t)(argc - a) != c.ndev)
+		die("the log names %zu device(s) but %d image(s) were given", c.ndev, argc - a);
+
+	snprintf(tmpl, sizeof(tmpl), "%s/crashreplay-XXXXXX", c.workdir);
+	if (!mkdtemp(tmpl))
+		die("%s: %s", tmpl, strerror(errno));
+	c.workdir = tmpl;
+	snprintf(c.mnt, sizeof(c.mnt), "%s/mnt", tmpl);
+	if (c.ksample && mkdir(c.mnt, 0755) < 0)
+		die("%s: %s", c.mnt, strerror(errno));
+	for (d = 0; d < c.ndev; d++) {
+		char p[4300];
+
+		if (verify_mode) {
+			c.paths[d] = strdup(argv[a + d]);
+		} else {
+			snprintf(p, sizeof(p), "%s/state-%zu.img", tmpl, d);
+			copy_image(argv[a + d], p, c.sizes[d]);
+			c.paths[d] = strdup(p);
+		}
+		c.fds[d] = open(c.paths[d], (verify_mode ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+		if (c.fds[d] < 0)
+			die("%s: %s", c.paths[d], strerror(errno));
+	}
+
+	if (verify_mode) {
+		if (c.ksample)
+			c.kernel_every = 1;
+		verify(&c, ST_VERIFY, UINT64_MAX, "the image");
+	} else {
+		c.dry = 1;
+		walk(&c);
+		c.total = c.index;
+		c.dry = 0;
+		if (c.ksample)
+			c.kernel_every = c.total / c.ksample ? c.total / c.ksample : 1;
+		walk(&c);
+	}
+
+	printf("crashreplay: records %zu (writes %" PRIu64 ", flushes %" PRIu64 "); states %" PRIu64
+	       " (prefix %" PRIu64 ", torn %" PRIu64 ", reordered %" PRIu64 "); consistent %" PRIu64
+	       "; failed %" PRIu64 "; btrfs-check %" PRIu64 "; kernel-mounted %" PRIu64
+	       ", agreed %" PRIu64 "; durable-bytes-verified %" PRIu64 "\n",
+	       c.nrec, c.nwrites, c.nflushes, c.index, c.n_prefix, c.n_torn, c.n_reorder,
+	       c.consistent, c.failed, c.checked, c.kmounted, c.kagreed, c.durable_bytes);
+
+	rollback(&c, &c.tmp_j, 0);
+	forget(&c.main_j, SIZE_MAX);
+	free(c.main_j.v);
+	free(c.tmp_j.v);
+	for (d = 0; d < c.ndev; d++) {
+		close(c.fds[d]);
+		if (!verify_mode)
+			unlink(c.paths[d]);
+		free(c.paths[d]);
+	}
+	{
+		char p[4300];
+
+		snprintf(p, sizeof(p), "%s/check.out", tmpl);
+		unlink(p);
+		snprintf(p, sizeof(p), "%s/cmd.out", tmpl);
+		unlink(p);
+		rmdir(c.mnt);
+		rmdir(tmpl);
+	}
+	for (size_t i = 0; i < c.nstates; i++)
+		treelist_free(&c.states[i].list);
+	free(c.states);
+	free(c.dur);
+	free(c.recs);
+	free(messages);
+	return c.failed ? 1 : 0;
+}
