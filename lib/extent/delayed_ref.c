@@ -24,6 +24,7 @@
  * used bytes drop; a new one adds to them.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -213,6 +214,8 @@ static int parse_extent_item(struct extent_state *es, const struct btrfs_key *ke
 		goto bad;
 	rec->key = *key;
 	rec->refs = btrfs_extent_refs(ei);
+	if (rec->refs > (u64)INT32_MAX * 4)
+		goto bad; /* no extent has that many references: a corrupt count */
 	rec->generation = btrfs_extent_generation(ei);
 	rec->flags = btrfs_extent_flags(ei);
 	if ((rec->flags & BTRFS_EXTENT_FLAG_TREE_BLOCK) && key->type == BTRFS_EXTENT_ITEM_KEY) {

@@ -362,7 +362,7 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 		ks = key.offset;
 		if (type == BTRFS_FILE_EXTENT_INLINE) {
 			ke = ks + btrfs_file_extent_ram_bytes(fi);
-			if (ke < ks || btrfs_file_extent_ram_bytes(fi) > MAX_FILE_BYTES) {
+			if (ke < ks || btrfs_file_extent_ram_bytes(fi) > fs->vol.sectorsize) {
 				tree_path_release(&fs->cache, &path);
 				ret = BLOG_CORRUPT(&fs->log, "inode %llu: inline extent of %llu bytes",
 						   (unsigned long long)ino,
