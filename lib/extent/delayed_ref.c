@@ -668,7 +668,8 @@ static int run_one_extent(struct extent_state *es, struct tree_trans *t, struct 
 		goto out;
 	}
 	rec.flags |= set_flags;
-	qsort(rec.inl, rec.ninl, sizeof(rec.inl[0]), cmp_ref);
+	if (rec.ninl > 1)
+		qsort(rec.inl, rec.ninl, sizeof(rec.inl[0]), cmp_ref);
 	bg = extent_find_bg(es, bytenr);
 	if (rec.refs == 0) {
 		if (exists) {

@@ -142,7 +142,8 @@ static void u64_unique(struct u64_list *l)
 {
 	size_t i, j = 0;
 
-	qsort(l->v, l->n, sizeof(u64), cmp_u64);
+	if (l->n > 1)
+		qsort(l->v, l->n, sizeof(u64), cmp_u64);
 	for (i = 0; i < l->n; i++)
 		if (j == 0 || l->v[j - 1] != l->v[i])
 			l->v[j++] = l->v[i];
