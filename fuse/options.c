@@ -18,10 +18,11 @@
  *     own dentries and attributes as it makes the change (create, unlink,
  *     rename, link, setattr, write, fallocate, copy_file_range, xattrs).
  *  2. The few changes the daemon makes on its own say so to the kernel:
- *     the control ioctls drop the entry they add or remove and the
- *     attributes of its directory (control.c). Other work of the daemon
- *     (commits, freeing orphans) changes nothing a stat or lookup shows:
- *     st_blocks counts a file's data as it is written, compressed or not.
+ *     the control ioctls drop the entry they add or remove, and with it
+ *     the attributes of its directory (control.c). Other work of the
+ *     daemon (commits, freeing orphans) changes nothing a stat or lookup
+ *     shows: st_blocks counts a file's data as it is written, compressed
+ *     or not.
  *  3. So a timeout only bounds how long the kernel may believe something
  *     that cannot become false; a short one only adds round trips (a stat
  *     or a path walk after it goes to the daemon). One day, not forever,
