@@ -7,8 +7,9 @@
  * command, is ENOTTY, as for any file that does not know an ioctl. Changes
  * (create, snapshot, delete, sync, label) need a read-write mount and take
  * fs_lock exclusive; after a name appears or disappears in a directory the
- * kernel's cached entry for it is dropped (notify_inval_entry), so the mount
- * shows the change at once.
+ * kernel's cached entry for it is dropped (notify_inval_entry, which drops
+ * the directory's attributes too: mtime, size, nlink), so the mount shows the
+ * change at once.
  */
 #include <errno.h>
 #include <string.h>
@@ -206,6 +207,6 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		return;
 	}
 	fuse_reply_ioctl(req, 0, out ? &u : NULL, out);
-	if (inval)
+	if (inval) /* also drops the directory's attributes; see options.c */
 		fuse_lowlevel_notify_inval_entry(d->se, ino, u.subvol.name, strlen(u.subvol.name));
 }

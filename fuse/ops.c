@@ -27,6 +27,10 @@
  *     mmap holds its file), so forget needs nothing more. A release that
  *     frees an orphan is a change and takes fs_lock exclusive; others take
  *     no fs_lock at all.
+ *  7. Attributes and names, present or missing, are given to the kernel
+ *     with the mount's timeouts (a day by default: options.c says why that
+ *     is safe); a lookup of a missing name replies a negative entry (node id
+ *     0) so the kernel caches the miss as long.
  *
  * Readdir offsets: 0 is the start, 1 follows ".", 2 follows "..", and any
  * larger offset is the library's resume position (DIR_INDEX + 1, always >= 3
@@ -152,6 +156,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 
 	/* O_TRUNC comes as a separate setattr; the kernel clears setuid bits on writes */
 	conn->want &= ~(unsigned)(FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_HANDLE_KILLPRIV);
+	/*
+	 * No file changes behind the kernel's back (options.c), so its cached
+	 * pages need no check of the attributes at every read.
+	 */
+	conn->want &= ~(unsigned)FUSE_CAP_AUTO_INVAL_DATA;
 	if (!d->readonly && o->writeback_cache != 0) {
 		if (conn->capable & FUSE_CAP_WRITEBACK_CACHE) {
 			conn->want |= FUSE_CAP_WRITEBACK_CACHE;
@@ -203,6 +212,13 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		if (ret == 0)
 			ret = make_entry(d, dir, name, len, id, &e);
 		unlock(d);
+	}
+	if (ret == -ENOENT && d->opts->entry_timeout > 0) {
+		/* a missing name, cached as a negative entry (rule 7) */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = d->opts->entry_timeout;
+		fuse_reply_entry(req, &e);
+		return;
 	}
 	reply_entry(d, req, ret, &e);
 }
@@ -651,14 +667,6 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		reply_err(req, (int)n);
 	else
 		fuse_reply_write(req, (size_t)n);
-}
-
-/* Data reaches the library at each write; a close has nothing left to push. */
-static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	(void)ino;
-	(void)fi;
-	fuse_reply_err(req, 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1153,7 +1161,12 @@ const struct fuse_lowlevel_ops butter_fuse_ops = {
 	.open = op_open,
 	.read = op_read,
 	.write = op_write,
-	.flush = op_flush,
+	/*
+	 * No .flush: data reaches the library at each write (the kernel writes
+	 * back its cached pages at close before it would send FLUSH), so a close
+	 * has nothing to push. libfuse answers ENOSYS, and the kernel stops
+	 * sending FLUSH: one round trip less per close.
+	 */
 	.release = op_release,
 	.fsync = op_fsync,
 	.opendir = op_opendir,

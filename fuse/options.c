@@ -8,6 +8,26 @@
  * option"). Rows marked `pass` are read here and passed on too (ro, rw and
  * default_permissions matter to the kernel as well). The last of repeated
  * options wins, except device=, which adds a device each time.
+ *
+ * Why the kernel may trust names and attributes for a day (attr_timeout and
+ * entry_timeout default to DEFAULT_CACHE_SECS; lookups of missing names are
+ * cached as long, ops.c):
+ *  1. The daemon is the only writer of the image while it is mounted, and
+ *     every change to a name or an attribute arrives as a request of this
+ *     mount, that is through the kernel's VFS, which updates or drops its
+ *     own dentries and attributes as it makes the change (create, unlink,
+ *     rename, link, setattr, write, fallocate, copy_file_range, xattrs).
+ *  2. The few changes the daemon makes on its own say so to the kernel:
+ *     the control ioctls drop the entry they add or remove, and with it
+ *     the attributes of its directory (control.c). Other work of the
+ *     daemon (commits, freeing orphans) changes nothing a stat or lookup
+ *     shows: st_blocks counts a file's data as it is written, compressed
+ *     or not.
+ *  3. So a timeout only bounds how long the kernel may believe something
+ *     that cannot become false; a short one only adds round trips (a stat
+ *     or a path walk after it goes to the daemon). One day, not forever,
+ *     leaves a bound should a change ever bypass (1) and (2). Give
+ *     attr_timeout=1,entry_timeout=1 (the former defaults) to debug one.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -41,6 +61,7 @@ struct opt_def {
 };
 
 #define F(field) offsetof(struct mount_opts, field)
+#define DEFAULT_CACHE_SECS 86400.0 /* attr_timeout and entry_timeout (see above) */
 
 static const struct opt_def mount_options[] = {
 	{ "ro", OPT_TRUE, F(readonly), true },
@@ -237,8 +258,8 @@ int mount_opts_parse(struct mount_opts *o, int argc, char **argv)
 	o->writeback_cache = -1;
 	o->keep_cache = true;
 	o->max_write = MOUNT_DEFAULT_MAX_WRITE;
-	o->attr_timeout = 1.0;
-	o->entry_timeout = 1.0;
+	o->attr_timeout = DEFAULT_CACHE_SECS;
+	o->entry_timeout = DEFAULT_CACHE_SECS;
 
 	optind = 1;
 	opterr = 0;
