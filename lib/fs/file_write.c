@@ -597,8 +597,8 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 
 	if (len == 0)
 		return 0;
-	if (off + len < off || off + len > (1ULL << 62))
-		return -EFBIG;
+	if (off + len < off || off + len > MAX_FILE_BYTES)
+		return -EFBIG; /* the kernel's largest file (MAX_LFS_FILESIZE) */
 	ret = begin_change_rsv(fs, &w, (off % ss + len + 2ULL * ss) / ss * ss, 0);
 	if (ret)
 		return ret;
