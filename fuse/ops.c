@@ -158,11 +158,15 @@ static unsigned atime_policy(const struct mount_opts *o)
 
 /*
  * The kernel leaves atimes of FUSE files to the daemon (it marks them
- * S_NOATIME): after a read of @id (node @ino) was answered, set its atime if
- * @due (butter_atime_due() under the shared lock said so), and drop the
- * kernel's cached attributes of it, a change the kernel did not make itself.
- * Reads through a descriptor opened with O_NOATIME set nothing; reads the
- * kernel serves from its page cache reach no one (README).
+ * S_NOATIME): after a read of @id (node @ino), before its reply, set its
+ * atime if @due (butter_atime_due() under the shared lock said so), and drop
+ * the kernel's cached attributes of it, a change the kernel did not make
+ * itself: a stat after the read returned sees the new atime.
+ * Reads through a descriptor opened with O_NOATIME set nothing. Reads the
+ * kernel serves from its page cache reach no one: an open for reading that
+ * keeps the cache (set_keep_cache) counts as a read for that reason; a
+ * read of pages cached by writes through the same descriptor is missed
+ * (README, limitations).
  */
 static void touch_atime(struct daemon *d, fuse_ino_t ino, butter_ino_t id, int due)
 {
@@ -603,7 +607,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct daemon *d = D(req);
 	struct butter_stat bs;
 	butter_ino_t id;
-	int ret = nodes_resolve(&d->nodes, ino, &id);
+	int ret = nodes_resolve(&d->nodes, ino, &id), due = 0;
+	bool reads = (fi->flags & O_ACCMODE) != O_WRONLY && !(fi->flags & O_NOATIME);
 
 	if (ret == 0) {
 		read_lock(d);
@@ -614,6 +619,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			ret = -EROFS;
 		if (ret == 0)
 			ret = butter_open_ref(d->fs, id);
+		if (ret == 0 && reads)
+			due = butter_atime_due(d->fs, id, atime_policy(d->opts));
 		unlock(d);
 	}
 	if (ret) {
@@ -621,6 +628,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	set_keep_cache(d, ino, &bs, fi);
+	/* the kernel may serve this open's reads from the pages it kept: count the read now */
+	if (fi->keep_cache)
+		touch_atime(d, ino, id, due);
 	fi->fh = 0;
 	if (fuse_reply_open(req, fi) != 0)
 		release_handle(d, ino);
@@ -650,12 +660,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			due = butter_atime_due(d->fs, id, atime_policy(d->opts));
 		unlock(d);
 	}
+	touch_atime(d, ino, id, due);
 	if (n < 0)
 		reply_err(req, (int)n);
 	else
 		fuse_reply_buf(req, buf, (size_t)n);
 	free(buf);
-	touch_atime(d, ino, id, due);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
@@ -1023,6 +1033,7 @@ full:
 	if (ret >= 0 && !noatime)
 		due = butter_atime_due(d->fs, f.dir, atime_policy(d->opts));
 	unlock(d);
+	touch_atime(d, ino, f.dir, due);
 	if (ret < 0 && f.used == 0) {
 		reply_err(req, ret);
 	} else if (fuse_reply_buf(req, f.buf, f.used) != 0) {
@@ -1031,7 +1042,6 @@ full:
 	}
 	free(f.refs);
 	free(f.buf);
-	touch_atime(d, ino, f.dir, due);
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

@@ -636,7 +636,24 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 		u64 from = is_inline ? 0 : size / ss * ss;
 		/* an inline file keeps at most its inline data; past it is a hole */
 		u64 take = is_inline && size > end ? end : size - from;
+		u64 data;
 
+		if (!is_inline) {
+			/*
+			 * No data in the last partial sector (a hole, or prealloc): it
+			 * stays a hole, no zeroes are written (nor a hole item with
+			 * NO_HOLES).
+			 */
+			ret = butter_seek(fs, ino, from, 3 /* SEEK_DATA */, &data);
+			if (ret == -ENXIO || (ret == 0 && data >= size)) {
+				ret = fs_drop_extents(fs, sv, ino.ino, from, (u64)-1);
+				if (ret == 0)
+					ret = fs_fill_holes(fs, sv, ino.ino, from, from + ss);
+				goto set_size;
+			}
+			if (ret)
+				return ret;
+		}
 		head = calloc(1, ss + take);
 		if (!head)
 			return -ENOMEM;
@@ -665,6 +682,7 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 	} else {
 		ret = fs_drop_extents(fs, sv, ino.ino, size, (u64)-1);
 	}
+set_size:
 	if (ret == 0) {
 		struct size_update u = { size, 0, 1 };
 

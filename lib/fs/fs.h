@@ -126,7 +126,8 @@ int fs_xattr_name_check(const char *name, size_t len);
  * Check a btrfs property (an xattr named btrfs.*) before it is set on an
  * inode with flags @iflags, as the kernel validates one: btrfs.compression
  * is the only name, its value zlib, lzo or zstd (a level may follow), no,
- * none, or empty. Returns 0 (also for every other namespace) or -EINVAL.
+ * none, or empty. Returns 0 (also for every other namespace), 1 for an
+ * empty btrfs.compression (the kernel removes the property then), or -EINVAL.
  */
 int fs_xattr_prop_check(const char *name, size_t len, const void *value, size_t size,
 			u64 iflags);

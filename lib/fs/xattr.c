@@ -51,7 +51,7 @@ int fs_xattr_prop_check(const char *name, size_t len, const void *value, size_t 
 	if (iflags & (BTRFS_INODE_NODATACOW_FLAG | BTRFS_INODE_NODATASUM_FLAG))
 		return -EINVAL; /* such files are never compressed */
 	if (size == 0)
-		return 0; /* no value: back to the mount's default */
+		return 1; /* no value: remove the property (back to the mount's default) */
 	if ((size == 2 && !memcmp(value, "no", 2)) || (size == 4 && !memcmp(value, "none", 4)))
 		return 0;
 	for (i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
