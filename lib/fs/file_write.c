@@ -391,7 +391,8 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 		disk = btrfs_file_extent_disk_bytenr(fi);
 		offset = btrfs_file_extent_offset(fi);
 		num = btrfs_file_extent_num_bytes(fi);
-		if (num == 0 || num > MAX_FILE_BYTES || ks > MAX_FILE_BYTES - num ||
+		/* the sector holding the last byte (2^63 - 1) ends at 2^63: the kernel writes it */
+		if (num == 0 || num > MAX_FILE_BYTES || ks > MAX_FILE_BYTES + 1 - num ||
 		    offset > MAX_FILE_BYTES) {
 			tree_path_release(&fs->cache, &path);
 			ret = BLOG_CORRUPT(&fs->log, "inode %llu: file extent at %llu: %llu bytes "
