@@ -1174,6 +1174,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 			ret = butter_setxattr(d->fs, id, name, value, size);
 		unlock(d);
 	}
+	if (ret == -E2BIG)
+		ret = -ENOSPC; /* too big for a leaf: what the kernel's btrfs answers */
 	reply_err(req, ret);
 }
 

@@ -315,7 +315,12 @@ struct butter_statfs {
 
 int butter_statfs(struct butter_fs *fs, struct butter_statfs *out);
 
-/* Set (or replace) an extended attribute. */
+/*
+ * Set (or replace) an extended attribute. -EOPNOTSUPP for a namespace btrfs
+ * has no handler for, -EINVAL for a bare prefix or a bad btrfs.compression
+ * value (an empty one removes that property), -E2BIG if name and value do
+ * not fit one leaf item (the kernel's btrfs says -ENOSPC there).
+ */
 int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
 		    size_t size);
 

@@ -979,7 +979,7 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
 	if (ret)
 		return ret;
 	if (entry > tree_max_item_size(&fs->cache))
-		return -ENOSPC; /* as btrfs: the name and value must fit one leaf item */
+		return -E2BIG; /* btrfs's limit: the name and value fit one leaf item */
 	ret = begin_change(fs, &w);
 	if (ret)
 		return ret;
