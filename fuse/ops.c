@@ -147,6 +147,44 @@ static void reply_entry(struct daemon *d, fuse_req_t req, int ret, const struct 
 		nodes_forget(&d->nodes, e->ino, 1);
 }
 
+/* ---- access times ------------------------------------------------------------ */
+
+/* fi->fh of a directory opened with O_NOATIME (readdir gets no open flags) */
+#define DIR_FH_NOATIME 1u
+
+static unsigned atime_policy(const struct mount_opts *o)
+{
+	unsigned p = o->noatime ? BUTTER_ATIME_NEVER :
+		     o->strictatime ? BUTTER_ATIME_STRICT : BUTTER_ATIME_RELATIME;
+
+	return o->nodiratime ? p | BUTTER_ATIME_NODIR : p;
+}
+
+/*
+ * The kernel leaves atimes of FUSE files to the daemon (it marks them
+ * S_NOATIME): after a read of @id (node @ino), before its reply, set its
+ * atime if @due (butter_atime_due() under the shared lock said so), and drop
+ * the kernel's cached attributes of it, a change the kernel did not make
+ * itself: a stat after the read returned sees the new atime.
+ * Reads through a descriptor opened with O_NOATIME set nothing. Reads the
+ * kernel serves from its page cache reach no one: an open for reading that
+ * keeps the cache (set_keep_cache) counts as a read for that reason; a
+ * read of pages cached by writes through the same descriptor is missed
+ * (README, limitations).
+ */
+static void touch_atime(struct daemon *d, fuse_ino_t ino, butter_ino_t id, int due)
+{
+	int ret;
+
+	if (due <= 0)
+		return;
+	write_lock(d);
+	ret = butter_touch_atime(d->fs, id, atime_policy(d->opts));
+	unlock(d);
+	if (ret > 0)
+		fuse_lowlevel_notify_inval_inode(d->se, ino, -1, 0);
+}
+
 /* ---- init ------------------------------------------------------------------ */
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
@@ -329,7 +367,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 				mask |= BUTTER_SET_MTIME | BUTTER_SET_CTIME;
 			}
 		}
-		if (mask && ret == 0)
+		/*
+		 * No field at all is chown(f, -1, -1): the kernel's notify_change
+		 * asked for the ctime only (ATTR_CTIME, which FUSE sends solely with
+		 * the writeback cache, for regular files). An empty mask sets the
+		 * ctime to now, as local filesystems do.
+		 */
+		if (ret == 0)
 			ret = butter_setattr(d->fs, id, &bs, mask);
 		if (ret == 0)
 			ret = butter_stat(d->fs, id, &bs);
@@ -579,7 +623,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct daemon *d = D(req);
 	struct butter_stat bs;
 	butter_ino_t id;
-	int ret = nodes_resolve(&d->nodes, ino, &id);
+	int ret = nodes_resolve(&d->nodes, ino, &id), due = 0;
+	bool reads = (fi->flags & O_ACCMODE) != O_WRONLY && !(fi->flags & O_NOATIME);
 
 	if (ret == 0) {
 		read_lock(d);
@@ -590,6 +635,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			ret = -EROFS;
 		if (ret == 0)
 			ret = butter_open_ref(d->fs, id);
+		if (ret == 0 && reads)
+			due = butter_atime_due(d->fs, id, atime_policy(d->opts));
 		unlock(d);
 	}
 	if (ret) {
@@ -597,6 +644,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	set_keep_cache(d, ino, &bs, fi);
+	/* the kernel may serve this open's reads from the pages it kept: count the read now */
+	if (fi->keep_cache)
+		touch_atime(d, ino, id, due);
 	fi->fh = 0;
 	if (fuse_reply_open(req, fi) != 0)
 		release_handle(d, ino);
@@ -609,8 +659,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	butter_ino_t id;
 	ssize_t n = nodes_resolve(&d->nodes, ino, &id);
 	char *buf = NULL;
+	int due = 0;
 
-	(void)fi;
 	if (n == 0 && off < 0)
 		n = -EINVAL;
 	if (n == 0 && size) {
@@ -618,11 +668,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (!buf)
 			n = -ENOMEM;
 	}
-	if (n == 0 && size) {
+	if (n == 0) {
 		read_lock(d);
-		n = butter_read(d->fs, id, buf, size, (uint64_t)off);
+		if (size)
+			n = butter_read(d->fs, id, buf, size, (uint64_t)off);
+		if (n >= 0 && !(fi->flags & O_NOATIME))
+			due = butter_atime_due(d->fs, id, atime_policy(d->opts));
 		unlock(d);
 	}
+	touch_atime(d, ino, id, due);
 	if (n < 0)
 		reply_err(req, (int)n);
 	else
@@ -852,7 +906,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		reply_err(req, ret);
 		return;
 	}
-	fi->fh = 0;
+	fi->fh = (fi->flags & O_NOATIME) ? DIR_FH_NOATIME : 0;
 	if (fuse_reply_open(req, fi) != 0)
 		release_handle(d, ino);
 }
@@ -959,11 +1013,12 @@ static int fill_one(void *arg, const char *name, size_t namelen, butter_ino_t in
 	return 0;
 }
 
-static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus,
+		       bool noatime)
 {
 	struct daemon *d = D(req);
 	struct dir_fill f = { .d = d, .req = req, .plus = plus, .size = size };
-	int ret = nodes_resolve(&d->nodes, ino, &f.dir);
+	int ret = nodes_resolve(&d->nodes, ino, &f.dir), due = 0;
 
 	if (ret == 0 && off < 0)
 		ret = -EINVAL;
@@ -983,7 +1038,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
 		goto full;
 	ret = butter_readdir(d->fs, f.dir, off < FIRST_DIR_OFFSET ? 0 : (uint64_t)off, fill_one, &f);
 full:
+	if (ret >= 0 && !noatime)
+		due = butter_atime_due(d->fs, f.dir, atime_policy(d->opts));
 	unlock(d);
+	touch_atime(d, ino, f.dir, due);
 	if (ret < 0 && f.used == 0) {
 		reply_err(req, ret);
 	} else if (fuse_reply_buf(req, f.buf, f.used) != 0) {
@@ -997,15 +1055,13 @@ full:
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
-	(void)fi;
-	do_readdir(req, ino, size, off, false);
+	do_readdir(req, ino, size, off, false, fi->fh & DIR_FH_NOATIME);
 }
 
 static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			   struct fuse_file_info *fi)
 {
-	(void)fi;
-	do_readdir(req, ino, size, off, true);
+	do_readdir(req, ino, size, off, true, fi->fh & DIR_FH_NOATIME);
 }
 
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -1126,6 +1182,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 			ret = butter_setxattr(d->fs, id, name, value, size);
 		unlock(d);
 	}
+	if (ret == -E2BIG)
+		ret = -ENOSPC; /* too big for a leaf: what the kernel's btrfs answers */
 	reply_err(req, ret);
 }
 

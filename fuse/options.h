@@ -31,6 +31,9 @@ struct mount_opts {
 	uint64_t subvolid;       /* subvolid=ID; 0: not given */
 	unsigned commit_secs;    /* commit=SECONDS */
 	const char *compress;    /* the compress= or compress-force= option as given */
+	bool noatime;            /* noatime (atime: off again); passed on to the kernel too */
+	bool strictatime;        /* strictatime; relatime (the default): off again */
+	bool nodiratime;         /* nodiratime; diratime: off again */
 
 	/* FUSE behaviour */
 	int writeback_cache;     /* -1: on when read-write; 0/1 as asked */

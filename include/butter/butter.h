@@ -315,7 +315,12 @@ struct butter_statfs {
 
 int butter_statfs(struct butter_fs *fs, struct butter_statfs *out);
 
-/* Set (or replace) an extended attribute. */
+/*
+ * Set (or replace) an extended attribute. -EOPNOTSUPP for a namespace btrfs
+ * has no handler for, -EINVAL for a bare prefix or a bad btrfs.compression
+ * value (an empty one removes that property), -E2BIG if name and value do
+ * not fit one leaf item (the kernel's btrfs says -ENOSPC there).
+ */
 int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
 		    size_t size);
 
@@ -472,6 +477,30 @@ int butter_fallocate(struct butter_fs *fs, butter_ino_t ino, int mode, uint64_t 
  */
 int butter_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off, butter_ino_t dst,
 		       uint64_t dst_off, uint64_t len);
+
+/* ---- access times ----------------------------------------------------------- */
+
+/* How reads set atimes (lib/fs/atime.c), as the kernel's mount options. */
+#define BUTTER_ATIME_RELATIME 0x0u  /* relatime: the kernel's default */
+#define BUTTER_ATIME_STRICT 0x1u    /* strictatime */
+#define BUTTER_ATIME_NEVER 0x2u     /* noatime */
+#define BUTTER_ATIME_MODE_MASK 0x3u
+#define BUTTER_ATIME_NODIR 0x10u    /* or-ed in: nodiratime */
+
+/*
+ * Would a read of @ino now (its data, or a directory's entries) set its atime
+ * under @policy? 1 yes, 0 no (also on a read-only handle), negative errno.
+ * Changes nothing and takes no lock: a cheap question to ask after a read.
+ */
+int butter_atime_due(struct butter_fs *fs, butter_ino_t ino, unsigned policy);
+
+/*
+ * Record a read of @ino: set its atime (only that) to now if @policy asks for
+ * it, decided again under the change lock. Returns 1 if set, 0 if not due or
+ * not possible (read-only handle or subvolume, NOATIME inode flag), negative
+ * errno.
+ */
+int butter_touch_atime(struct butter_fs *fs, butter_ino_t ino, unsigned policy);
 
 #ifdef __cplusplus
 }

@@ -391,7 +391,8 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 		disk = btrfs_file_extent_disk_bytenr(fi);
 		offset = btrfs_file_extent_offset(fi);
 		num = btrfs_file_extent_num_bytes(fi);
-		if (num == 0 || num > MAX_FILE_BYTES || ks > MAX_FILE_BYTES - num ||
+		/* the sector holding the last byte (2^63 - 1) ends at 2^63: the kernel writes it */
+		if (num == 0 || num > MAX_FILE_BYTES || ks > MAX_FILE_BYTES + 1 - num ||
 		    offset > MAX_FILE_BYTES) {
 			tree_path_release(&fs->cache, &path);
 			ret = BLOG_CORRUPT(&fs->log, "inode %llu: file extent at %llu: %llu bytes "
@@ -597,8 +598,8 @@ ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, si
 
 	if (len == 0)
 		return 0;
-	if (off + len < off || off + len > (1ULL << 62))
-		return -EFBIG;
+	if (off + len < off || off + len > MAX_FILE_BYTES)
+		return -EFBIG; /* the kernel's largest file (MAX_LFS_FILESIZE) */
 	ret = begin_change_rsv(fs, &w, (off % ss + len + 2ULL * ss) / ss * ss, 0);
 	if (ret)
 		return ret;
@@ -636,7 +637,24 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 		u64 from = is_inline ? 0 : size / ss * ss;
 		/* an inline file keeps at most its inline data; past it is a hole */
 		u64 take = is_inline && size > end ? end : size - from;
+		u64 data;
 
+		if (!is_inline) {
+			/*
+			 * No data in the last partial sector (a hole, or prealloc): it
+			 * stays a hole, no zeroes are written (nor a hole item with
+			 * NO_HOLES).
+			 */
+			ret = butter_seek(fs, ino, from, 3 /* SEEK_DATA */, &data);
+			if (ret == -ENXIO || (ret == 0 && data >= size)) {
+				ret = fs_drop_extents(fs, sv, ino.ino, from, (u64)-1);
+				if (ret == 0)
+					ret = fs_fill_holes(fs, sv, ino.ino, from, from + ss);
+				goto set_size;
+			}
+			if (ret)
+				return ret;
+		}
 		head = calloc(1, ss + take);
 		if (!head)
 			return -ENOMEM;
@@ -665,6 +683,7 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 	} else {
 		ret = fs_drop_extents(fs, sv, ino.ino, size, (u64)-1);
 	}
+set_size:
 	if (ret == 0) {
 		struct size_update u = { size, 0, 1 };
 

@@ -115,6 +115,24 @@ int fs_walk_dir_items(struct butter_fs *fs, const u8 *item, u32 size,
 		      void *arg);
 
 /*
+ * Check an xattr name against the namespaces btrfs has handlers for (user.,
+ * trusted., security., btrfs., and of system. only the two POSIX ACLs), as
+ * the kernel resolves a name before it reaches btrfs. Returns 0,
+ * -EOPNOTSUPP for another namespace, -EINVAL for a bare prefix ("user.").
+ */
+int fs_xattr_name_check(const char *name, size_t len);
+
+/*
+ * Check a btrfs property (an xattr named btrfs.*) before it is set on an
+ * inode with flags @iflags, as the kernel validates one: btrfs.compression
+ * is the only name, its value zlib, lzo or zstd (a level may follow), no,
+ * none, or empty. Returns 0 (also for every other namespace), 1 for an
+ * empty btrfs.compression (the kernel removes the property then), or -EINVAL.
+ */
+int fs_xattr_prop_check(const char *name, size_t len, const void *value, size_t size,
+			u64 iflags);
+
+/*
  * Read @len bytes of data at @logical (both sector-aligned) into @buf,
  * verifying each sector against the csum tree unless @nodatasum; bad or
  * unreadable sectors are retried on every other copy. -EIO if some sector

@@ -814,8 +814,9 @@ int butter_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, siz
 
 	if (tlen == 0)
 		return -ENOENT;
-	if (tlen >= 4096 || tlen > tree_max_item_size(&fs->cache) - 64)
-		return -ENAMETOOLONG;
+	if (tlen >= 4096 ||
+	    tlen > tree_max_item_size(&fs->cache) - BTRFS_FILE_EXTENT_INLINE_DATA_START)
+		return -ENAMETOOLONG; /* as btrfs: the target is one inline extent */
 	ret = begin_change(fs, &w);
 	if (ret)
 		return ret;
@@ -969,16 +970,26 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
 	struct fs_write_state *w;
 	struct subvol *sv;
 	int ret, err = 0, equiv = 0, is_access = !strcmp(name, "system.posix_acl_access");
+	int remove_only = 0;
 	u32 mode = 0;
 
 	if (nlen == 0 || nlen > 255)
 		return -ERANGE;
-	if (entry > tree_max_item_size(&fs->cache) - 64)
-		return -E2BIG;
+	ret = fs_xattr_name_check(name, nlen);
+	if (ret)
+		return ret;
+	if (entry > tree_max_item_size(&fs->cache))
+		return -E2BIG; /* btrfs's limit: the name and value fit one leaf item */
 	ret = begin_change(fs, &w);
 	if (ret)
 		return ret;
 	ret = fs_read_inode(fs, ino, &ii);
+	if (ret == 0)
+		ret = fs_xattr_prop_check(name, nlen, value, size, btrfs_inode_flags(&ii));
+	if (ret == 1) {
+		remove_only = 1; /* an empty property: removed, as the kernel does */
+		ret = 0;
+	}
 	sv = ret == 0 ? fs_subvol_mut(fs, ino.subvol, &err) : NULL;
 	if (ret == 0 && !sv)
 		ret = err;
@@ -991,7 +1002,8 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
 	}
 	if (ret)
 		return end_change(w, ret, 0);
-	ret = fs_set_xattr_locked(fs, sv, ino.ino, name, equiv == 1 ? NULL : value, size);
+	ret = fs_set_xattr_locked(fs, sv, ino.ino, name, equiv == 1 || remove_only ? NULL : value,
+				  size);
 	if (ret == 0)
 		ret = is_access ? modify_inode(fs, sv, ino.ino, set_mode_bits, &mode)
 				: modify_inode(fs, sv, ino.ino, touch_ctime, NULL);
@@ -1072,6 +1084,8 @@ int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_s
 	ret = fs_read_inode(fs, ino, &ii);
 	if (ret == 0 && (mask & BUTTER_SET_SIZE) && !S_ISREG(btrfs_inode_mode(&ii)))
 		ret = S_ISDIR(btrfs_inode_mode(&ii)) ? -EISDIR : -EINVAL;
+	if (ret == 0 && (mask & BUTTER_SET_SIZE) && st->size > MAX_FILE_BYTES)
+		ret = -EFBIG;
 	sv = ret == 0 ? fs_subvol_mut(fs, ino.subvol, &err) : NULL;
 	if (ret == 0 && !sv)
 		ret = err;

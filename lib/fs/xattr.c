@@ -4,12 +4,64 @@
  * each a dir_item followed by the name and the value. POSIX ACLs are the
  * xattrs system.posix_acl_access/default, stored in the kernel's binary form,
  * which is what getxattr(2) returns too.
+ *
+ * Names outside the namespaces the kernel's btrfs handles are refused, by
+ * get, set and remove alike (fs_xattr_name_check); listing shows whatever
+ * the items hold. A btrfs property (btrfs.compression) is checked as the
+ * kernel checks it (fs_xattr_prop_check) and stored as the kernel stores
+ * it, as an xattr; the kernel applies it to the inode when it loads one.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "format/checksum.h"
-#include "fs/fs.h"
+#include "fs/write.h"
+
+int fs_xattr_name_check(const char *name, size_t len)
+{
+	static const char *const prefixes[] = { "user.", "trusted.", "security.", "btrfs." };
+	static const char *const system_names[] = { "system.posix_acl_access",
+						    "system.posix_acl_default" };
+	size_t i;
+
+	for (i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+		size_t plen = strlen(prefixes[i]);
+
+		if (len >= plen && !memcmp(name, prefixes[i], plen))
+			return len == plen ? -EINVAL : 0;
+	}
+	for (i = 0; i < sizeof(system_names) / sizeof(system_names[0]); i++) {
+		if (len == strlen(system_names[i]) && !memcmp(name, system_names[i], len))
+			return 0;
+	}
+	return -EOPNOTSUPP;
+}
+
+int fs_xattr_prop_check(const char *name, size_t len, const void *value, size_t size,
+			u64 iflags)
+{
+	static const char *const algos[] = { "zlib", "lzo", "zstd" };
+	static const char prop[] = "btrfs.compression";
+	size_t i;
+
+	if (len < 6 || memcmp(name, "btrfs.", 6))
+		return 0;
+	if (len != sizeof(prop) - 1 || memcmp(name, prop, len))
+		return -EINVAL;
+	if (iflags & (BTRFS_INODE_NODATACOW_FLAG | BTRFS_INODE_NODATASUM_FLAG))
+		return -EINVAL; /* such files are never compressed */
+	if (size == 0)
+		return 1; /* no value: remove the property (back to the mount's default) */
+	if ((size == 2 && !memcmp(value, "no", 2)) || (size == 4 && !memcmp(value, "none", 4)))
+		return 0;
+	for (i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
+		size_t alen = strlen(algos[i]);
+
+		if (size >= alen && !memcmp(value, algos[i], alen))
+			return 0; /* a level may follow ("zstd:3"), as the kernel reads it */
+	}
+	return -EINVAL;
+}
 
 struct list_ctx {
 	char *buf;
@@ -106,6 +158,9 @@ ssize_t butter_getxattr(struct butter_fs *fs, butter_ino_t ino, const char *name
 
 	if (c.len == 0 || c.len > 255)
 		return -ERANGE;
+	ret = fs_xattr_name_check(name, c.len);
+	if (ret)
+		return ret;
 	if (ino.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return -ENODATA;
 	ret = fs_get_subvol(fs, ino.subvol, &sv);
