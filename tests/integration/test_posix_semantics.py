@@ -26,7 +26,7 @@ remounted relatime as a host's would be), runs the same scenario in both, and as
                the mount; the only failures allowed are those README lists (skipped, also
                under CI, without it: pjdfstest is not part of butter)
 
-Runtime: about 40 s under ASan on 2 cores without pjdfstest (about 7 minutes more with it).
+Runtime: about 10 s under ASan on 2 cores without pjdfstest (about 7 minutes more with it).
 Needs root, loop devices, kernel btrfs, /dev/fuse and fusermount3.
 """
 import contextlib
