@@ -38,8 +38,9 @@
  *     so the copy's cold reads overlap instead of queueing one by one; the
  *     copy itself asks for its next chunk of a large file before writing the
  *     current one. The helper only warms the host's caches: it never touches
- *     the image, reports nothing and gives up silently; the copy neither
- *     waits for it nor uses anything it saw. It holds two host fds at most.
+ *     the image, reports nothing and gives up silently; the copy uses
+ *     nothing it saw and waits for it only to join it at the end. It holds
+ *     three host fds at most, and never read()s, so it moves no atime.
  */
 #include <dirent.h>
 #include <errno.h>
