@@ -38,8 +38,11 @@
  *     so the copy's cold reads overlap instead of queueing one by one; the
  *     copy itself asks for its next chunk of a large file before writing the
  *     current one. The helper only warms the host's caches: it never touches
- *     the image, reports nothing and gives up silently; the copy neither
- *     waits for it nor uses anything it saw. It holds two host fds at most.
+ *     the image, reports nothing and gives up silently; the copy uses
+ *     nothing it saw and waits for it only to join it at the end. It holds
+ *     three host fds at most and moves no atime (it reads no file data, and
+ *     lists a directory only if it can open it O_NOATIME), so the copy
+ *     still finds every time as it was.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -662,10 +665,14 @@ static int name_cmp(const void *a, const void *b, void *names)
 		      (const char *)names + *(const size_t *)b);
 }
 
-/* Read the entry names of the directory @fd into @f, sorted (promise 4). */
-static int read_names(int fd, struct frame *f)
+/*
+ * Read the entry names of the directory @fd into @f, sorted (promise 4),
+ * without moving its atime where we may (O_NOATIME); with @strict, only so.
+ */
+static int read_names(int fd, struct frame *f, bool strict)
 {
-	int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int dfd = strict ? openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOATIME)
+			 : open_noatime(fd, ".", O_DIRECTORY);
 	size_t len = 0, cap = 0, ocap = 0;
 	struct dirent *de;
 	DIR *d;
@@ -731,7 +738,7 @@ static int push_frame(struct copy *c, int fd, butter_ino_t dir, const struct sta
 		c->frames_cap = cap;
 	}
 	struct frame f = { .dir = dir, .st = *st, .pathlen = c->pathlen };
-	int ret = read_names(fd, &f);
+	int ret = read_names(fd, &f, false);
 	if (ret < 0) {
 		free_frame(&f);
 		return ret;
@@ -822,7 +829,7 @@ static bool ahead_push(struct frame **frames, size_t *n, size_t *cap, int fd,
 		*cap = ncap;
 	}
 	struct frame f = { .st = *st };
-	if (read_names(fd, &f) < 0) {
+	if (read_names(fd, &f, true) < 0) {
 		free_frame(&f);
 		return false;
 	}
