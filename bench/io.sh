@@ -6,6 +6,10 @@
 #   btrfs    the kernel's btrfs on a loop device over an image file
 #   ext4     ext4 on a loop device over an image file
 #   dd       dd to and from a plain file in $BENCH_DIR (anchor: the disk through the host fs)
+#   nullfs   bench/nullfs.c: a FUSE daemon with butter's FUSE settings that keeps names and
+#            attributes in memory and does nothing else; metadata only. Its rate is the
+#            most any daemon on this libfuse and kernel can reach (the round trips alone):
+#            null/btrfs is that ceiling, b/null how close butter comes to it
 #
 # All image files and the plain file live in $BENCH_DIR (one disk). Workloads, each on
 # every target in turn, page caches dropped (`echo 3 > drop_caches`) before each read:
@@ -17,20 +21,24 @@
 #   meta-*      N small files (default 100000, 100 bytes each) in 100 directories: create,
 #               stat, rename (within the directory), unlink; then a commit (fsync of the
 #               mount's root: butter commits, the kernel's btrfs and ext4 sync), timed apart;
-#               with -r R this runs R times on each target (a fresh directory each time)
-#               and the best of each phase counts, so one burst of load from elsewhere
-#               (or butter's 30 s commit landing in a phase) does not decide the ratio
+#               all targets stay mounted and take turns (butter, btrfs, ext4, nullfs, then
+#               again), so load from elsewhere falls on all alike; with -r R there are R
+#               rounds (a fresh directory each time) and the best of each phase counts, so
+#               one burst of load (or butter's 30 s commit landing in a phase) does not
+#               decide the ratio
 #
 # dd does the sequential pair only (`dd bs=1M conv=fdatasync`, then a cold read).
 # Results: MiB/s for bandwidth, IOPS for random I/O, files/s for metadata; then the
 # ratios butter/btrfs and butter/ext4 with the targets of issue 4 (sequential >= 0.8x
-# kernel btrfs; random and metadata >= 0.5x), and the daemon's peak RSS (VmHWM).
+# kernel btrfs; random and metadata >= 0.5x), butter/nullfs and nullfs/btrfs (a target
+# above nullfs/btrfs is out of reach of any daemon here), and the daemon's peak RSS (VmHWM).
 #
-# Usage: sudo bench/io.sh [-s SIZE] [-t RUNTIME] [-n FILES] [-r RUNS] [--keep]
+# Usage: sudo bench/io.sh [-s SIZE] [-t RUNTIME] [-n FILES] [-r RUNS] [--meta-only] [--keep]
 #   -s SIZE     sequential file size for fio (default 1G; fio syntax: 256M, 1G)
 #   -t SECONDS  random I/O runtime per target (default 30)
 #   -n FILES    metadata run file count (default 100000; a multiple of 100 is used)
 #   -r RUNS     metadata runs per target, best of each phase counts (default 1)
+#   --meta-only the metadata workload alone (no fio, no dd)
 #   --keep      keep $BENCH_DIR's images and logs afterwards
 # Environment: BENCH_DIR (default /tmp/butter-io-bench), BUTTER (a butter binary instead
 #   of building $REPO/build-bench, release, no sanitizers), BUTTER_OPTS (-o options).
@@ -42,7 +50,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 BENCH_DIR=${BENCH_DIR:-/tmp/butter-io-bench}
 BUTTER=${BUTTER:-}
 BUTTER_OPTS=${BUTTER_OPTS:-}
-SIZE=1G RUNTIME=30 NFILES=100000 META_RUNS=1 KEEP=0
+SIZE=1G RUNTIME=30 NFILES=100000 META_RUNS=1 KEEP=0 META_ONLY=0
 
 die() { echo "io.sh: $*" >&2; exit 2; }
 
@@ -53,6 +61,7 @@ while (($#)); do
 	-n) [[ $# -ge 2 ]] || die "-n needs a number"; NFILES=$2; shift 2 ;;
 	-r) [[ $# -ge 2 ]] || die "-r needs a number"; META_RUNS=$2; shift 2 ;;
 	--keep) KEEP=1; shift ;;
+	--meta-only) META_ONLY=1; shift ;;
 	-h|--help) sed -n '2,/^# python3; fio/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument: $1 (try --help)" ;;
 	esac
@@ -88,24 +97,29 @@ if [[ -z $BUTTER ]]; then
 	if [[ ! -f $BUILD/build.ninja ]]; then
 		meson setup "$BUILD" "$REPO" --buildtype=release -Db_sanitize=none -Dwerror=false >/dev/null
 	fi
-	ninja -C "$BUILD" cli/butter >"$LOGS/build.log" 2>&1 || { cat "$LOGS/build.log" >&2; die "build failed"; }
+	ninja -C "$BUILD" cli/butter bench/butter-nullfs >"$LOGS/build.log" 2>&1 ||
+		{ cat "$LOGS/build.log" >&2; die "build failed"; }
 	BUTTER=$BUILD/cli/butter
 fi
 [[ -x $BUTTER ]] || die "no butter binary at $BUTTER"
+NULLFS=${NULLFS:-$(dirname "$(dirname "$BUTTER")")/bench/butter-nullfs}
+[[ -x $NULLFS ]] || die "no nullfs binary at $NULLFS (set NULLFS=)"
 
 # ---- targets: set up and tear down -----------------------------------------------
 declare -A MNT LOOP
-DAEMON_PID=
-TARGETS=(butter btrfs ext4)
+DAEMON_PID= NULL_PID=
+TARGETS=(butter btrfs ext4 nullfs)
 
 cleanup() {
 	set +e
 	for t in "${TARGETS[@]}"; do
 		m=${MNT[$t]:-}
-		[[ -n $m ]] && mountpoint -q "$m" && { if [[ $t == butter ]]; then fusermount3 -u "$m"; else umount "$m"; fi; }
+		[[ -n $m ]] && mountpoint -q "$m" &&
+			{ if [[ $t == butter || $t == nullfs ]]; then fusermount3 -u "$m"; else umount "$m"; fi; }
 		[[ -n ${LOOP[$t]:-} ]] && losetup -d "${LOOP[$t]}"
 	done
 	[[ -n $DAEMON_PID ]] && kill "$DAEMON_PID" 2>/dev/null && wait "$DAEMON_PID" 2>/dev/null
+	[[ -n $NULL_PID ]] && kill "$NULL_PID" 2>/dev/null && wait "$NULL_PID" 2>/dev/null
 	if ((KEEP)); then echo "kept $BENCH_DIR"; else rm -rf "$BENCH_DIR"/*.img "$BENCH_DIR"/mnt-* "$BENCH_DIR"/dd.file; fi
 }
 trap cleanup EXIT
@@ -134,6 +148,13 @@ setup() {
 		LOOP[$t]=$(losetup -f --show "$img")
 		mount -o noatime "${LOOP[$t]}" "${MNT[$t]}"
 		;;
+	nullfs)
+		rm -f "$img"
+		"$NULLFS" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
+		NULL_PID=$!
+		for _ in $(seq 200); do mountpoint -q "${MNT[$t]}" && break; sleep 0.05; done
+		mountpoint -q "${MNT[$t]}" || { cat "$LOGS/nullfs.log" >&2; die "nullfs mount failed"; }
+		;;
 	esac
 }
 
@@ -158,19 +179,18 @@ PY
 )
 }
 
-meta_run() {
-	local t=$1 r k v
-	for ((r = 1; r <= META_RUNS; r++)); do
-		meta_once "${MNT[$t]}/meta$r" "$LOGS/meta-$t.$r.txt"
-		# the best of the runs: the highest rate, the shortest commit
-		while read -r k v; do
-			if [[ -z ${RESULT[$k,$t]:-} ]] || python3 -c "
+# meta_round TARGET R: metadata run R on TARGET; the best of the runs counts (the
+# highest rate, the shortest commit)
+meta_round() {
+	local t=$1 r=$2 k v
+	meta_once "${MNT[$t]}/meta$r" "$LOGS/meta-$t.$r.txt"
+	while read -r k v; do
+		if [[ -z ${RESULT[$k,$t]:-} ]] || python3 -c "
 import sys; k, v, old = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 sys.exit(0 if (v < old if k.endswith('-s') else v > old) else 1)" "$k" "$v" "${RESULT[$k,$t]}"; then
-				RESULT[$k,$t]=$v
-			fi
-		done <"$LOGS/meta-$t.$r.txt"
-	done
+			RESULT[$k,$t]=$v
+		fi
+	done <"$LOGS/meta-$t.$r.txt"
 }
 
 # meta_once DIR LOG: one metadata run in the new directory DIR, results in LOG
@@ -216,6 +236,9 @@ echo "== size $SIZE, random runtime ${RUNTIME}s, metadata $(( NFILES / 100 * 100
 
 for t in "${TARGETS[@]}"; do
 	setup "$t"
+done
+for t in butter btrfs ext4; do
+	((META_ONLY)) && break
 	echo "-- $t"
 	run_fio seq-write "$t" write.bw --rw=write --bs=1M --size="$SIZE" --end_fsync=1
 	drop_caches
@@ -225,33 +248,53 @@ for t in "${TARGETS[@]}"; do
 		--time_based --norandommap
 	run_fio rand-write "$t" write.iops --rw=randwrite --bs=4k --size="$SIZE" --runtime="$RUNTIME" \
 		--time_based --norandommap --end_fsync=1
-	meta_run "$t"
-	if [[ $t == butter ]]; then
+	rm -f "${MNT[$t]}/fio.data"
+done
+# The metadata runs take turns across the targets, so that load from elsewhere
+# falls on all of them alike.
+echo "-- metadata: ${TARGETS[*]} in turn, $META_RUNS round(s)"
+for ((r = 1; r <= META_RUNS; r++)); do
+	for t in "${TARGETS[@]}"; do
+		meta_round "$t" "$r"
+	done
+done
+for t in "${TARGETS[@]}"; do
+	case $t in
+	butter)
 		RSS_KB=$(awk '/VmHWM/ {print $2}' "/proc/$DAEMON_PID/status")
 		fusermount3 -u "${MNT[$t]}"
 		wait "$DAEMON_PID" || die "the butter daemon exited with an error (log: $LOGS/daemon.log)"
 		DAEMON_PID=
 		grep -q "aborted" "$LOGS/daemon.log" && die "the daemon aborted a transaction: $LOGS/daemon.log"
-	else
+		;;
+	nullfs)
+		fusermount3 -u "${MNT[$t]}"
+		wait "$NULL_PID" || die "nullfs exited with an error (log: $LOGS/nullfs.log)"
+		NULL_PID=
+		;;
+	*)
 		umount "${MNT[$t]}"
 		losetup -d "${LOOP[$t]}"
 		LOOP[$t]=
-	fi
+		;;
+	esac
 	rm -f "$BENCH_DIR/$t.img"
 done
 
-echo "-- dd"
-DDF=$BENCH_DIR/dd.file
-DD_COUNT=$(( SIZE_BYTES >> 20 ))
-dd_rate() { python3 -c "import sys; print(f'{$DD_COUNT * 1e9 / int(sys.argv[1]):.1f}')" "$1"; }
-t0=$(date +%s%N)
-dd if=/dev/zero of="$DDF" bs=1M count="$DD_COUNT" conv=fdatasync status=none
-RESULT[seq-write,dd]=$(dd_rate $(( $(date +%s%N) - t0 )))
-drop_caches
-t0=$(date +%s%N)
-dd if="$DDF" of=/dev/null bs=1M status=none
-RESULT[seq-read,dd]=$(dd_rate $(( $(date +%s%N) - t0 )))
-rm -f "$DDF"
+if ((!META_ONLY)); then
+	echo "-- dd"
+	DDF=$BENCH_DIR/dd.file
+	DD_COUNT=$(( SIZE_BYTES >> 20 ))
+	dd_rate() { python3 -c "import sys; print(f'{$DD_COUNT * 1e9 / int(sys.argv[1]):.1f}')" "$1"; }
+	t0=$(date +%s%N)
+	dd if=/dev/zero of="$DDF" bs=1M count="$DD_COUNT" conv=fdatasync status=none
+	RESULT[seq-write,dd]=$(dd_rate $(( $(date +%s%N) - t0 )))
+	drop_caches
+	t0=$(date +%s%N)
+	dd if="$DDF" of=/dev/null bs=1M status=none
+	RESULT[seq-read,dd]=$(dd_rate $(( $(date +%s%N) - t0 )))
+	rm -f "$DDF"
+fi
 
 # ---- the table ------------------------------------------------------------------------
 WORKLOADS=(seq-write seq-read rand-read rand-write meta-create meta-stat meta-rename meta-unlink meta-commit-s)
@@ -261,13 +304,14 @@ declare -A UNIT=([seq-write]="MiB/s" [seq-read]="MiB/s" [rand-read]="IOPS" [rand
 declare -A TARGET=([seq-write]=0.8 [seq-read]=0.8 [rand-read]=0.5 [rand-write]=0.5
 	[meta-create]=0.5 [meta-stat]=0.5 [meta-rename]=0.5 [meta-unlink]=0.5)
 echo
-printf "%-14s %10s %10s %10s %10s  %-9s %9s %9s  %s\n" workload butter btrfs ext4 dd unit \
-	"b/btrfs" "b/ext4" "target (vs btrfs)"
+printf "%-14s %10s %10s %10s %10s %10s  %-9s %9s %9s %9s %9s  %s\n" workload butter btrfs ext4 dd \
+	nullfs unit "b/btrfs" "b/ext4" "b/null" "null/btrfs" "target (vs btrfs)"
 for w in "${WORKLOADS[@]}"; do
 	b=${RESULT[$w,butter]:--} k=${RESULT[$w,btrfs]:--} e=${RESULT[$w,ext4]:--} d=${RESULT[$w,dd]:--}
-	read -r rk re verdict < <(python3 - "$w" "$b" "$k" "$e" "${TARGET[$w]:-}" <<'PY'
+	n=${RESULT[$w,nullfs]:--}
+	read -r rk re rn nk verdict < <(python3 - "$w" "$b" "$k" "$e" "$n" "${TARGET[$w]:-}" <<'PY'
 import sys
-w, b, k, e, target = sys.argv[1:6]
+w, b, k, e, n, target = sys.argv[1:7]
 def ratio(x, y):
     try:
         x, y = float(x), float(y)
@@ -276,15 +320,17 @@ def ratio(x, y):
     if w.endswith("-s"):            # a time: lower is better, so the ratio is y/x
         x, y = y, x
     return x / y if y else None
-rk, re = ratio(b, k), ratio(b, e)
+rk, re, rn, nk = ratio(b, k), ratio(b, e), ratio(b, n), ratio(n, k)
 fmt = lambda r: "-" if r is None else f"{r:.2f}x"
 verdict = "-" if not target or rk is None else \
     (f">= {target}x: met" if rk >= float(target) else f">= {target}x: NOT met")
-print(fmt(rk), fmt(re), verdict)
+if verdict.endswith("NOT met") and nk is not None and nk < float(target):
+    verdict += " (FUSE ceiling here: %.2fx)" % nk
+print(fmt(rk), fmt(re), fmt(rn), fmt(nk), verdict)
 PY
 )
-	printf "%-14s %10s %10s %10s %10s  %-9s %9s %9s  %s\n" "$w" "$b" "$k" "$e" "$d" \
-		"${UNIT[$w]%% *}" "$rk" "$re" "$verdict"
+	printf "%-14s %10s %10s %10s %10s %10s  %-9s %9s %9s %9s %9s  %s\n" "$w" "$b" "$k" "$e" "$d" \
+		"$n" "${UNIT[$w]%% *}" "$rk" "$re" "$rn" "$nk" "$verdict"
 done
 echo
 echo "butter daemon peak RSS (VmHWM): $(( RSS_KB / 1024 )) MiB"
