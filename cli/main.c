@@ -111,6 +111,23 @@ static const struct cli_command commands[] = {
 		.usage = "Commit everything written to the `butter mount` holding PATH so far.\n",
 	},
 	{
+		.name = "scrub",
+		.main = cmd_scrub,
+		.summary = "check every copy of the used blocks and repair bad ones",
+		.synopsis = "[-r] [--device DEV]... IMAGE",
+		.usage = "Read every copy of every allocated block: tree blocks against their\n"
+			 "headers, data against the csum tree, every superblock copy, and the\n"
+			 "parity of RAID5/6 rows that hold data. A bad copy is rewritten from a\n"
+			 "good one (a mirror, or a rebuild from RAID5/6 parity); parity that\n"
+			 "disagrees with its data is recomputed. Free space is not read. Each\n"
+			 "error is reported on stderr as found, with its logical address, copy,\n"
+			 "and for data the subvolume, inode and file offset; totals follow.\n"
+			 "Exit status: 0 nothing wrong is left, 3 errors remain (with -r, or no\n"
+			 "good copy), 1 the scrub could not run.\n"
+			 "\n"
+			 "  -r, --readonly  report only; the image is opened read-only\n",
+	},
+	{
 		.name = "filesystem label",
 		.main = cmd_filesystem,
 		.summary = "show or set the label",

@@ -386,6 +386,44 @@ int butter_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size);
 /* Set the filesystem label (at most 255 bytes; -EINVAL if longer); committed at once. */
 int butter_set_label(struct butter_fs *fs, const char *label);
 
+/* ---- scrub ---------------------------------------------------------------- */
+/*
+ * Scrub reads every copy of every allocated block (only those: free space is
+ * never read) and checks it: tree blocks against their header (checksum,
+ * bytenr, fsid, level), data sectors against the csum tree, every superblock
+ * copy, and the parity of every RAID5/6 stripe row that holds allocated
+ * bytes. A bad copy is rewritten from a good one (a mirror, or for RAID5/6 a
+ * rebuild from parity), and parity that disagrees with its data is
+ * recomputed, unless BUTTER_SCRUB_READONLY is given or the handle is
+ * read-only. Every error is logged with its logical address, the copy, and
+ * for data the subvolume and inode that own it.
+ *
+ * Counts are of tree blocks and data sectors (one per bad copy), of
+ * superblock copies and of parity rows.
+ */
+#define BUTTER_SCRUB_READONLY 1u
+
+struct butter_scrub_stats {
+	uint64_t tree_bytes;      /* tree blocks checked (bytes, each block once) */
+	uint64_t data_bytes;      /* data checked (bytes, each extent once) */
+	uint64_t no_csum_bytes;   /* data without checksums: only read back */
+	uint64_t read_errors;     /* copies that could not be read */
+	uint64_t csum_errors;     /* data sectors whose checksum did not match */
+	uint64_t verify_errors;   /* tree blocks whose header or checksum was wrong */
+	uint64_t super_errors;    /* superblock copies damaged or behind */
+	uint64_t parity_errors;   /* RAID5/6 parity stripes that disagreed with their data */
+	uint64_t corrected;       /* bad copies (and parity, superblocks) rewritten */
+	uint64_t uncorrectable;   /* blocks or sectors with no good copy at all */
+};
+
+/*
+ * Scrub the whole filesystem. On a writable handle the running transaction
+ * is committed first and changes wait until the scrub ends. Returns 0 when
+ * the scrub ran (look at @st for what it found), or a negative errno when it
+ * could not (reading the trees failed, ENOMEM, a repair write failed).
+ */
+int butter_scrub(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st);
+
 /* ---- open files ----------------------------------------------------------- */
 /*
  * POSIX keeps a file whose last name is removed alive while it is open. A

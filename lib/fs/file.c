@@ -36,7 +36,7 @@
  * Look up the data checksums of @nsectors sectors from @logical into
  * @csums (csum_size each); @have[i] says whether sector i has one.
  */
-static int lookup_csums(struct butter_fs *fs, u64 logical, u32 nsectors, u8 *csums, u8 *have)
+int fs_lookup_csums(struct butter_fs *fs, u64 logical, u32 nsectors, u8 *csums, u8 *have)
 {
 	const u32 ss = fs->vol.sectorsize, cs = fs->vol.csum_size;
 	struct btrfs_key key = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, logical };
@@ -117,7 +117,7 @@ int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodata
 			ret = -ENOMEM;
 			goto out;
 		}
-		ret = lookup_csums(fs, logical, nsectors, csums, have);
+		ret = fs_lookup_csums(fs, logical, nsectors, csums, have);
 		if (ret)
 			goto out;
 	}

@@ -140,6 +140,13 @@ int fs_xattr_prop_check(const char *name, size_t len, const void *value, size_t 
  */
 int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum);
 
+/*
+ * The data checksums of the @nsectors sectors from @logical, as the csum tree
+ * holds them: csum_size bytes per sector into @csums, and have[i] set for
+ * each sector that has one (prealloc and nodatasum data have none).
+ */
+int fs_lookup_csums(struct butter_fs *fs, u64 logical, u32 nsectors, u8 *csums, u8 *have);
+
 /* Device numbers: on disk the kernel's internal form (major << 20 | minor). */
 u64 fs_rdev_to_user(u64 disk);
 u64 fs_rdev_to_disk(u64 user);

@@ -87,8 +87,7 @@ const char *btrfs_unsupported_incompat(u64 incompat)
 	return "unknown incompat bit";
 }
 
-/* Read copy @mirror of @dev; 1 if it does not exist, 0 if valid, negative otherwise. */
-static int read_one_super(struct blockdev *dev, int mirror, const struct blog *log,
+int btrfs_read_super_copy(struct blockdev *dev, int mirror, const struct blog *log,
 			  struct btrfs_super_block *sb, int *has_magic)
 {
 	u64 offset = btrfs_sb_offset(mirror);
@@ -125,7 +124,7 @@ int btrfs_read_super(struct blockdev *dev, const struct blog *log, struct btrfs_
 	int mirror, found = 0, has_magic = 0, first_err = 0, io_err = 0;
 
 	for (mirror = 0; mirror < BTRFS_SUPER_MIRROR_MAX; mirror++) {
-		int ret = read_one_super(dev, mirror, log, &cand, &has_magic);
+		int ret = btrfs_read_super_copy(dev, mirror, log, &cand, &has_magic);
 
 		if (ret == 1)
 			break;

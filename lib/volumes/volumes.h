@@ -72,6 +72,15 @@ struct btrfs_volumes {
  */
 int btrfs_read_super(struct blockdev *dev, const struct blog *log, struct btrfs_super_block *sb);
 
+/*
+ * Read superblock copy @mirror (0..2) of @dev into @sb and check it (magic,
+ * bytenr, checksum, btrfs_check_super). Returns 1 if the device is too small
+ * to hold that copy, 0 if it is valid, -EINVAL without the magic (*has_magic
+ * stays untouched), -EUCLEAN if it is damaged (logged), or an I/O error.
+ */
+int btrfs_read_super_copy(struct blockdev *dev, int mirror, const struct blog *log,
+			  struct btrfs_super_block *sb, int *has_magic);
+
 /* Check a superblock's own consistency (sizes, levels, csum type, array). */
 int btrfs_check_super(const struct btrfs_super_block *sb, const struct blog *log,
 		      const char *where);
@@ -139,5 +148,34 @@ int chunk_map_position(const struct chunk_map *map, u64 offset, int mirror, u32 
 
 /* Number of data stripes in one full stripe row (RAID5/6) or 1 otherwise. */
 u32 chunk_data_stripes(const struct chunk_map *map);
+
+/* ---- repair (repair.c): scrub writes one copy, checks RAID5/6 parity ---- */
+
+/*
+ * Write @len bytes at @logical to copy @mirror only (1-based, as
+ * volumes_read() numbers them). For RAID5/6 every mirror names the data
+ * stripe itself (the other mirrors are rebuilt from parity, not stored), and
+ * the parity is left as it is: the caller writes data that the parity
+ * already agrees with. -EIO if that copy's device is missing.
+ */
+int volumes_write_copy(struct btrfs_volumes *vol, u64 logical, const void *buf, size_t len,
+		       int mirror);
+
+/*
+ * The full stripe row (RAID5/6) holding @logical: its first logical byte and
+ * its length (stripe_len times the data stripes). -EINVAL if @logical is not
+ * in a RAID5/6 chunk.
+ */
+int volumes_raid56_row(const struct btrfs_volumes *vol, u64 logical, u64 *row_logical,
+		       u64 *row_len);
+
+/*
+ * Check the parity of the row starting at @row_logical against its data
+ * stripes as they are on disk: *mismatch set to the number of parity stripes
+ * that differ; with @repair those are rewritten. -EIO if a stripe of the row
+ * cannot be read (nothing is written then).
+ */
+int volumes_raid56_check_parity(struct btrfs_volumes *vol, u64 row_logical, int repair,
+				int *mismatch);
 
 #endif

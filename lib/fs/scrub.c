@@ -1,0 +1,589 @@
+/*
+ * scrub.c — butter_scrub(): read every copy of every allocated block, find
+ * the bad ones, rewrite them from good ones, and bring RAID5/6 parity back in
+ * line with its data.
+ *
+ * What is read: the extent tree says what is allocated (tree blocks by their
+ * METADATA_ITEM/EXTENT_ITEM, data by its EXTENT_ITEM); nothing else on the
+ * devices is touched, so a scrub costs what is used, not the device size.
+ * Log tree blocks and data written since the last commit are not in the
+ * extent tree; on a writable handle the running transaction is committed
+ * first, so what the trees say is what is on disk.
+ *
+ * What counts as good:
+ *   tree block   node_validate(): checksum, bytenr, fsid, chunk tree uuid,
+ *                level (of a METADATA_ITEM) and item layout;
+ *   data sector  its checksum in the csum tree; a sector without one
+ *                (prealloc, nodatasum) is good when it can be read;
+ *   superblock   magic, bytenr, checksum, fsid and the generation of the
+ *                last commit, on every copy of every present device;
+ *   parity row   P (and Q) equal what the row's data stripes give.
+ *
+ * Copies: for DUP, RAID1, RAID1C3/4 and RAID10 every mirror is a stored
+ * copy and each is checked. For RAID5/6 the data stripe is the only stored copy; when it is
+ * bad, the rebuilds from parity (volumes_read mirrors 2..) are the sources,
+ * and the parity of each row holding allocated bytes is checked after the
+ * data of the row (never recomputed over data that had no good copy).
+ *
+ * Locking: on a writable handle the library lock is held from the first
+ * commit to the end (changes wait); a read-only handle changes nothing, so
+ * the scrub only reads.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/checksum.h"
+#include "fs/write.h"
+
+#define BATCH_SECTORS 256u
+#define MAX_STORED 4 /* RAID1C4: the most stored copies a profile has */
+
+struct scrub {
+	struct butter_fs *fs;
+	struct btrfs_volumes *vol;
+	struct butter_scrub_stats *st;
+	int repair;
+	u8 *copy[MAX_STORED + 1];   /* per stored copy (1-based): a batch or a block */
+	u8 *ok[MAX_STORED + 1];     /* per stored copy: sector i (or the block) good */
+	u8 *csums, *have;
+	u8 *rebuilt;                /* a block or sector rebuilt from RAID5/6 parity */
+	/* RAID5/6: the row whose parity waits for the next extent */
+	u64 row, row_len;
+	int row_pending;
+	/* rows holding bytes left bad: their parity is not checked (ascending) */
+	u64 *tainted;
+	size_t ntainted, tainted_cap;
+};
+
+/* Who owns a data extent, for messages: the first inline data ref. */
+struct owner {
+	u64 root, ino, offset;
+	int known;
+};
+
+static int is_raid56(const struct btrfs_volumes *vol, u64 logical)
+{
+	const struct chunk_map *map = volumes_find_chunk(vol, logical);
+
+	return map && (map->type & BTRFS_BLOCK_GROUP_RAID56_MASK);
+}
+
+/* Copies stored on disk (checked one by one); the rest are rebuilds. */
+static int stored_copies(const struct btrfs_volumes *vol, u64 logical)
+{
+	int n = is_raid56(vol, logical) ? 1 : volumes_num_copies(vol, logical);
+
+	return n > MAX_STORED ? MAX_STORED : n;
+}
+
+/* Remember that the row holding @logical has bytes left bad (RAID5/6 only). */
+static int taint(struct scrub *sc, u64 logical)
+{
+	u64 row, row_len;
+
+	if (volumes_raid56_row(sc->vol, logical, &row, &row_len))
+		return 0;
+	if (sc->ntainted && sc->tainted[sc->ntainted - 1] == row)
+		return 0;
+	if (sc->ntainted == sc->tainted_cap) {
+		size_t cap = sc->tainted_cap ? sc->tainted_cap * 2 : 16;
+		u64 *v = realloc(sc->tainted, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		sc->tainted = v;
+		sc->tainted_cap = cap;
+	}
+	sc->tainted[sc->ntainted++] = row;
+	return 0;
+}
+
+/* Is row @row tainted? Forgets tainted rows below it (rows come in order). */
+static int row_tainted(struct scrub *sc, u64 row)
+{
+	size_t i = 0, j;
+
+	while (i < sc->ntainted && sc->tainted[i] < row)
+		i++;
+	for (j = i; j < sc->ntainted; j++)
+		sc->tainted[j - i] = sc->tainted[j];
+	sc->ntainted -= i;
+	return sc->ntainted && sc->tainted[0] == row;
+}
+
+static int check_row(struct scrub *sc)
+{
+	int mismatch, ret;
+
+	if (!sc->row_pending)
+		return 0;
+	sc->row_pending = 0;
+	if (row_tainted(sc, sc->row)) {
+		/* parity computed over data known to be bad would say nothing */
+		blog_warn(&sc->fs->log, "scrub: stripe row at %llu: parity not checked (its data "
+			  "has errors left)", (unsigned long long)sc->row);
+		return 0;
+	}
+	ret = volumes_raid56_check_parity(sc->vol, sc->row, sc->repair, &mismatch);
+	if (ret == -EIO) {
+		blog_err(&sc->fs->log, "scrub: stripe row at %llu: a stripe cannot be read",
+			 (unsigned long long)sc->row);
+		sc->st->read_errors++;
+		return 0;
+	}
+	if (ret)
+		return ret;
+	if (!mismatch)
+		return 0;
+	sc->st->parity_errors += (u64)mismatch;
+	if (sc->repair) {
+		sc->st->corrected += (u64)mismatch;
+		blog_warn(&sc->fs->log, "scrub: stripe row at %llu: parity did not match the data; "
+			  "rewritten", (unsigned long long)sc->row);
+	} else {
+		blog_warn(&sc->fs->log, "scrub: stripe row at %llu: parity does not match the data",
+			  (unsigned long long)sc->row);
+	}
+	return 0;
+}
+
+/*
+ * Note that [logical, logical + len) was scrubbed: rows it completes are
+ * checked now, its last row waits for the next extent.
+ */
+static int note_rows(struct scrub *sc, u64 logical, u64 len)
+{
+	u64 first, last, row_len, r;
+	int ret;
+
+	if (!is_raid56(sc->vol, logical))
+		return 0;
+	ret = volumes_raid56_row(sc->vol, logical, &first, &row_len);
+	if (ret == 0)
+		ret = volumes_raid56_row(sc->vol, logical + len - 1, &last, &row_len);
+	if (ret)
+		return ret;
+	if (sc->row_pending && sc->row != first) {
+		ret = check_row(sc);
+		if (ret)
+			return ret;
+	}
+	for (r = first; r <= last; r += row_len) {
+		if (!sc->row_pending || sc->row != r) {
+			sc->row = r;
+			sc->row_len = row_len;
+			sc->row_pending = 1;
+		}
+		if (r != last) {
+			ret = check_row(sc);
+			if (ret)
+				return ret;
+		}
+	}
+	return 0;
+}
+
+/* " (subvolume R, inode I, file offset O)" for the sector @delta bytes into @o's range */
+static void describe(const struct owner *o, u64 delta, char *buf, size_t size)
+{
+	if (o && o->known)
+		snprintf(buf, size, " (subvolume %llu, inode %llu, file offset %llu)",
+			 (unsigned long long)o->root, (unsigned long long)o->ino,
+			 (unsigned long long)(o->offset + delta));
+	else
+		buf[0] = '\0';
+}
+
+/* ---- tree blocks ---------------------------------------------------------- */
+
+static int block_good(struct scrub *sc, const u8 *data, u64 bytenr, int level, const char **why)
+{
+	return node_validate(&sc->fs->cache, data, bytenr, 0, level, NULL, why) == 0;
+}
+
+static int scrub_tree_block(struct scrub *sc, u64 bytenr, int level)
+{
+	struct btrfs_volumes *vol = sc->vol;
+	u32 nodesize = vol->nodesize;
+	int copies = volumes_num_copies(vol, bytenr), stored = stored_copies(vol, bytenr);
+	int m, good = 0, nbad = 0, ret;
+	const u8 *source = NULL;
+	const char *why;
+
+	sc->st->tree_bytes += nodesize;
+	for (m = 1; m <= stored; m++) {
+		sc->ok[m][0] = 0;
+		if (volumes_read(vol, bytenr, sc->copy[m], nodesize, m) != 0) {
+			sc->st->read_errors++;
+			blog_warn(&sc->fs->log, "scrub: tree block %llu copy %d: read error",
+				  (unsigned long long)bytenr, m);
+		} else if (!block_good(sc, sc->copy[m], bytenr, level, &why)) {
+			sc->st->verify_errors++;
+			blog_warn(&sc->fs->log, "scrub: tree block %llu copy %d: %s",
+				  (unsigned long long)bytenr, m, why);
+		} else {
+			sc->ok[m][0] = 1;
+			if (!good) {
+				good = m;
+				source = sc->copy[m];
+			}
+			continue;
+		}
+		nbad++;
+	}
+	if (!nbad)
+		return note_rows(sc, bytenr, nodesize);
+	if (!good) {
+		/* RAID5/6: rebuild the block from parity */
+		for (m = stored + 1; m <= copies && !good; m++)
+			if (volumes_read(vol, bytenr, sc->rebuilt, nodesize, m) == 0 &&
+			    block_good(sc, sc->rebuilt, bytenr, level, &why)) {
+				good = m;
+				source = sc->rebuilt;
+			}
+	}
+	if (!good) {
+		sc->st->uncorrectable += (u64)nbad;
+		blog_err(&sc->fs->log, "scrub: tree block %llu: no good copy among %d",
+			 (unsigned long long)bytenr, copies);
+	}
+	if (!good || !sc->repair) {
+		ret = taint(sc, bytenr);
+		return ret ? ret : note_rows(sc, bytenr, nodesize);
+	}
+	for (m = 1; m <= stored && sc->repair; m++) {
+		if (sc->ok[m][0])
+			continue;
+		ret = volumes_write_copy(vol, bytenr, source, nodesize, m);
+		if (ret) {
+			blog_err(&sc->fs->log, "scrub: tree block %llu copy %d: repair write failed",
+				 (unsigned long long)bytenr, m);
+			return ret;
+		}
+		sc->st->corrected++;
+		blog_warn(&sc->fs->log, "scrub: tree block %llu copy %d: rewritten from copy %d",
+			  (unsigned long long)bytenr, m, good);
+	}
+	return note_rows(sc, bytenr, nodesize);
+}
+
+/* ---- data ----------------------------------------------------------------- */
+
+static int sector_matches(struct scrub *sc, const u8 *data, u32 i)
+{
+	u8 csum[BTRFS_CSUM_SIZE];
+
+	if (!sc->have[i])
+		return 1; /* nothing to compare: a readable sector is all we can ask */
+	btrfs_csum_compute(sc->vol->csum_type, data, sc->vol->sectorsize, csum);
+	return memcmp(csum, sc->csums + (size_t)i * sc->vol->csum_size, sc->vol->csum_size) == 0;
+}
+
+/* Read @n sectors at @logical from copy @m into sc->copy[m]; ok[m][i] per sector. */
+static void read_copy(struct scrub *sc, u64 logical, u32 n, int m, const struct owner *o)
+{
+	const u32 ss = sc->vol->sectorsize;
+	char who[128];
+	u32 i;
+
+	if (volumes_read(sc->vol, logical, sc->copy[m], (size_t)n * ss, m) == 0) {
+		memset(sc->ok[m], 1, n);
+	} else {
+		/* which sectors: one by one */
+		for (i = 0; i < n; i++) {
+			u64 pos = logical + (u64)i * ss;
+
+			sc->ok[m][i] = volumes_read(sc->vol, pos, sc->copy[m] + (size_t)i * ss, ss,
+						    m) == 0;
+			if (!sc->ok[m][i]) {
+				describe(o, (u64)i * ss, who, sizeof(who));
+				sc->st->read_errors++;
+				blog_warn(&sc->fs->log, "scrub: data %llu copy %d: read error%s",
+					  (unsigned long long)pos, m, who);
+			}
+		}
+	}
+	for (i = 0; i < n; i++) {
+		u64 pos = logical + (u64)i * ss;
+
+		if (!sc->ok[m][i] || sector_matches(sc, sc->copy[m] + (size_t)i * ss, i))
+			continue;
+		sc->ok[m][i] = 0;
+		sc->st->csum_errors++;
+		describe(o, (u64)i * ss, who, sizeof(who));
+		blog_warn(&sc->fs->log, "scrub: data %llu copy %d: checksum mismatch%s",
+			  (unsigned long long)pos, m, who);
+	}
+}
+
+/* Scrub @n sectors at @logical. */
+static int scrub_data_batch(struct scrub *sc, u64 logical, u32 n, const struct owner *o)
+{
+	struct btrfs_volumes *vol = sc->vol;
+	const u32 ss = vol->sectorsize;
+	int copies = volumes_num_copies(vol, logical), stored = stored_copies(vol, logical);
+	char who[128];
+	u32 i;
+	int m, ret;
+
+	ret = fs_lookup_csums(sc->fs, logical, n, sc->csums, sc->have);
+	if (ret)
+		return ret;
+	for (i = 0; i < n; i++)
+		if (!sc->have[i])
+			sc->st->no_csum_bytes += ss;
+	for (m = 1; m <= stored; m++)
+		read_copy(sc, logical, n, m, o);
+	for (i = 0; i < n; i++) {
+		u64 pos = logical + (u64)i * ss;
+		const u8 *good = NULL;
+		int nbad = 0, from = 0;
+
+		for (m = 1; m <= stored; m++) {
+			if (!sc->ok[m][i])
+				nbad++;
+			else if (!good) {
+				good = sc->copy[m] + (size_t)i * ss;
+				from = m;
+			}
+		}
+		if (!nbad)
+			continue;
+		for (m = stored + 1; m <= copies && !good; m++) {
+			if (volumes_read(vol, pos, sc->rebuilt, ss, m) == 0 &&
+			    sector_matches(sc, sc->rebuilt, i)) {
+				good = sc->rebuilt;
+				from = m;
+			}
+		}
+		describe(o, (u64)i * ss, who, sizeof(who));
+		if (!sc->repair || !good) {
+			ret = taint(sc, pos);
+			if (ret)
+				return ret;
+		}
+		if (!good) {
+			sc->st->uncorrectable += (u64)nbad;
+			blog_err(&sc->fs->log, "scrub: data %llu: no good copy among %d%s",
+				 (unsigned long long)pos, copies, who);
+			continue;
+		}
+		for (m = 1; m <= stored && sc->repair; m++) {
+			if (sc->ok[m][i])
+				continue;
+			ret = volumes_write_copy(vol, pos, good, ss, m);
+			if (ret) {
+				blog_err(&sc->fs->log, "scrub: data %llu copy %d: repair write failed",
+					 (unsigned long long)pos, m);
+				return ret;
+			}
+			sc->st->corrected++;
+			blog_warn(&sc->fs->log, "scrub: data %llu copy %d: rewritten from copy %d%s",
+				  (unsigned long long)pos, m, from, who);
+		}
+	}
+	return 0;
+}
+
+static int scrub_data(struct scrub *sc, u64 logical, u64 len, const struct owner *o)
+{
+	const u32 ss = sc->vol->sectorsize;
+	u64 done = 0;
+	int ret = 0;
+
+	if (logical % ss || len % ss)
+		return BLOG_CORRUPT(&sc->fs->log, "data extent %llu+%llu: not sector aligned",
+				    (unsigned long long)logical, (unsigned long long)len);
+	sc->st->data_bytes += len;
+	while (done < len && ret == 0) {
+		u32 n = (len - done) / ss > BATCH_SECTORS ? BATCH_SECTORS : (u32)((len - done) / ss);
+		struct owner at = { 0 };
+
+		if (o->known)
+			at = (struct owner){ o->root, o->ino, o->offset + done, 1 };
+		ret = scrub_data_batch(sc, logical + done, n, &at);
+		done += (u64)n * ss;
+	}
+	if (ret == 0)
+		ret = note_rows(sc, logical, len);
+	return ret;
+}
+
+/* The first inline EXTENT_DATA_REF of a data extent item, if any. */
+static void data_owner(const u8 *item, u32 size, struct owner *o)
+{
+	u32 at = sizeof(struct btrfs_extent_item);
+
+	o->known = 0;
+	while (at < size) {
+		u8 type = item[at];
+
+		if (type == BTRFS_EXTENT_DATA_REF_KEY) {
+			struct btrfs_extent_data_ref ref;
+
+			if (at + 1 + sizeof(ref) > size)
+				return;
+			memcpy(&ref, item + at + 1, sizeof(ref));
+			o->root = get_le64(&ref.root);
+			o->ino = get_le64(&ref.objectid);
+			o->offset = get_le64(&ref.offset);
+			o->known = 1;
+			return;
+		}
+		if (type == BTRFS_SHARED_DATA_REF_KEY)
+			at += 1 + 8 + sizeof(struct btrfs_shared_data_ref);
+		else
+			at += 1 + 8;
+	}
+}
+
+/* ---- the walk ------------------------------------------------------------- */
+
+static int scrub_extents(struct scrub *sc)
+{
+	struct butter_fs *fs = sc->fs;
+	struct btrfs_key key = { 0, 0, 0 };
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_forward(&fs->cache, &fs->extent_tree, &key, &path);
+	while (ret == 0) {
+		const u8 *item;
+		u32 size;
+
+		path_key(&path, &key);
+		item = path_item(&path, &size);
+		if (key.type == BTRFS_METADATA_ITEM_KEY) {
+			ret = scrub_tree_block(sc, key.objectid, (int)key.offset);
+		} else if (key.type == BTRFS_EXTENT_ITEM_KEY) {
+			struct btrfs_extent_item ei;
+
+			if (size < sizeof(ei)) {
+				ret = BLOG_CORRUPT(&fs->log, "extent item %llu: %u bytes",
+						   (unsigned long long)key.objectid, size);
+				break;
+			}
+			memcpy(&ei, item, sizeof(ei));
+			if (btrfs_extent_flags(&ei) & BTRFS_EXTENT_FLAG_TREE_BLOCK) {
+				ret = scrub_tree_block(sc, key.objectid, -1);
+			} else {
+				struct owner o;
+
+				data_owner(item, size, &o);
+				ret = scrub_data(sc, key.objectid, key.offset, &o);
+			}
+		}
+		if (ret)
+			break;
+		ret = tree_next_item(&fs->cache, &path);
+	}
+	tree_path_release(&fs->cache, &path);
+	if (ret == 1)
+		ret = 0; /* the end of the tree */
+	if (ret == 0)
+		ret = check_row(sc);
+	return ret;
+}
+
+/* Every superblock copy of every present device; the count of bad ones. */
+static u64 scrub_supers(struct scrub *sc)
+{
+	struct btrfs_volumes *vol = sc->vol;
+	struct btrfs_super_block *sb = malloc(sizeof(*sb));
+	u64 bad = 0;
+	size_t d;
+
+	if (!sb)
+		return 0;
+	for (d = 0; d < vol->ndevs; d++) {
+		struct blockdev *bdev = vol->devs[d]->bdev;
+		int m;
+
+		if (!bdev)
+			continue;
+		for (m = 0; m < BTRFS_SUPER_MIRROR_MAX; m++) {
+			int has_magic = 0;
+			int ret = btrfs_read_super_copy(bdev, m, &sc->fs->log, sb, &has_magic);
+
+			if (ret == 1)
+				break;
+			if (ret == 0 && memcmp(sb->fsid, vol->super.fsid, BTRFS_FSID_SIZE) == 0 &&
+			    btrfs_super_generation(sb) == btrfs_super_generation(&vol->super))
+				continue;
+			if (ret == 0)
+				blog_warn(&sc->fs->log, "scrub: %s: superblock copy %d is at generation "
+					  "%llu, the filesystem at %llu", bdev->name, m,
+					  (unsigned long long)btrfs_super_generation(sb),
+					  (unsigned long long)btrfs_super_generation(&vol->super));
+			else
+				blog_warn(&sc->fs->log, "scrub: %s: superblock copy %d is bad",
+					  bdev->name, m);
+			bad++;
+		}
+	}
+	free(sb);
+	return bad;
+}
+
+int butter_scrub(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st)
+{
+	struct fs_write_state *w = fs->w;
+	struct scrub sc = { .fs = fs, .vol = &fs->vol, .st = st };
+	u32 ss = fs->vol.sectorsize;
+	size_t bytes = (size_t)BATCH_SECTORS * ss;
+	int m, ret = 0;
+
+	memset(st, 0, sizeof(*st));
+	if (bytes < fs->vol.nodesize)
+		bytes = fs->vol.nodesize;
+	sc.repair = w && !(flags & BUTTER_SCRUB_READONLY);
+	for (m = 1; m <= MAX_STORED; m++) {
+		sc.copy[m] = malloc(bytes);
+		sc.ok[m] = malloc(BATCH_SECTORS);
+		if (!sc.copy[m] || !sc.ok[m])
+			ret = -ENOMEM;
+	}
+	sc.csums = malloc((size_t)BATCH_SECTORS * fs->vol.csum_size);
+	sc.have = malloc(BATCH_SECTORS);
+	sc.rebuilt = malloc(fs->vol.nodesize > ss ? fs->vol.nodesize : ss);
+	if (!sc.csums || !sc.have || !sc.rebuilt)
+		ret = -ENOMEM;
+	if (ret)
+		goto out;
+	if (w) {
+		pthread_mutex_lock(&w->lock);
+		ret = txn_commit(&w->txn); /* the trees on disk are the trees we walk */
+	}
+	if (ret == 0)
+		ret = scrub_extents(&sc);
+	if (ret == 0) {
+		u64 bad = scrub_supers(&sc);
+
+		st->super_errors = bad;
+		if (bad && sc.repair) {
+			/* a commit writes every copy on every device */
+			ret = txn_begin(&w->txn);
+			if (ret == 0) {
+				w->txn.super_dirty = 1;
+				ret = txn_commit(&w->txn);
+			}
+			if (ret == 0)
+				st->corrected += bad;
+		}
+	}
+	if (w)
+		pthread_mutex_unlock(&w->lock);
+out:
+	for (m = 1; m <= MAX_STORED; m++) {
+		free(sc.copy[m]);
+		free(sc.ok[m]);
+	}
+	free(sc.csums);
+	free(sc.have);
+	free(sc.rebuilt);
+	free(sc.tainted);
+	return ret;
+}

@@ -1,0 +1,278 @@
+"""`butter scrub` on kernel-written filesystems, judged by the kernel.
+
+Each test lets the kernel write files on a fresh btrfs of some profile, then damages
+chosen copies of data sectors, tree blocks, RAID5/6 parity or superblocks in the image
+files, at places computed from the chunk tree (kfs.ChunkMap) and checked by reading the
+bytes there first (a wrong mapping fails the test, it never passes silently). Then:
+
+  - the kernel's read-only scrub sees the damage (and, for data sectors, counts exactly
+    as many errors as butter);
+  - `butter scrub -r` reports it, exits 3 and changes no byte of any image;
+  - `butter scrub` repairs it and exits 0: every image is byte for byte what it was
+    before the damage (a superblock repair commits, so there the kernel judges alone);
+  - the kernel's scrub then finds nothing, btrfs check is clean and every file reads
+    back as written.
+A copy with no good twin is reported as uncorrectable, naming the inode.
+"""
+import hashlib
+import os
+import random
+import re
+
+import pytest
+
+from butter_it import kfs
+
+SECTOR = 4096
+DEV_SIZE = 512 * kfs.MiB
+
+
+def sha_file(path):
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(4 << 20)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+
+
+def snapshot(images):
+    return [sha_file(p) for p in images]
+
+
+class Attached:
+    """The images on loop devices, scanned for btrfs; detached on exit."""
+
+    def __init__(self, images):
+        self.images, self.devs = images, []
+
+    def __enter__(self):
+        for img in self.images:
+            self.devs.append(kfs.loop_attach(img))
+        kfs.run(["btrfs", "device", "scan"] + self.devs, check=False)
+        return self.devs
+
+    def __exit__(self, *exc):
+        for d in self.devs:
+            kfs.run(["btrfs", "device", "scan", "--forget", d], check=False)
+            kfs.loop_detach(d)
+
+
+def kernel_scrub(workdir, images):
+    """The kernel's read-only scrub on a read-only mount: {counter: value}."""
+    mnt = os.path.join(workdir, "kmnt")
+    with Attached(images) as devs:
+        kfs.mount(devs[0], mnt, ["ro"] + [f"device={d}" for d in devs[1:]])
+        try:
+            r = kfs.run(["btrfs", "scrub", "start", "-B", "-R", "-r", mnt], check=False,
+                        timeout=600)
+        finally:
+            kfs.umount(mnt)
+    out = r.stdout + r.stderr
+    counts = {k: int(v) for k, v in re.findall(r"^\s*(\w+): (\d+)\s*$", out, re.M)}
+    assert "csum_errors" in counts, f"cannot read the kernel's scrub report:\n{out}"
+    return counts
+
+
+def kernel_errors(counts):
+    return sum(counts.get(k, 0) for k in ("read_errors", "csum_errors", "verify_errors",
+                                           "super_errors", "uncorrectable_errors"))
+
+
+def kernel_check_and_read(workdir, images, want):
+    with Attached(images) as devs:
+        r = kfs.run(["btrfs", "check", "--readonly", devs[0]], check=False, timeout=600)
+        assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        mnt = os.path.join(workdir, "rmnt")
+        kfs.mount(devs[0], mnt, ["ro"] + [f"device={d}" for d in devs[1:]])
+        try:
+            for name, data in want.items():
+                with open(os.path.join(mnt, name), "rb") as f:
+                    assert f.read() == data, f"{name} reads back differently"
+        finally:
+            kfs.umount(mnt)
+
+
+def butter_scrub(butter, images, readonly=False):
+    """Run butter scrub; return (exit status, {field: number}, stderr)."""
+    cmd = [butter.path, "scrub"] + (["-r"] if readonly else [])
+    for img in images[1:]:
+        cmd += ["--device", img]
+    r = kfs.run(cmd + [images[0]], check=False, timeout=600)
+    m = re.search(r"errors:\s+(\d+) \(read (\d+), csum (\d+), verify (\d+), super (\d+), "
+                  r"parity (\d+)\)", r.stdout)
+    assert m, f"cannot read butter's scrub report (rc {r.returncode}):\n{r.stdout}\n{r.stderr}"
+    f = dict(zip(("errors", "read", "csum", "verify", "super", "parity"), map(int, m.groups())))
+    f["corrected"] = int(re.search(r"corrected:\s+(\d+)", r.stdout).group(1))
+    f["uncorrectable"] = int(re.search(r"uncorrectable:\s+(\d+)", r.stdout).group(1))
+    return r.returncode, f, r.stderr
+
+
+def write_files(fs, rng):
+    """The kernel writes a few files; returns ({name: bytes}, {name: [fiemap extents]})."""
+    want = {"big": rng.randbytes(2 * kfs.MiB + 12345), "small": rng.randbytes(9000)}
+    for i in range(40):
+        want[f"f{i}"] = rng.randbytes(rng.choice([100, 3000, 5000, 70000]))
+    for name, data in want.items():
+        with open(os.path.join(fs.mnt, name), "wb") as f:
+            f.write(data)
+    fs.sync()
+    maps = {n: kfs.fiemap(os.path.join(fs.mnt, n)) for n in ("big", "small")}
+    inodes = {n: os.stat(os.path.join(fs.mnt, n)).st_ino for n in ("big", "small")}
+    return want, maps, inodes
+
+
+def logical_of(extents, file_off):
+    """btrfs logical address of byte `file_off` of a file (plain extents only)."""
+    for off, logical, length, flags in extents:
+        assert not flags & (kfs.FIEMAP_EXTENT_ENCODED | kfs.FIEMAP_EXTENT_DATA_INLINE)
+        if off <= file_off < off + length:
+            return logical + (file_off - off)
+    raise AssertionError(f"no extent holds file offset {file_off}")
+
+
+def damage(image, offset, expect):
+    """Flip the sector at `offset` of `image` after checking it holds `expect`."""
+    got = kfs.read_image(image, offset, len(expect))
+    assert got == expect, f"{image}@{offset}: the mapping is wrong (bytes differ)"
+    kfs.flip_bytes(image, offset, len(expect))
+
+
+def made(workdir, profile, ndev, rng):
+    """A kernel-made filesystem with files; returns (images, want, maps, inodes, chunkmap,
+    devids) once released."""
+    args = ["-d", profile, "-m", profile]
+    with kfs.kernel_fs(workdir, ndevices=ndev, size=DEV_SIZE, mkfs_args=args) as fs:
+        want, maps, inodes = write_files(fs, rng)
+        fs.umount()
+        cm = fs.chunk_map()
+        devids = fs.devids()
+        blocks = fs.tree_blocks(5)
+        fs.detach()
+        return fs.images, want, maps, inodes, cm, devids, blocks
+
+
+def repaired_as_before(workdir, butter, images, want, before, expect):
+    """butter scrub -r reports `expect` and changes nothing; butter scrub repairs to
+    `before`; the kernel agrees."""
+    damaged = snapshot(images)
+    rc, f, err = butter_scrub(butter, images, readonly=True)
+    assert rc == 3, f"scrub -r exit {rc}, want 3\n{err}"
+    for k, v in expect.items():
+        assert f[k] == v, f"scrub -r: {k} {f[k]}, want {v}\n{f}\n{err}"
+    assert f["corrected"] == 0 and f["uncorrectable"] == 0, f
+    assert snapshot(images) == damaged, "scrub -r changed an image"
+    rc, f, err = butter_scrub(butter, images)
+    assert rc == 0, f"scrub exit {rc}\n{f}\n{err}"
+    assert f["corrected"] == f["errors"] and f["errors"] > 0 and f["uncorrectable"] == 0, f
+    assert snapshot(images) == before, "the repaired images differ from the undamaged ones"
+    rc, f, err = butter_scrub(butter, images, readonly=True)
+    assert rc == 0 and f["errors"] == 0, f"after the repair:\n{f}\n{err}"
+    assert kernel_errors(kernel_scrub(workdir, images)) == 0
+    kernel_check_and_read(workdir, images, want)
+
+
+@pytest.mark.parametrize("profile,ndev", [("dup", 1), ("raid1", 2), ("raid1c3", 3),
+                                          ("raid10", 4)])
+def test_mirrored_data(kernel, butter, workdir, profile, ndev):
+    rng = random.Random(f"data-{profile}")
+    images, want, maps, _, cm, devids, _ = made(workdir, profile, ndev, rng)
+    before = snapshot(images)
+    # copy 2 of a sector of "big"; on RAID1C3 also copy 3 of another sector
+    hits = [(256 * 1024, 1)] + ([(512 * 1024 + 3 * SECTOR, 2)] if profile == "raid1c3" else [])
+    for file_off, copy in hits:
+        places = cm.locate(logical_of(maps["big"], file_off))
+        assert len(places) >= 2, f"{profile}: {len(places)} copies"
+        devid, phys = places[copy]
+        damage(devids[devid], phys, want["big"][file_off:file_off + SECTOR])
+    counts = kernel_scrub(workdir, images)
+    assert counts["csum_errors"] == len(hits), f"the kernel counted {counts}"
+    repaired_as_before(workdir, butter, images, want, before, {"csum": len(hits), "verify": 0})
+
+
+def test_tree_block(kernel, butter, workdir):
+    rng = random.Random("tree")
+    images, want, _, _, cm, devids, blocks = made(workdir, "dup", 1, rng)
+    before = snapshot(images)
+    bytenr = blocks[-1]
+    devid, phys = cm.locate(bytenr + 1024)[1]          # copy 2, inside the block
+    damage(devids[devid], phys, kfs.read_image(devids[cm.locate(bytenr + 1024)[0][0]],
+                                               cm.locate(bytenr + 1024)[0][1], 512))
+    assert kernel_errors(kernel_scrub(workdir, images)) > 0
+    repaired_as_before(workdir, butter, images, want, before, {"verify": 1, "csum": 0})
+
+
+def test_no_good_copy(kernel, butter, workdir):
+    rng = random.Random("lost")
+    images, want, maps, inodes, cm, devids, _ = made(workdir, "dup", 1, rng)
+    file_off = 64 * 1024
+    for devid, phys in cm.locate(logical_of(maps["big"], file_off)):
+        damage(devids[devid], phys, want["big"][file_off:file_off + SECTOR])
+    damaged = snapshot(images)
+    rc, f, err = butter_scrub(butter, images)
+    assert rc == 3, f"exit {rc}\n{f}\n{err}"
+    assert f["csum"] == 2 and f["uncorrectable"] == 2 and f["corrected"] == 0, f
+    assert f"inode {inodes['big']}, file offset {file_off}" in err, err
+    assert snapshot(images) == damaged, "nothing can be repaired, yet an image changed"
+    counts = kernel_scrub(workdir, images)
+    assert counts["csum_errors"] == 2, counts
+
+
+def parity_place(chunk, logical):
+    """(devid, physical) of the P stripe byte of the row holding `logical`, at the same
+    column offset, and the data places of that row at that offset."""
+    n = len(chunk.stripes)
+    ndata = n - kfs.PARITY[chunk.profile]
+    sl = chunk.stripe_len
+    off = logical - chunk.start
+    row = (off // sl) // ndata
+    within = off % sl
+    at = lambda k: (chunk.stripes[(row + k) % n][0],
+                    chunk.stripes[(row + k) % n][1] + row * sl + within)
+    return at(ndata), [at(k) for k in range(ndata)]
+
+
+@pytest.mark.parametrize("profile,ndev", [("raid5", 3), ("raid6", 4)])
+def test_raid56(kernel, butter, workdir, profile, ndev):
+    rng = random.Random(f"parity-{profile}")
+    images, want, maps, _, cm, devids, _ = made(workdir, profile, ndev, rng)
+    before = snapshot(images)
+    # a data sector (rebuilt from parity) ...
+    file_off = 8 * SECTOR
+    (devid, phys), = cm.locate(logical_of(maps["big"], file_off))
+    damage(devids[devid], phys, want["big"][file_off:file_off + SECTOR])
+    counts = kernel_scrub(workdir, images)
+    assert counts["csum_errors"] == 1, counts
+    # ... and the P stripe of a row further on, checked to be the XOR of the row's data.
+    # (After the kernel's scrub: its read-only scrub of RAID5/6, kernel 6.18, rewrote a
+    # damaged P stripe.)
+    chunk = cm.chunk_of(logical_of(maps["big"], 0))
+    row_bytes = chunk.stripe_len * (len(chunk.stripes) - kfs.PARITY[chunk.profile])
+    target = logical_of(maps["big"], 0) + 3 * row_bytes
+    assert target + SECTOR <= logical_of(maps["big"], 0) + len(want["big"])
+    (pdev, pphys), data = parity_place(chunk, target)
+    xor = bytearray(SECTOR)
+    for d, p in data:
+        for i, b in enumerate(kfs.read_image(devids[d], p, SECTOR)):
+            xor[i] ^= b
+    damage(devids[pdev], pphys, bytes(xor))
+    repaired_as_before(workdir, butter, images, want, before, {"csum": 1, "parity": 1})
+
+
+def test_superblock(kernel, butter, workdir):
+    rng = random.Random("super")
+    images, want, _, _, _, _, _ = made(workdir, "dup", 1, rng)
+    sb1 = 64 * kfs.MiB                                  # superblock copy 1
+    head = kfs.read_image(images[0], sb1 + 64, 8)
+    assert head == b"_BHRfS_M", "no superblock copy at 64 MiB"
+    kfs.flip_bytes(images[0], sb1 + 0x100, 64)          # inside, past the magic
+    rc, f, err = butter_scrub(butter, images, readonly=True)
+    assert rc == 3 and f["super"] == 1 and f["errors"] == 1, f"{rc}\n{f}\n{err}"
+    rc, f, err = butter_scrub(butter, images)
+    assert rc == 0 and f["super"] == 1 and f["corrected"] == 1, f"{rc}\n{f}\n{err}"
+    r = kfs.run(["btrfs", "inspect-internal", "dump-super", "-s", "1", images[0]])
+    assert "[match]" in r.stdout and "[DON'T MATCH]" not in r.stdout, r.stdout[:2000]
+    rc, f, err = butter_scrub(butter, images, readonly=True)
+    assert rc == 0 and f["errors"] == 0, f"{f}\n{err}"
+    kernel_check_and_read(workdir, images, want)
