@@ -139,6 +139,8 @@ struct butter_subvol_info;
 int ctl_subvol(const char *what, const char *src, const char *path, bool readonly);
 int ctl_subvol_list(const char *path, int (*print)(void *arg, const struct butter_subvol_info *si),
 		    void *arg);
+/* One whole scrub of the mount holding @path, step by step; 0 or -errno (reported). */
+int ctl_scrub(const char *path, bool readonly, struct butter_scrub_stats *st);
 int ctl_filesystem(const char *what, const char *path, const char *label);
 int cmd_subvolume_delete(const struct cli_command *cmd, int argc, char **argv);
 int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv);

@@ -1,7 +1,9 @@
 /*
  * cmd_scrub.c — `butter scrub`: check every copy of every allocated block of
  * an image and repair what a good copy allows (butter_scrub() does the work;
- * each error is logged on stderr as it is found), then print the totals.
+ * each error is logged on stderr as it is found), then print the totals. On a
+ * directory inside a live `butter mount` the daemon scrubs, step by step
+ * through BUTTER_IOC_SCRUB (cli/control.c), and logs the errors itself.
  *
  * Exit status: 0 when nothing is wrong any more (no error found, or every
  * one repaired), 3 when errors remain (found with -r, or without a good
@@ -11,6 +13,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "copyin.h"
@@ -62,7 +65,16 @@ int cmd_scrub(const struct cli_command *cmd, int argc, char **argv)
 		return cli_usage_error(cmd, "too many arguments");
 	}
 	const char *image = argv[optind];
+	struct stat sb;
 
+	if (stat(image, &sb) == 0 && S_ISDIR(sb.st_mode) && args.ndevices == 0) {
+		/* a path inside a live `butter mount`: the daemon scrubs (and logs each error) */
+		free(args.devices);
+		if (ctl_scrub(image, readonly, &st) < 0)
+			return CLI_EXIT_ERROR;
+		print_stats(image, &st, readonly);
+		goto status;
+	}
 	ret = readonly ? cli_open(&args, image, &fs)
 		       : copyin_open_rw(image, args.devices, args.ndevices, &fs);
 	free(args.devices);
@@ -76,6 +88,7 @@ int cmd_scrub(const struct cli_command *cmd, int argc, char **argv)
 	}
 	print_stats(image, &st, readonly);
 	butter_close(fs);
+status:
 	if (st.read_errors + st.csum_errors + st.verify_errors + st.super_errors +
 	    st.parity_errors > st.corrected)
 		status = CLI_EXIT_ERRORS_LEFT;

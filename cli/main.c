@@ -114,7 +114,7 @@ static const struct cli_command commands[] = {
 		.name = "scrub",
 		.main = cmd_scrub,
 		.summary = "check every copy of the used blocks and repair bad ones",
-		.synopsis = "[-r] [--device DEV]... IMAGE",
+		.synopsis = "[-r] [--device DEV]... IMAGE|PATH",
 		.usage = "Read every copy of every allocated block: tree blocks against their\n"
 			 "headers, data against the csum tree, every superblock copy, and the\n"
 			 "parity of RAID5/6 rows that hold data. A bad copy is rewritten from a\n"
@@ -122,6 +122,9 @@ static const struct cli_command commands[] = {
 			 "disagrees with its data is recomputed. Free space is not read. Each\n"
 			 "error is reported on stderr as found, with its logical address, copy,\n"
 			 "and for data the subvolume, inode and file offset; totals follow.\n"
+			 "PATH, a directory inside a live `butter mount`, scrubs that mount: the\n"
+			 "daemon does the work in steps (the mount stays usable) and logs each\n"
+			 "error itself.\n"
 			 "Exit status: 0 nothing wrong is left, 3 errors remain (with -r, or no\n"
 			 "good copy), 1 the scrub could not run.\n"
 			 "\n"

@@ -91,6 +91,45 @@ static int do_subvol_change(struct daemon *d, unsigned cmd, fuse_ino_t dirnode,
 	return ret;
 }
 
+/*
+ * One scrub step (control.h). A step holds fs_lock exclusive: it commits, and
+ * its walk must not meet a change half made; the budget keeps each stall of
+ * the mount short, and the caller's loop lets other requests in between.
+ */
+#define SCRUB_STEP_BYTES (64ull << 20)
+
+static int do_scrub_step(struct daemon *d, struct butter_ioc_scrub *s)
+{
+	struct butter_scrub_stats st;
+	unsigned flags = (s->flags & BUTTER_SCRUB_READONLY) || d->readonly ? BUTTER_SCRUB_READONLY
+									       : 0;
+	int ret;
+
+	if (s->flags & ~(uint64_t)BUTTER_SCRUB_READONLY || s->what > 1)
+		return -EINVAL;
+	memset(&st, 0, sizeof(st));
+	pthread_rwlock_wrlock(&d->fs_lock);
+	if (s->what == 0) {
+		ret = butter_scrub_range(d->fs, flags, &s->cursor, SCRUB_STEP_BYTES, &st);
+		s->more = ret == 1;
+	} else {
+		ret = butter_scrub_supers(d->fs, flags, &st);
+		s->more = 0;
+	}
+	pthread_rwlock_unlock(&d->fs_lock);
+	s->tree_bytes = st.tree_bytes;
+	s->data_bytes = st.data_bytes;
+	s->no_csum_bytes = st.no_csum_bytes;
+	s->read_errors = st.read_errors;
+	s->csum_errors = st.csum_errors;
+	s->verify_errors = st.verify_errors;
+	s->super_errors = st.super_errors;
+	s->parity_errors = st.parity_errors;
+	s->corrected = st.corrected;
+	s->uncorrectable = st.uncorrectable;
+	return ret < 0 ? ret : 0;
+}
+
 void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		       struct fuse_file_info *fi, unsigned flags, const void *in_buf,
 		       size_t in_bufsz, size_t out_bufsz)
@@ -103,6 +142,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_ioc_fs_info fs;
 		struct butter_ioc_space space;
 		struct butter_ioc_label label;
+		struct butter_ioc_scrub scrub;
 	} u;
 	size_t size = _IOC_SIZE(cmd), out = 0;
 	int ret = 0, inval = 0;
@@ -189,6 +229,10 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		out = sizeof(u.space);
 		break;
 	}
+	case BUTTER_IOC_SCRUB:
+		ret = do_scrub_step(d, &u.scrub);
+		out = sizeof(u.scrub);
+		break;
 	case BUTTER_IOC_SET_LABEL:
 		if (strnlen(u.label.label, sizeof(u.label.label)) == sizeof(u.label.label)) {
 			ret = -EINVAL;

@@ -424,6 +424,20 @@ struct butter_scrub_stats {
  */
 int butter_scrub(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st);
 
+/*
+ * butter_scrub() in steps, so that a front end can let other work in between
+ * (each step holds the library lock; changes wait only for one step).
+ * butter_scrub_range() scrubs the allocated blocks from *cursor (0 to start)
+ * for about @budget bytes (0: all), ending at a RAID5/6 stripe row boundary;
+ * it moves *cursor on and returns 1 while blocks remain, 0 when the walk is
+ * done. Each step commits first and walks the trees as they are then.
+ * butter_scrub_supers() checks (and repairs, with a commit) the superblock
+ * copies; call it last. Both add to @st (zero it before the first step).
+ */
+int butter_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, uint64_t budget,
+		       struct butter_scrub_stats *st);
+int butter_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st);
+
 /* ---- open files ----------------------------------------------------------- */
 /*
  * POSIX keeps a file whose last name is removed alive while it is open. A

@@ -17,6 +17,8 @@
  *   BUTTER_IOC_FS_INFO        label, fsid, sizes, devices
  *   BUTTER_IOC_SPACE          the @idx-th kind of chunk (df)
  *   BUTTER_IOC_SET_LABEL      change the label (committed)
+ *   BUTTER_IOC_SCRUB          one step of a scrub (butter_scrub_range, or the
+ *                             superblocks): the caller loops over @cursor
  * Errors come back as errno of the ioctl(2) call, as the library's.
  * A snapshot or subvolume change commits first, so it sees every write
  * made before the call.
@@ -79,6 +81,17 @@ struct butter_ioc_label {
 	char label[BUTTER_IOC_LABEL_MAX + 1];
 };
 
+/* One scrub step; the counters are butter_scrub_stats' (<butter/butter.h>), this step's. */
+struct butter_ioc_scrub {
+	uint64_t flags;         /* in: BUTTER_SCRUB_READONLY (1) */
+	uint64_t what;          /* in: 0 = blocks from @cursor, 1 = the superblocks */
+	uint64_t cursor;        /* in/out: where the walk stands (0 to start) */
+	uint64_t more;          /* out: 1 while blocks remain after this step */
+	uint64_t tree_bytes, data_bytes, no_csum_bytes;
+	uint64_t read_errors, csum_errors, verify_errors, super_errors, parity_errors;
+	uint64_t corrected, uncorrectable;
+};
+
 #define BUTTER_IOC_INFO _IOR(BUTTER_IOC_MAGIC, 1, struct butter_ioc_info)
 #define BUTTER_IOC_SUBVOL_CREATE _IOWR(BUTTER_IOC_MAGIC, 2, struct butter_ioc_subvol)
 #define BUTTER_IOC_SNAPSHOT _IOWR(BUTTER_IOC_MAGIC, 3, struct butter_ioc_subvol)
@@ -88,5 +101,6 @@ struct butter_ioc_label {
 #define BUTTER_IOC_FS_INFO _IOR(BUTTER_IOC_MAGIC, 7, struct butter_ioc_fs_info)
 #define BUTTER_IOC_SPACE _IOWR(BUTTER_IOC_MAGIC, 8, struct butter_ioc_space)
 #define BUTTER_IOC_SET_LABEL _IOW(BUTTER_IOC_MAGIC, 9, struct butter_ioc_label)
+#define BUTTER_IOC_SCRUB _IOWR(BUTTER_IOC_MAGIC, 12, struct butter_ioc_scrub)
 
 #endif

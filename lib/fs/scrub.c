@@ -441,24 +441,51 @@ static void data_owner(const u8 *item, u32 size, struct owner *o)
 
 /* ---- the walk ------------------------------------------------------------- */
 
-static int scrub_extents(struct scrub *sc)
+/* Does the extent at @logical share the stripe row whose parity waits? */
+static int continues_row(struct scrub *sc, u64 logical)
+{
+	u64 row, row_len;
+
+	return sc->row_pending && volumes_raid56_row(sc->vol, logical, &row, &row_len) == 0 &&
+	       row == sc->row;
+}
+
+/*
+ * Scrub the extents from *cursor on, stopping at the first extent after
+ * @budget bytes (0: no limit) that starts a new stripe row (a row's parity is
+ * checked only once all its extents are). Returns 1 with *cursor at that
+ * extent, 0 at the end of the tree, negative errno.
+ */
+static int scrub_extents(struct scrub *sc, u64 *cursor, u64 budget)
 {
 	struct butter_fs *fs = sc->fs;
-	struct btrfs_key key = { 0, 0, 0 };
+	struct btrfs_key key = { *cursor, 0, 0 };
 	struct tree_path path;
-	int ret;
+	u64 done = 0;
+	int ret, stopped = 0;
 
 	tree_path_init(&path);
 	ret = tree_search_forward(&fs->cache, &fs->extent_tree, &key, &path);
 	while (ret == 0) {
 		const u8 *item;
 		u32 size;
+		u64 len;
 
 		path_key(&path, &key);
 		item = path_item(&path, &size);
+		if (key.type != BTRFS_METADATA_ITEM_KEY && key.type != BTRFS_EXTENT_ITEM_KEY) {
+			ret = tree_next_item(&fs->cache, &path);
+			continue;
+		}
+		if (budget && done >= budget && !continues_row(sc, key.objectid)) {
+			*cursor = key.objectid;
+			stopped = 1;
+			break;
+		}
 		if (key.type == BTRFS_METADATA_ITEM_KEY) {
+			len = sc->vol->nodesize;
 			ret = scrub_tree_block(sc, key.objectid, (int)key.offset);
-		} else if (key.type == BTRFS_EXTENT_ITEM_KEY) {
+		} else {
 			struct btrfs_extent_item ei;
 
 			if (size < sizeof(ei)) {
@@ -467,6 +494,7 @@ static int scrub_extents(struct scrub *sc)
 				break;
 			}
 			memcpy(&ei, item, sizeof(ei));
+			len = key.offset;
 			if (btrfs_extent_flags(&ei) & BTRFS_EXTENT_FLAG_TREE_BLOCK) {
 				ret = scrub_tree_block(sc, key.objectid, -1);
 			} else {
@@ -478,14 +506,18 @@ static int scrub_extents(struct scrub *sc)
 		}
 		if (ret)
 			break;
+		done += len;
 		ret = tree_next_item(&fs->cache, &path);
 	}
 	tree_path_release(&fs->cache, &path);
-	if (ret == 1)
+	if (ret == 1) {
 		ret = 0; /* the end of the tree */
+		*cursor = (u64)-1;
+	}
 	if (ret == 0)
 		ret = check_row(sc);
-	return ret;
+	sc->ntainted = 0;
+	return ret < 0 ? ret : stopped;
 }
 
 /* Every superblock copy of every present device; the count of bad ones. */
@@ -528,62 +560,113 @@ static u64 scrub_supers(struct scrub *sc)
 	return bad;
 }
 
-int butter_scrub(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st)
+static void scrub_free(struct scrub *sc)
 {
-	struct fs_write_state *w = fs->w;
-	struct scrub sc = { .fs = fs, .vol = &fs->vol, .st = st };
+	int m;
+
+	for (m = 1; m <= MAX_STORED; m++) {
+		free(sc->copy[m]);
+		free(sc->ok[m]);
+	}
+	free(sc->csums);
+	free(sc->have);
+	free(sc->rebuilt);
+	free(sc->tainted);
+}
+
+static int scrub_init(struct scrub *sc, struct butter_fs *fs, unsigned flags,
+		      struct butter_scrub_stats *st)
+{
 	u32 ss = fs->vol.sectorsize;
 	size_t bytes = (size_t)BATCH_SECTORS * ss;
-	int m, ret = 0;
+	int m;
 
-	memset(st, 0, sizeof(*st));
+	memset(sc, 0, sizeof(*sc));
+	sc->fs = fs;
+	sc->vol = &fs->vol;
+	sc->st = st;
+	sc->repair = fs->w && !(flags & BUTTER_SCRUB_READONLY);
 	if (bytes < fs->vol.nodesize)
 		bytes = fs->vol.nodesize;
-	sc.repair = w && !(flags & BUTTER_SCRUB_READONLY);
 	for (m = 1; m <= MAX_STORED; m++) {
-		sc.copy[m] = malloc(bytes);
-		sc.ok[m] = malloc(BATCH_SECTORS);
-		if (!sc.copy[m] || !sc.ok[m])
-			ret = -ENOMEM;
+		sc->copy[m] = malloc(bytes);
+		sc->ok[m] = malloc(BATCH_SECTORS);
+		if (!sc->copy[m] || !sc->ok[m])
+			goto nomem;
 	}
-	sc.csums = malloc((size_t)BATCH_SECTORS * fs->vol.csum_size);
-	sc.have = malloc(BATCH_SECTORS);
-	sc.rebuilt = malloc(fs->vol.nodesize > ss ? fs->vol.nodesize : ss);
-	if (!sc.csums || !sc.have || !sc.rebuilt)
-		ret = -ENOMEM;
+	sc->csums = malloc((size_t)BATCH_SECTORS * fs->vol.csum_size);
+	sc->have = malloc(BATCH_SECTORS);
+	sc->rebuilt = malloc(fs->vol.nodesize > ss ? fs->vol.nodesize : ss);
+	if (sc->csums && sc->have && sc->rebuilt)
+		return 0;
+nomem:
+	scrub_free(sc);
+	return -ENOMEM;
+}
+
+int butter_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, uint64_t budget,
+		       struct butter_scrub_stats *st)
+{
+	struct fs_write_state *w = fs->w;
+	struct scrub sc;
+	int ret;
+
+	if (*cursor == (u64)-1)
+		return 0;
+	ret = scrub_init(&sc, fs, flags, st);
 	if (ret)
-		goto out;
+		return ret;
 	if (w) {
 		pthread_mutex_lock(&w->lock);
 		ret = txn_commit(&w->txn); /* the trees on disk are the trees we walk */
 	}
 	if (ret == 0)
-		ret = scrub_extents(&sc);
-	if (ret == 0) {
-		u64 bad = scrub_supers(&sc);
+		ret = scrub_extents(&sc, cursor, budget);
+	if (w)
+		pthread_mutex_unlock(&w->lock);
+	scrub_free(&sc);
+	return ret;
+}
 
-		st->super_errors = bad;
-		if (bad && sc.repair) {
-			/* a commit writes every copy on every device */
+int butter_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st)
+{
+	struct fs_write_state *w = fs->w;
+	struct scrub sc = { .fs = fs, .vol = &fs->vol, .st = st };
+	u64 bad;
+	int ret = 0;
+
+	sc.repair = w && !(flags & BUTTER_SCRUB_READONLY);
+	if (w)
+		pthread_mutex_lock(&w->lock);
+	bad = scrub_supers(&sc);
+	st->super_errors += bad;
+	if (bad && sc.repair) {
+		/* a commit writes every copy on every device */
+		ret = txn_commit(&w->txn);
+		if (ret == 0)
 			ret = txn_begin(&w->txn);
-			if (ret == 0) {
-				w->txn.super_dirty = 1;
-				ret = txn_commit(&w->txn);
-			}
-			if (ret == 0)
-				st->corrected += bad;
+		if (ret == 0) {
+			w->txn.super_dirty = 1;
+			ret = txn_commit(&w->txn);
 		}
+		if (ret == 0)
+			st->corrected += bad;
 	}
 	if (w)
 		pthread_mutex_unlock(&w->lock);
-out:
-	for (m = 1; m <= MAX_STORED; m++) {
-		free(sc.copy[m]);
-		free(sc.ok[m]);
-	}
-	free(sc.csums);
-	free(sc.have);
-	free(sc.rebuilt);
-	free(sc.tainted);
+	return ret;
+}
+
+int butter_scrub(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st)
+{
+	uint64_t cursor = 0;
+	int ret;
+
+	memset(st, 0, sizeof(*st));
+	do
+		ret = butter_scrub_range(fs, flags, &cursor, 0, st);
+	while (ret == 1);
+	if (ret == 0)
+		ret = butter_scrub_supers(fs, flags, st);
 	return ret;
 }

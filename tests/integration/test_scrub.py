@@ -276,3 +276,33 @@ def test_superblock(kernel, butter, workdir):
     rc, f, err = butter_scrub(butter, images, readonly=True)
     assert rc == 0 and f["errors"] == 0, f"{f}\n{err}"
     kernel_check_and_read(workdir, images, want)
+
+
+def test_live_mount(kernel, butter, workdir):
+    """`butter scrub PATH` on a live `butter mount`: the daemon scrubs in steps while the
+    mount has uncommitted writes, repairs the damaged copy and logs it."""
+    from butter_it import fusemount
+    fusemount.require_fuse()
+    rng = random.Random("live")
+    images, want, maps, _, cm, devids, _ = made(workdir, "raid1", 2, rng)
+    file_off = 300 * 1024
+    devid, phys = cm.locate(logical_of(maps["big"], file_off))[1]
+    good = want["big"][file_off:file_off + SECTOR]
+    damage(devids[devid], phys, good)
+    mnt = os.path.join(workdir, "bmnt")
+    with fusemount.FuseMount(butter.path, images, mnt) as m:
+        want["new"] = rng.randbytes(300000)               # written, not committed yet
+        with open(os.path.join(mnt, "new"), "wb") as f:
+            f.write(want["new"])
+        r = kfs.run([butter.path, "scrub", mnt], check=False, timeout=600)
+        assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+        assert re.search(r"errors:\s+1 \(read 0, csum 1,", r.stdout), r.stdout
+        assert re.search(r"corrected:\s+1\b", r.stdout), r.stdout
+        for name, data in want.items():
+            with open(os.path.join(mnt, name), "rb") as f:
+                assert f.read() == data, f"{name} through the mount"
+        assert m.unmount() == 0, m.log_text()[-3000:]
+        assert "rewritten from copy 1" in m.log_text(), m.log_text()[-3000:]
+    assert kfs.read_image(devids[devid], phys, SECTOR) == good, "copy 2 was not repaired"
+    assert kernel_errors(kernel_scrub(workdir, images)) == 0
+    kernel_check_and_read(workdir, images, want)
