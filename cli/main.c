@@ -111,6 +111,20 @@ static const struct cli_command commands[] = {
 		.usage = "Commit everything written to the `butter mount` holding PATH so far.\n",
 	},
 	{
+		.name = "send",
+		.main = cmd_send,
+		.summary = "write a read-only subvolume as a btrfs send stream",
+		.synopsis = "[-f FILE] [--device DEV]... IMAGE PATH",
+		.usage = "Write the read-only subvolume PATH of the image as a send stream\n"
+			 "(version 1, a full send) to standard output or FILE, for\n"
+			 "`btrfs receive`, which makes it a read-only subvolume again with PATH's\n"
+			 "uuid as its received uuid. A writable subvolume is refused, as by\n"
+			 "btrfs send: snapshot it with -r first. Nested subvolumes are not part\n"
+			 "of the stream.\n"
+			 "\n"
+			 "  -f FILE        write to FILE instead of standard output\n",
+	},
+	{
 		.name = "scrub",
 		.main = cmd_scrub,
 		.summary = "check every copy of the used blocks and repair bad ones",

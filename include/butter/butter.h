@@ -438,6 +438,19 @@ int butter_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, u
 		       struct butter_scrub_stats *st);
 int butter_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st);
 
+/* ---- send ----------------------------------------------------------------- */
+/*
+ * Write read-only subvolume @subvol as a btrfs send stream (version 1, a full
+ * send: no parent) through @write, which gets the stream in pieces and
+ * returns 0 or a negative errno (that stops the send and is returned).
+ * `btrfs receive` makes the subvolume from it, read-only, with the source's
+ * uuid as its received uuid. -EPERM if the subvolume is not read-only (as
+ * btrfs send, which needs a stable source), -ENAMETOOLONG for a path or
+ * xattr that does not fit a v1 command.
+ */
+typedef int (*butter_send_write_fn)(void *arg, const void *buf, size_t len);
+int butter_send(struct butter_fs *fs, uint64_t subvol, butter_send_write_fn write, void *arg);
+
 /* ---- open files ----------------------------------------------------------- */
 /*
  * POSIX keeps a file whose last name is removed alive while it is open. A
