@@ -1,7 +1,8 @@
 /*
- * cmd_send.c — `butter send`: write a read-only subvolume of an image as a
- * btrfs send stream (butter_send()) to a file or standard output, for
- * `btrfs receive` (or `butter receive` when it comes).
+ * cmd_send.c — send streams: `butter send` writes a read-only subvolume of
+ * an image as a btrfs send stream (butter_send()) to a file or standard
+ * output, for `btrfs receive`; `butter receive` applies a stream (from
+ * `btrfs send` or `butter send`) to an image (butter_receive()).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "copyin.h"
 
 struct out {
 	int fd;
@@ -99,4 +101,91 @@ int cmd_send(const struct cli_command *cmd, int argc, char **argv)
 	}
 	butter_close(fs);
 	return status;
+}
+
+struct in {
+	int fd;
+};
+
+static ssize_t read_some(void *arg, void *buf, size_t len)
+{
+	struct in *i = arg;
+
+	for (;;) {
+		ssize_t n = read(i->fd, buf, len);
+
+		if (n >= 0)
+			return n;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+int cmd_receive(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	struct butter_receive_result res = { 0 };
+	struct in in = { STDIN_FILENO };
+	const char *file = NULL, *dir = "/";
+	struct butter_fs *fs;
+	butter_ino_t dest;
+	int c, ret, status = CLI_EXIT_OK;
+
+	while ((c = cli_getopt(&args, argc, argv, ":hf:", longopts)) != -1) {
+		if (c == 'f')
+			file = optarg;
+	}
+	if (argc - optind < 1 || argc - optind > 2) {
+		free(args.devices);
+		return cli_usage_error(cmd, argc - optind < 1 ? "missing IMAGE"
+							     : "too many arguments");
+	}
+	const char *image = argv[optind];
+
+	if (argc - optind == 2)
+		dir = argv[optind + 1];
+	if (file) {
+		in.fd = open(file, O_RDONLY | O_CLOEXEC);
+		if (in.fd < 0) {
+			cli_error("%s: %s", file, strerror(errno));
+			free(args.devices);
+			return CLI_EXIT_ERROR;
+		}
+	} else if (isatty(STDIN_FILENO)) {
+		cli_error("no send stream on a terminal (redirect one, or use -f FILE)");
+		free(args.devices);
+		return CLI_EXIT_ERROR;
+	}
+	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);
+	free(args.devices);
+	if (ret < 0) {
+		if (file)
+			close(in.fd);
+		return CLI_EXIT_ERROR;
+	}
+	ret = cli_resolve(fs, dir, true, &dest);
+	if (ret)
+		cli_error("%s: %s: %s", image, dir, strerror(-ret));
+	else
+		ret = butter_receive(fs, dest, read_some, &in, &res);
+	if (ret == 0)
+		ret = butter_sync(fs);
+	if (ret < 0) {
+		if (ret == -EBADMSG)
+			cli_error("%s: the send stream is damaged (see above)", image);
+		else
+			cli_error("%s: receiving into %s: %s", image, dir, strerror(-ret));
+		status = CLI_EXIT_ERROR;
+	} else {
+		printf("received %llu subvolume(s) into %s\n", (unsigned long long)res.subvolumes,
+		       dir);
+	}
+	if (file)
+		close(in.fd);
+	butter_close(fs);
+	return cli_finish_stdout(status);
 }

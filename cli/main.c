@@ -125,6 +125,20 @@ static const struct cli_command commands[] = {
 			 "  -f FILE        write to FILE instead of standard output\n",
 	},
 	{
+		.name = "receive",
+		.main = cmd_receive,
+		.summary = "apply a btrfs send stream to an image",
+		.synopsis = "[-f FILE] [--device DEV]... IMAGE [DIR]",
+		.usage = "Read a send stream (from `btrfs send` or `butter send`) from standard\n"
+			 "input or FILE and make its subvolumes in the directory DIR of the\n"
+			 "image (default \"/\"), as `btrfs receive` does: read-only, with the\n"
+			 "sender's uuid as their received uuid. An incremental stream needs its\n"
+			 "parent received here before. Version 2 streams work unless they use\n"
+			 "version 2's own commands (fallocate, fileattr, encoded writes).\n"
+			 "\n"
+			 "  -f FILE        read FILE instead of standard input\n",
+	},
+	{
 		.name = "scrub",
 		.main = cmd_scrub,
 		.summary = "check every copy of the used blocks and repair bad ones",

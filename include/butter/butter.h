@@ -280,11 +280,7 @@ int butter_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, siz
 int butter_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char *name,
 		size_t namelen);
 
-/*
- * Write @len bytes at @off. Today only writes at or past the end of the
- * file's existing data are supported (appending, filling a new file, or past
- * a hole): overwriting written bytes returns -EOPNOTSUPP.
- */
+/* Write @len bytes at @off (anywhere: past the end, into holes, over data). */
 ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
 		     uint64_t off);
 
@@ -331,7 +327,7 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
 #define BUTTER_SET_ATIME 0x8u
 #define BUTTER_SET_MTIME 0x10u
 #define BUTTER_SET_CTIME 0x20u
-#define BUTTER_SET_SIZE 0x40u /* grow only today (a hole to the new size) */
+#define BUTTER_SET_SIZE 0x40u /* truncate: shrink, or grow with a hole */
 
 int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
 		   unsigned mask);
@@ -450,6 +446,39 @@ int butter_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scru
  */
 typedef int (*butter_send_write_fn)(void *arg, const void *buf, size_t len);
 int butter_send(struct butter_fs *fs, uint64_t subvol, butter_send_write_fn write, void *arg);
+
+/* ---- receive -------------------------------------------------------------- */
+/*
+ * Apply a btrfs send stream (from `btrfs send` or butter_send(); version 1,
+ * and version 2 without its new commands) as `btrfs receive` does: each
+ * subvolume in it is made in directory @dest (a full stream: a new
+ * subvolume; an incremental one: a snapshot of the subvolume received
+ * earlier from its parent's uuid), built by the commands, then given the
+ * sender's uuid as its received uuid and made read-only. @read gets up to
+ * @len bytes into @buf and returns how many (0 at the end) or a negative
+ * errno. Returns 0, -EBADMSG for a malformed stream (the handle's log says
+ * where), -EOPNOTSUPP for a command not handled, -ENOENT when the parent of
+ * an incremental stream is not here, or the error of a change. @result (may
+ * be NULL) gets how many subvolumes were received and the last one's id.
+ */
+typedef ssize_t (*butter_receive_read_fn)(void *arg, void *buf, size_t len);
+
+struct butter_receive_result {
+	uint64_t subvolumes;
+	uint64_t last_subvol;
+};
+
+int butter_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read,
+		   void *arg, struct butter_receive_result *result);
+
+/*
+ * Mark subvolume @id as received from @uuid at the sender's transid
+ * @stransid (root item and uuid tree, committed), and with
+ * BUTTER_RECEIVED_RDONLY make it read-only: the end of a receive.
+ */
+#define BUTTER_RECEIVED_RDONLY 0x1u
+int butter_subvol_set_received(struct butter_fs *fs, uint64_t id, const uint8_t uuid[16],
+			       uint64_t stransid, unsigned flags);
 
 /* ---- open files ----------------------------------------------------------- */
 /*

@@ -92,3 +92,112 @@ def test_send_butter_written(kernel, butter, workdir):
     with kfs.kernel_fs(workdir, name="dst") as dst:
         receive(stream, dst.mnt)
         manifest.assert_same(src, manifest.take(os.path.join(dst.mnt, "snap")))
+
+
+def butter_receive(butter, img, stream):
+    r = kfs.run([butter.path, "receive", "-f", stream, img], check=False, timeout=600)
+    return r
+
+
+def kernel_view(workdir, img, paths):
+    """Mount the butter-written image read-only: btrfs check first, then manifests."""
+    r = kfs.run(["btrfs", "check", "--readonly", img], check=False, timeout=600)
+    assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    mnt = os.path.join(workdir, "view")
+    loop = kfs.loop_attach(img)
+    try:
+        kfs.mount(loop, mnt, ["ro"])
+        try:
+            return [manifest.take(os.path.join(mnt, p)) for p in paths], \
+                [subvol_show(os.path.join(mnt, p)) for p in paths]
+        finally:
+            kfs.umount(mnt)
+    finally:
+        kfs.loop_detach(loop)
+
+
+def change_tree(root):
+    """Renames, removals, rewrites, new files and a clone: what an incremental stream
+    carries."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for i, name in enumerate(sorted(filenames)):
+            p = os.path.join(dirpath, name)
+            if os.path.islink(p) or not os.path.isfile(p):
+                continue
+            if i % 7 == 0:
+                os.rename(p, p + ".moved")
+            elif i % 7 == 1:
+                os.unlink(p)
+            elif i % 7 == 2 and os.path.getsize(p) > 0:
+                with open(p, "r+b") as f:
+                    f.seek(os.path.getsize(p) // 2)
+                    f.write(b"changed in the second snapshot")
+        break
+    os.makedirs(os.path.join(root, "incremental", "deep"))
+    with open(os.path.join(root, "incremental", "deep", "new"), "wb") as f:
+        f.write(os.urandom(1 << 20))
+    kfs.run(["cp", "--reflink=always", os.path.join(root, "incremental", "deep", "new"),
+             os.path.join(root, "incremental", "copy")])
+
+
+def test_receive_kernel_streams(kernel, butter, workdir):
+    """Full and incremental streams from the kernel's btrfs send, received by butter."""
+    full = os.path.join(workdir, "full.stream")
+    inc = os.path.join(workdir, "inc.stream")
+    with kfs.kernel_fs(workdir, name="src") as fs:
+        vol = os.path.join(fs.mnt, "vol")
+        kfs.run(["btrfs", "subvolume", "create", vol])
+        tree.populate(vol, seed=11, subvolumes=False)
+        s1, s2 = os.path.join(fs.mnt, "s1"), os.path.join(fs.mnt, "s2")
+        kfs.run(["btrfs", "subvolume", "snapshot", "-r", vol, s1])
+        change_tree(vol)
+        kfs.run(["btrfs", "subvolume", "snapshot", "-r", vol, s2])
+        fs.sync()
+        want = [manifest.take(s1), manifest.take(s2)]
+        uuids = [subvol_show(s1)["uuid"], subvol_show(s2)["uuid"]]
+        kfs.run(["btrfs", "send", "-q", "-f", full, s1], timeout=600)
+        kfs.run(["btrfs", "send", "-q", "-p", s1, "-f", inc, s2], timeout=600)
+    dump = kfs.run(["btrfs", "receive", "--dump", "-f", inc], timeout=600).stdout
+    kinds = {line.split()[0] for line in dump.splitlines() if line.strip()}
+    assert {"snapshot", "rename", "unlink", "clone", "write"} <= kinds, kinds
+    img = os.path.join(workdir, "recv.img")
+    kfs.run([butter.path, "mkfs", "-q", "-b", "2G", img])
+    for stream in (full, inc):
+        r = butter_receive(butter, img, stream)
+        assert r.returncode == 0, f"butter receive {stream}: {r.returncode}\n{r.stderr[-3000:]}"
+    got, shows = kernel_view(workdir, img, ["s1", "s2"])
+    for w, g in zip(want, got):
+        manifest.assert_same(w, g)
+    for show, uuid in zip(shows, uuids):
+        assert show["received"] == uuid and "readonly" in show["flags"], (show, uuid)
+
+
+def test_receive_damaged_stream(kernel, butter, workdir):
+    """A stream with a flipped byte is refused with a message; the image stays sound."""
+    src = os.path.join(workdir, "tree")
+    os.makedirs(src)
+    for i in range(20):
+        with open(os.path.join(src, f"f{i}"), "wb") as f:
+            f.write(os.urandom(5000 * (i + 1)))
+    img = os.path.join(workdir, "a.img")
+    kfs.run([butter.path, "mkfs", "-q", "-b", "512M", "--rootdir", src, img])
+    kfs.run([butter.path, "subvolume", "snapshot", "-r", img, "/", "/snap"])
+    stream = os.path.join(workdir, "s.stream")
+    kfs.run([butter.path, "send", "-f", stream, img, "/snap"])
+    with open(stream, "r+b") as f:
+        f.seek(os.path.getsize(stream) // 2)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([b[0] ^ 0x5A]))
+    dst = os.path.join(workdir, "b.img")
+    kfs.run([butter.path, "mkfs", "-q", "-b", "512M", dst])
+    r = butter_receive(butter, dst, stream)
+    assert r.returncode == 1, f"a damaged stream was accepted: {r.returncode}\n{r.stdout}"
+    assert "checksum mismatch" in r.stderr and "damaged" in r.stderr, r.stderr
+    r = kfs.run(["btrfs", "check", "--readonly", dst], check=False, timeout=600)
+    assert r.returncode == 0, f"btrfs check after a refused stream:\n{r.stdout[-3000:]}"
+    truncated = os.path.join(workdir, "t.stream")
+    with open(stream, "rb") as f, open(truncated, "wb") as g:
+        g.write(f.read(40))
+    r = butter_receive(butter, dst, truncated)
+    assert r.returncode == 1 and "ends inside" in r.stderr, r.stderr
