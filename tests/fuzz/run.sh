@@ -1,9 +1,10 @@
 #!/bin/sh
 # run.sh [SECONDS] — build the fuzz harnesses (clang, ASan + UBSan) and run
-# them for a bounded time: SECONDS in all (default 60): 55% to fuzz_open_walk
-# (open + full walk of mutated images), 30% to fuzz_write (open + a fixed
+# them for a bounded time: SECONDS in all (default 60): 45% to fuzz_open_walk
+# (open + full walk of mutated images), 25% to fuzz_write (open + a fixed
 # sequence of writes and commits on mutated images, copy-on-write in memory),
-# the rest to fuzz_decompress (the zlib/lzo/zstd extent decoders). Before
+# 15% to fuzz_receive (mutated send streams received into a seed image), the
+# rest to fuzz_decompress (the zlib/lzo/zstd extent decoders). Before
 # fuzzing, every saved finding (tests/images/*/fuzz-input) is replayed.
 #
 # Exits non-zero on any crash, sanitizer report, leak, timeout (-timeout=10 s
@@ -33,9 +34,10 @@ if [ ! -f "$build/build.ninja" ]; then
 		-Db_lundef=false
 fi
 ninja -C "$build" tests/fuzz/fuzz_open_walk tests/fuzz/fuzz_write tests/fuzz/fuzz_decompress \
-	tests/fuzz/fuzz_replay
+	tests/fuzz/fuzz_receive tests/fuzz/fuzz_replay
 
-mkdir -p "$here/crashes" "$here/work/open_walk" "$here/work/write" "$here/work/decompress"
+mkdir -p "$here/crashes" "$here/work/open_walk" "$here/work/write" "$here/work/decompress" \
+	"$here/work/receive"
 tar -xzf "$here/corpus.tar.gz" -C "$here/work"
 status=0
 
@@ -79,9 +81,12 @@ fuzz() {
 }
 
 cd "$here/work"
-walk_t=$((secs * 55 / 100))
-write_t=$((secs * 30 / 100))
+walk_t=$((secs * 45 / 100))
+write_t=$((secs * 25 / 100))
+recv_t=$((secs * 15 / 100))
 fuzz fuzz_open_walk "$walk_t" "$here/work/open_walk" "$here/corpus"
 fuzz fuzz_write "$write_t" "$here/work/write" "$here/corpus-write"
-fuzz fuzz_decompress "$((secs - walk_t - write_t))" "$here/work/decompress" "$here/corpus-decompress"
+fuzz fuzz_receive "$recv_t" "$here/work/receive" "$here/corpus-receive"
+fuzz fuzz_decompress "$((secs - walk_t - write_t - recv_t))" "$here/work/decompress" \
+	"$here/corpus-decompress"
 exit $status
