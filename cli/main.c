@@ -139,6 +139,19 @@ static const struct cli_command commands[] = {
 			 "  -f FILE        read FILE instead of standard input\n",
 	},
 	{
+		.name = "device add",
+		.main = cmd_device_add,
+		.summary = "add a device to the filesystem of an image",
+		.synopsis = "[-f] [--device DEV]... IMAGE NEWDEV",
+		.usage = "Make NEWDEV (an image file or block device, at least 16 MiB) a device of\n"
+			 "the filesystem, as `btrfs device add`: new chunks may be allocated on it;\n"
+			 "existing ones stay where they are. Its first MiB and superblock places\n"
+			 "are overwritten. From then on the filesystem opens only with NEWDEV among\n"
+			 "its devices (--device NEWDEV, or `device=` for mount).\n"
+			 "\n"
+			 "  -f, --force    overwrite a device that holds another btrfs filesystem\n",
+	},
+	{
 		.name = "scrub",
 		.main = cmd_scrub,
 		.summary = "check every copy of the used blocks and repair bad ones",

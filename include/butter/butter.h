@@ -379,6 +379,18 @@ int butter_set_compression(struct butter_fs *fs, const char *spec, int force);
  */
 int butter_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size);
 
+/*
+ * Add the device (image file or block device) at @path, as `btrfs device
+ * add`: it gets the next devid (in *devid if not NULL) and a new uuid, and
+ * new chunks may go to it; committed at once. Existing chunks stay where
+ * they are. -EEXIST if it already belongs to this filesystem, -EBUSY if it
+ * holds another btrfs (unless BUTTER_DEVICE_ADD_FORCE), -ENOSPC if it is
+ * smaller than 16 MiB, -EROFS on a read-only handle. Afterwards the
+ * filesystem opens only with the new device among its devices.
+ */
+#define BUTTER_DEVICE_ADD_FORCE 0x1u
+int butter_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid);
+
 /* Set the filesystem label (at most 255 bytes; -EINVAL if longer); committed at once. */
 int butter_set_label(struct butter_fs *fs, const char *label);
 

@@ -403,3 +403,51 @@ int chunk_resize_device(struct extent_state *es, struct tree_trans *t, u64 devid
 		*size = want;
 	return ret;
 }
+
+int chunk_add_device(struct extent_state *es, struct tree_trans *t, const struct btrfs_device *dev)
+{
+	struct btrfs_volumes *vol = es->vol;
+	struct btrfs_key key = { BTRFS_DEV_ITEMS_OBJECTID, BTRFS_DEV_ITEM_KEY, dev->devid };
+	struct btrfs_dev_item di;
+	struct dev_space *v, *ds;
+	int ret;
+
+	if (devspace(es, dev->devid) || dev->total_bytes <= RESERVED_BYTES)
+		return -EINVAL;
+	v = realloc(es->devspace, (es->ndevspace + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	es->devspace = v;
+	ds = &es->devspace[es->ndevspace];
+	ds->devid = dev->devid;
+	range_set_init(&ds->free);
+	ret = range_add(&ds->free, RESERVED_BYTES, dev->total_bytes);
+	if (ret)
+		return ret;
+	es->ndevspace++;
+	memset(&di, 0, sizeof(di));
+	btrfs_set_dev_item_devid(&di, dev->devid);
+	btrfs_set_dev_item_total_bytes(&di, dev->total_bytes);
+	btrfs_set_dev_item_bytes_used(&di, 0);
+	put_le32(&di.io_align, vol->sectorsize);
+	put_le32(&di.io_width, vol->sectorsize);
+	put_le32(&di.sector_size, vol->sectorsize);
+	memcpy(di.uuid, dev->uuid, BTRFS_UUID_SIZE);
+	memcpy(di.fsid, vol->meta_fsid, BTRFS_FSID_SIZE);
+	ret = tree_insert_item(t, es->chunk_root, &key, &di, sizeof(di));
+	if (ret)
+		return ret;
+	btrfs_set_super_num_devices(&vol->super, btrfs_super_num_devices(&vol->super) + 1);
+	btrfs_set_super_total_bytes(&vol->super,
+				    btrfs_super_total_bytes(&vol->super) + dev->total_bytes);
+	return 0;
+}
+
+u64 chunk_max_size(const struct extent_state *es, u64 want)
+{
+	u64 cap = btrfs_super_total_bytes(&es->vol->super) / 10 & ~((1ULL << 20) - 1);
+
+	if (cap < (16ULL << 20))
+		cap = 16ULL << 20;
+	return want < cap ? want : cap;
+}

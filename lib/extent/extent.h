@@ -195,6 +195,21 @@ int chunk_insert_items(struct extent_state *es, struct tree_trans *t, u64 logica
  */
 int chunk_resize_device(struct extent_state *es, struct tree_trans *t, u64 devid, u64 *size);
 
+/*
+ * The size to ask of a new chunk that would like @want bytes: at most a
+ * tenth of the filesystem (as the kernel sizes chunks), and never below
+ * 16 MiB, so a small filesystem does not spend most of itself on one chunk.
+ */
+u64 chunk_max_size(const struct extent_state *es, u64 want);
+
+/*
+ * Make @dev (already in vol->devs, with devid, uuid and total_bytes set) a
+ * member: its DEV_ITEM in the chunk tree, its free space for allocation, and
+ * the superblock's device count and total size. The next commit writes the
+ * superblocks to it too.
+ */
+int chunk_add_device(struct extent_state *es, struct tree_trans *t, const struct btrfs_device *dev);
+
 /* Hash of an EXTENT_DATA_REF (keyed item offset and inline order). */
 u64 extent_data_ref_hash(u64 root, u64 owner, u64 offset);
 

@@ -98,7 +98,7 @@ int fs_alloc_data(struct butter_fs *fs, u64 want, u64 *logical, u64 *got)
 			u64 chunk;
 
 			ret = chunk_create(&w->es, BTRFS_BLOCK_GROUP_DATA | w->data_profile,
-					   1ULL << 30, &chunk);
+					   chunk_max_size(&w->es, 1ULL << 30), &chunk);
 			if (ret == -ENOSPC)
 				continue; /* no device space: smaller pieces, then */
 			if (ret)

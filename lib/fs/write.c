@@ -231,7 +231,7 @@ static int reserve_space(struct fs_write_state *w, u64 data_bytes, int deleting)
 
 	meta_free = group_free(&w->es, BTRFS_BLOCK_GROUP_METADATA, &meta_profile);
 	if (meta_free < low) {
-		u64 chunk, size = 256ULL << 20;
+		u64 chunk, size = chunk_max_size(&w->es, 256ULL << 20);
 
 		while (size >= (16ULL << 20) && unallocated(&w->es, meta_profile) < size)
 			size /= 2;

@@ -259,8 +259,7 @@ static struct btrfs_device *find_device(struct btrfs_volumes *vol, u64 devid)
 	return NULL;
 }
 
-/* Insert a device record keeping vol->devs sorted by devid. */
-static int insert_device(struct btrfs_volumes *vol, struct btrfs_device *dev)
+int volumes_insert_device(struct btrfs_volumes *vol, struct btrfs_device *dev)
 {
 	struct btrfs_device **devs = realloc(vol->devs, (vol->ndevs + 1) * sizeof(*devs));
 	size_t i;
@@ -287,7 +286,7 @@ int volumes_add_dev_item(struct btrfs_volumes *vol, const struct btrfs_dev_item 
 			return -ENOMEM;
 		dev->devid = devid;
 		memcpy(dev->uuid, item->uuid, BTRFS_UUID_SIZE);
-		ret = insert_device(vol, dev);
+		ret = volumes_insert_device(vol, dev);
 		if (ret) {
 			free(dev);
 			return ret;
@@ -376,7 +375,7 @@ int volumes_add_chunk(struct btrfs_volumes *vol, u64 logical, const struct btrfs
 				dev->devid = map->stripes[i].devid;
 				memcpy(dev->uuid, s->dev_uuid, BTRFS_UUID_SIZE);
 			}
-			if (!dev || insert_device(vol, dev)) {
+			if (!dev || volumes_insert_device(vol, dev)) {
 				free(dev);
 				free(map);
 				return -ENOMEM;
@@ -511,7 +510,7 @@ int volumes_open(struct btrfs_volumes *vol, struct blockdev **bdevs, size_t nbde
 		dev = calloc(1, sizeof(*dev));
 		if (dev)
 			dev->devid = devid;
-		if (!dev || !(dev->path = strdup(bdevs[i]->name)) || insert_device(vol, dev)) {
+		if (!dev || !(dev->path = strdup(bdevs[i]->name)) || volumes_insert_device(vol, dev)) {
 			if (dev)
 				free(dev->path);
 			free(dev);

@@ -102,6 +102,9 @@ void volumes_close(struct btrfs_volumes *vol);
 int volumes_add_chunk(struct btrfs_volumes *vol, u64 logical, const struct btrfs_chunk *chunk,
 		      u32 item_size);
 
+/* Insert a device record (ownership passes to @vol), keeping vol->devs sorted by devid. */
+int volumes_insert_device(struct btrfs_volumes *vol, struct btrfs_device *dev);
+
 /* Record a device item from the chunk tree (creates a missing device if needed). */
 int volumes_add_dev_item(struct btrfs_volumes *vol, const struct btrfs_dev_item *item);
 
