@@ -104,6 +104,8 @@ struct subvol *fs_subvol_mut(struct butter_fs *fs, u64 id, int *err)
 		*err = -EROFS;
 		return NULL;
 	}
+	if (sv)
+		sv->root.touched = 1; /* changes follow: ctransid and ctime at commit */
 	return sv;
 }
 

@@ -2,6 +2,7 @@
  * transaction.c — begin, commit and abort (the order is in transaction.h).
  */
 #include <errno.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +121,15 @@ static int update_root_items(struct txn_ctx *ctx, int *updated)
 			btrfs_set_root_last_snapshot(ri, root->last_snapshot);
 		if (size >= sizeof(*ri))
 			btrfs_set_root_generation_v2(ri, ctx->tt.transid);
+		if (root->touched && size >= sizeof(*ri)) {
+			struct timespec now;
+
+			clock_gettime(CLOCK_REALTIME, &now);
+			btrfs_set_root_ctransid(ri, ctx->tt.transid);
+			btrfs_set_timespec_sec(&ri->ctime, (u64)now.tv_sec);
+			btrfs_set_timespec_nsec(&ri->ctime, (u32)now.tv_nsec);
+		}
+		root->touched = 0;
 		tree_path_release(ctx->cache, &path);
 	}
 	return 0;

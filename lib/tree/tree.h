@@ -60,6 +60,8 @@ struct tree_root {
 	int dirty;           /* root moved in the running transaction: update its root item */
 	u64 last_snapshot;   /* blocks at or below this generation may be shared */
 	u64 bytes_used;      /* tree blocks * nodesize, kept in its root item */
+	int touched;         /* a subvolume's inodes changed: its root item's ctransid and
+				ctime follow at commit (the kernel's btrfs_update_root_times) */
 };
 
 int node_cache_init(struct node_cache *cache, struct btrfs_volumes *vol, u64 limit_bytes);

@@ -79,6 +79,11 @@ def test_send_butter_written(kernel, butter, workdir):
     kfs.run([butter.path, "subvolume", "snapshot", "-r", img, "/", "/snap"])
     stream = os.path.join(workdir, "s.stream")
     kfs.run([butter.path, "send", "-f", stream, img, "/snap"])
+    # the snapshot carries the ctransid of the top level's last change (as the kernel
+    # keeps it: every inode change moves a subvolume's ctransid), not 0
+    dump = kfs.run(["btrfs", "receive", "--dump", "-f", stream]).stdout
+    m = re.search(r"^subvol\s+\S+\s+uuid=\S+ transid=(\d+)", dump, re.M)
+    assert m and int(m.group(1)) > 0, dump[:500]
     mnt = os.path.join(workdir, "bmnt")
     loop = kfs.loop_attach(img)
     try:
