@@ -44,14 +44,16 @@ int cmd_send(const struct cli_command *cmd, int argc, char **argv)
 	};
 	struct cli_args args = { .cmd = cmd };
 	struct out o = { STDOUT_FILENO, "standard output" };
-	const char *file = NULL;
+	const char *file = NULL, *parent = NULL;
 	struct butter_fs *fs;
-	butter_ino_t ino;
+	butter_ino_t ino, pino = { 0, 0 };
 	int c, ret, status = CLI_EXIT_OK;
 
-	while ((c = cli_getopt(&args, argc, argv, ":hf:", longopts)) != -1) {
+	while ((c = cli_getopt(&args, argc, argv, ":hf:p:", longopts)) != -1) {
 		if (c == 'f')
 			file = optarg;
+		else if (c == 'p')
+			parent = optarg;
 	}
 	if (argc - optind != 2) {
 		free(args.devices);
@@ -78,6 +80,17 @@ int cmd_send(const struct cli_command *cmd, int argc, char **argv)
 		butter_close(fs);
 		return CLI_EXIT_ERROR;
 	}
+	if (parent) {
+		ret = cli_resolve(fs, parent, true, &pino);
+		if (ret == 0 && pino.ino != BUTTER_SUBVOL_ROOT_INO)
+			ret = -ENOTDIR;
+		if (ret) {
+			cli_error("%s: parent %s: %s", image, parent,
+				  ret == -ENOTDIR ? "not a subvolume" : strerror(-ret));
+			butter_close(fs);
+			return CLI_EXIT_ERROR;
+		}
+	}
 	if (file) {
 		o.fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		o.name = file;
@@ -87,10 +100,10 @@ int cmd_send(const struct cli_command *cmd, int argc, char **argv)
 			return CLI_EXIT_ERROR;
 		}
 	}
-	ret = butter_send(fs, ino.subvol, write_all, &o);
+	ret = butter_send(fs, ino.subvol, pino.subvol, write_all, &o);
 	if (ret == -EPERM)
-		cli_error("%s: %s: not a read-only subvolume (send needs one: make a snapshot "
-			  "with -r)", image, path);
+		cli_error("%s: %s%s%s: not a read-only subvolume (send needs them: make snapshots "
+			  "with -r)", image, path, parent ? " or " : "", parent ? parent : "");
 	else if (ret < 0)
 		cli_error("%s: sending %s to %s: %s", image, path, o.name, strerror(-ret));
 	if (ret < 0)

@@ -448,16 +448,19 @@ int butter_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scru
 
 /* ---- send ----------------------------------------------------------------- */
 /*
- * Write read-only subvolume @subvol as a btrfs send stream (version 1, a full
- * send: no parent) through @write, which gets the stream in pieces and
- * returns 0 or a negative errno (that stops the send and is returned).
+ * Write read-only subvolume @subvol as a btrfs send stream (version 1)
+ * through @write, which gets the stream in pieces and returns 0 or a
+ * negative errno (that stops the send and is returned). With @parent 0 a
+ * full send; with the id of a read-only @parent an incremental one: the
+ * changes from @parent, which the receiver must have received before.
  * `btrfs receive` makes the subvolume from it, read-only, with the source's
- * uuid as its received uuid. -EPERM if the subvolume is not read-only (as
- * btrfs send, which needs a stable source), -ENAMETOOLONG for a path or
+ * uuid as its received uuid. -EPERM if a subvolume is not read-only (as
+ * btrfs send, which needs stable sources), -ENAMETOOLONG for a path or
  * xattr that does not fit a v1 command.
  */
 typedef int (*butter_send_write_fn)(void *arg, const void *buf, size_t len);
-int butter_send(struct butter_fs *fs, uint64_t subvol, butter_send_write_fn write, void *arg);
+int butter_send(struct butter_fs *fs, uint64_t subvol, uint64_t parent, butter_send_write_fn write,
+		void *arg);
 
 /* ---- receive -------------------------------------------------------------- */
 /*

@@ -42,8 +42,9 @@
 #define CMD_HEADER 10u            /* le32 len, le16 cmd, le32 crc */
 
 enum send_cmd {
-	C_SUBVOL = 1, C_MKFILE = 3, C_MKDIR = 4, C_MKNOD = 5, C_MKFIFO = 6, C_MKSOCK = 7,
-	C_SYMLINK = 8, C_LINK = 10, C_SET_XATTR = 13, C_WRITE = 15, C_TRUNCATE = 17,
+	C_SUBVOL = 1, C_SNAPSHOT = 2, C_MKFILE = 3, C_MKDIR = 4, C_MKNOD = 5, C_MKFIFO = 6, C_MKSOCK = 7,
+	C_SYMLINK = 8, C_LINK = 10, C_UNLINK = 11, C_RMDIR = 12, C_SET_XATTR = 13,
+	C_REMOVE_XATTR = 14, C_WRITE = 15, C_TRUNCATE = 17,
 	C_CHMOD = 18, C_CHOWN = 19, C_UTIMES = 20, C_END = 21,
 };
 
@@ -51,6 +52,7 @@ enum send_attr {
 	A_UUID = 1, A_CTRANSID = 2, A_INO = 3, A_SIZE = 4, A_MODE = 5, A_UID = 6, A_GID = 7,
 	A_RDEV = 8, A_CTIME = 9, A_MTIME = 10, A_ATIME = 11, A_XATTR_NAME = 13,
 	A_XATTR_DATA = 14, A_PATH = 15, A_PATH_LINK = 17, A_FILE_OFFSET = 18, A_DATA = 19,
+	A_CLONE_UUID = 20, A_CLONE_CTRANSID = 21,
 };
 
 /* An inode with more names than one, sent at @path first. */
@@ -285,13 +287,11 @@ static int send_xattrs(struct sender *s, butter_ino_t ino)
 	return 0;
 }
 
-/* xattrs, owner, mode, times: what every inode gets once it exists and is full. */
-static int send_attributes(struct sender *s, butter_ino_t ino, const struct butter_stat *st)
+/* owner, mode, times: last for every inode sent, in this order (chown clears setuid) */
+static int send_owner_mode_times(struct sender *s, const struct butter_stat *st)
 {
-	int ret = send_xattrs(s, ino);
+	int ret;
 
-	if (ret)
-		return ret;
 	begin(s, C_CHOWN);
 	attr_str(s, A_PATH, s->path);
 	attr_u64(s, A_UID, st->uid);
@@ -311,6 +311,14 @@ static int send_attributes(struct sender *s, butter_ino_t ino, const struct butt
 	attr_time(s, A_MTIME, &st->mtime);
 	attr_time(s, A_CTIME, &st->ctime);
 	return finish(s);
+}
+
+/* xattrs, owner, mode, times: what every inode gets once it exists and is full. */
+static int send_attributes(struct sender *s, butter_ino_t ino, const struct butter_stat *st)
+{
+	int ret = send_xattrs(s, ino);
+
+	return ret ? ret : send_owner_mode_times(s, st);
 }
 
 static int send_dir(struct sender *s, butter_ino_t dir);
@@ -426,9 +434,436 @@ static int send_dir(struct sender *s, butter_ino_t dir)
 	return ret < 0 ? ret : 0;
 }
 
-int butter_send(struct butter_fs *fs, uint64_t subvol, butter_send_write_fn write, void *arg)
+/* ---- incremental: the differences from a parent snapshot -------------------- */
+
+/*
+ * An incremental stream starts from the receiver's copy of the parent and
+ * changes it into the sent subvolume, path by path. Two inodes are the same
+ * when their number, generation (creation transid) and type agree; a name
+ * whose inode is not the same in both is removed and made anew, so a
+ * renamed file or directory is sent again whole (correct, not minimal). Per
+ * directory, names that go are removed first (directories depth first),
+ * then names that stay are compared and new names are made; an inode
+ * already reachable on the receiver (a name that stays, or one made
+ * earlier in the stream) gets a LINK instead of a copy. A kept inode whose
+ * transid moved is brought up to date: its data where it differs, its
+ * xattrs, owner, mode and times.
+ */
+struct entry {
+	char *name;
+	butter_ino_t ino;
+	struct butter_stat st;
+};
+
+struct entries {
+	struct entry *v;
+	size_t n, cap;
+	int err;
+	u64 subvol;
+	struct butter_fs *fs;
+};
+
+static void entries_free(struct entries *e)
+{
+	size_t i;
+
+	for (i = 0; i < e->n; i++)
+		free(e->v[i].name);
+	free(e->v);
+}
+
+static int collect(void *arg, const char *name, size_t namelen, butter_ino_t ino, unsigned dtype,
+		   uint64_t next_pos)
+{
+	struct entries *e = arg;
+	struct entry *x;
+
+	(void)dtype;
+	(void)next_pos;
+	if (ino.subvol != e->subvol)
+		return 0;
+	if (e->n == e->cap) {
+		size_t cap = e->cap ? e->cap * 2 : 32;
+		struct entry *v = realloc(e->v, cap * sizeof(*v));
+
+		if (!v) {
+			e->err = -ENOMEM;
+			return 1;
+		}
+		e->v = v;
+		e->cap = cap;
+	}
+	x = &e->v[e->n];
+	x->name = strndup(name, namelen);
+	x->ino = ino;
+	if (!x->name) {
+		e->err = -ENOMEM;
+		return 1;
+	}
+	e->err = butter_stat(e->fs, ino, &x->st);
+	if (e->err) {
+		free(x->name);
+		return 1;
+	}
+	e->n++;
+	return 0;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct entry *)a)->name, ((const struct entry *)b)->name);
+}
+
+static int list_dir(struct sender *s, butter_ino_t dir, struct entries *e)
+{
+	int ret;
+
+	memset(e, 0, sizeof(*e));
+	e->subvol = dir.subvol;
+	e->fs = s->fs;
+	ret = butter_readdir(s->fs, dir, 0, collect, e);
+	if (e->err)
+		ret = e->err;
+	if (ret < 0) {
+		entries_free(e);
+		return ret;
+	}
+	if (e->n)
+		qsort(e->v, e->n, sizeof(*e->v), entry_cmp);
+	return 0;
+}
+
+static const struct entry *find_entry(const struct entries *e, const char *name)
+{
+	struct entry key = { .name = (char *)name };
+
+	return e->n ? bsearch(&key, e->v, e->n, sizeof(*e->v), entry_cmp) : NULL;
+}
+
+static int same_inode(const struct entry *a, const struct entry *b)
+{
+	return a->ino.ino == b->ino.ino && a->st.generation == b->st.generation &&
+	       (a->st.mode & S_IFMT) == (b->st.mode & S_IFMT);
+}
+
+/* Names that stay: remember a path of every kept inode with more names (LINK targets). */
+static int note_kept(struct sender *s, butter_ino_t pdir, butter_ino_t cdir)
+{
+	struct entries p, c;
+	size_t i, saved, at;
+	int ret = list_dir(s, pdir, &p);
+
+	if (ret)
+		return ret;
+	ret = list_dir(s, cdir, &c);
+	if (ret) {
+		entries_free(&p);
+		return ret;
+	}
+	for (i = 0; i < c.n && ret == 0; i++) {
+		const struct entry *ce = &c.v[i], *pe = find_entry(&p, ce->name);
+
+		if (!pe || !same_inode(pe, ce))
+			continue;
+		ret = path_push(s, ce->name, strlen(ce->name), &saved);
+		if (ret)
+			break;
+		if (S_ISDIR(ce->st.mode))
+			ret = note_kept(s, pe->ino, ce->ino);
+		else if (ce->st.nlink > 1 && !find_link(s, ce->ino.ino, &at))
+			ret = remember_link(s, ce->ino.ino, at);
+		path_pop(s, saved);
+	}
+	entries_free(&p);
+	entries_free(&c);
+	return ret;
+}
+
+/* Remove the parent's name at the current path (a directory with all below it). */
+static int remove_old(struct sender *s, const struct entry *pe)
+{
+	if (S_ISDIR(pe->st.mode)) {
+		struct entries e;
+		size_t i, saved;
+		int ret = list_dir(s, pe->ino, &e);
+
+		for (i = 0; ret == 0 && i < e.n; i++) {
+			ret = path_push(s, e.v[i].name, strlen(e.v[i].name), &saved);
+			if (ret == 0) {
+				ret = remove_old(s, &e.v[i]);
+				path_pop(s, saved);
+			}
+		}
+		entries_free(&e);
+		if (ret)
+			return ret;
+		begin(s, C_RMDIR);
+	} else {
+		begin(s, C_UNLINK);
+	}
+	attr_str(s, A_PATH, s->path);
+	return finish(s);
+}
+
+static int is_zero(const u8 *p, size_t n)
+{
+	while (n && !*p) {
+		p++;
+		n--;
+	}
+	return n == 0;
+}
+
+/* Bring a kept file's data to the child's: WRITE what differs, TRUNCATE to the size. */
+static int update_data(struct sender *s, const struct entry *pe, const struct entry *ce)
+{
+	u64 psize = pe->st.size, csize = ce->st.size, off;
+	u8 *old = malloc(DATA_MAX);
+	int ret = 0;
+
+	if (!old)
+		return -ENOMEM;
+	for (off = 0; off < csize && ret == 0; off += DATA_MAX) {
+		size_t n = csize - off > DATA_MAX ? DATA_MAX : (size_t)(csize - off);
+		ssize_t got = butter_read(s->fs, ce->ino, s->data, n, off), pgot = 0;
+
+		if (got < 0) {
+			ret = (int)got;
+			break;
+		}
+		if ((size_t)got < n)
+			memset(s->data + got, 0, n - (size_t)got);
+		if (off < psize) {
+			pgot = butter_read(s->fs, pe->ino, old, n, off);
+			if (pgot < 0) {
+				ret = (int)pgot;
+				break;
+			}
+			if ((size_t)pgot < n)
+				memset(old + pgot, 0, n - (size_t)pgot);
+			if (!memcmp(old, s->data, n) && off + n <= psize)
+				continue;
+		} else if (is_zero(s->data, n)) {
+			continue; /* the TRUNCATE below makes this hole */
+		}
+		begin(s, C_WRITE);
+		attr_str(s, A_PATH, s->path);
+		attr_u64(s, A_FILE_OFFSET, off);
+		attr(s, A_DATA, s->data, n);
+		ret = finish(s);
+	}
+	free(old);
+	if (ret == 0 && csize != psize) {
+		begin(s, C_TRUNCATE);
+		attr_str(s, A_PATH, s->path);
+		attr_u64(s, A_SIZE, csize);
+		ret = finish(s);
+	}
+	return ret;
+}
+
+/* A NUL-separated xattr name list of @ino, malloc'd (*len bytes). */
+static int xattr_names(struct sender *s, butter_ino_t ino, char **out, size_t *len)
+{
+	ssize_t n = butter_listxattr(s->fs, ino, NULL, 0);
+
+	*out = NULL;
+	*len = 0;
+	if (n <= 0)
+		return (int)n;
+	*out = malloc((size_t)n);
+	if (!*out)
+		return -ENOMEM;
+	n = butter_listxattr(s->fs, ino, *out, (size_t)n);
+	if (n < 0) {
+		free(*out);
+		*out = NULL;
+		return (int)n;
+	}
+	*len = (size_t)n;
+	return 0;
+}
+
+static int has_name(const char *list, size_t len, const char *name)
+{
+	size_t at;
+
+	for (at = 0; at < len; at += strlen(list + at) + 1)
+		if (!strcmp(list + at, name))
+			return 1;
+	return 0;
+}
+
+/* xattrs of a kept inode: remove those gone, set those new or changed. */
+static int update_xattrs(struct sender *s, const struct entry *pe, const struct entry *ce)
+{
+	char *pl = NULL, *cl = NULL;
+	size_t plen, clen, at;
+	u8 *old = malloc(XATTR_VALUE_MAX);
+	int ret = old ? xattr_names(s, pe->ino, &pl, &plen) : -ENOMEM;
+
+	if (ret == 0)
+		ret = xattr_names(s, ce->ino, &cl, &clen);
+	for (at = 0; ret == 0 && at < plen; at += strlen(pl + at) + 1) {
+		if (has_name(cl, clen, pl + at))
+			continue;
+		begin(s, C_REMOVE_XATTR);
+		attr_str(s, A_PATH, s->path);
+		attr_str(s, A_XATTR_NAME, pl + at);
+		ret = finish(s);
+	}
+	for (at = 0; ret == 0 && at < clen; at += strlen(cl + at) + 1) {
+		ssize_t v = butter_getxattr(s->fs, ce->ino, cl + at, s->xvalue, XATTR_VALUE_MAX);
+		ssize_t ov = has_name(pl, plen, cl + at)
+				     ? butter_getxattr(s->fs, pe->ino, cl + at, old, XATTR_VALUE_MAX)
+				     : -ENODATA;
+
+		if (v < 0) {
+			ret = (int)v;
+			break;
+		}
+		if (ov == v && !memcmp(old, s->xvalue, (size_t)v))
+			continue;
+		begin(s, C_SET_XATTR);
+		attr_str(s, A_PATH, s->path);
+		attr_str(s, A_XATTR_NAME, cl + at);
+		attr(s, A_XATTR_DATA, s->xvalue, (size_t)v);
+		ret = finish(s);
+	}
+	free(pl);
+	free(cl);
+	free(old);
+	return ret;
+}
+
+static int diff_dir(struct sender *s, butter_ino_t pdir, butter_ino_t cdir);
+
+/* A name of the child at the current path, against the parent's entry there (or NULL). */
+static int diff_entry(struct sender *s, const struct entry *pe, const struct entry *ce)
+{
+	struct linked *first;
+	size_t at;
+	int ret;
+
+	if (pe && same_inode(pe, ce)) {
+		if (S_ISDIR(ce->st.mode)) {
+			ret = diff_dir(s, pe->ino, ce->ino);
+			if (ret == 0 && ce->st.transid != pe->st.transid)
+				ret = update_xattrs(s, pe, ce);
+			return ret || ce->st.transid == pe->st.transid
+				       ? ret : send_owner_mode_times(s, &ce->st);
+		}
+		if (ce->st.transid == pe->st.transid)
+			return 0; /* untouched since the parent */
+		if (S_ISLNK(ce->st.mode) || !S_ISREG(ce->st.mode)) {
+			ret = 0;
+		} else {
+			/* with more names, bring it up to date once */
+			first = ce->st.nlink > 1 ? find_link(s, ce->ino.ino, &at) : NULL;
+			if (first && strcmp(first->path, s->path))
+				return 0;
+			ret = update_data(s, pe, ce);
+		}
+		if (ret == 0)
+			ret = update_xattrs(s, pe, ce);
+		return ret ? ret : send_owner_mode_times(s, &ce->st);
+	}
+	first = !S_ISDIR(ce->st.mode) && ce->st.nlink > 1 ? find_link(s, ce->ino.ino, &at) : NULL;
+	if (first) {
+		begin(s, C_LINK);
+		attr_str(s, A_PATH, s->path);
+		attr_str(s, A_PATH_LINK, first->path);
+		return finish(s);
+	}
+	ret = !S_ISDIR(ce->st.mode) && ce->st.nlink > 1 ? remember_link(s, ce->ino.ino, at) : 0;
+	return ret ? ret : send_new(s, ce->ino, &ce->st);
+}
+
+static int diff_dir(struct sender *s, butter_ino_t pdir, butter_ino_t cdir)
+{
+	struct entries p, c;
+	size_t i, saved;
+	int ret = list_dir(s, pdir, &p);
+
+	if (ret)
+		return ret;
+	ret = list_dir(s, cdir, &c);
+	if (ret) {
+		entries_free(&p);
+		return ret;
+	}
+	/* names that go (or whose inode changed) first */
+	for (i = 0; i < p.n && ret == 0; i++) {
+		const struct entry *ce = find_entry(&c, p.v[i].name);
+
+		if (ce && same_inode(&p.v[i], ce))
+			continue;
+		ret = path_push(s, p.v[i].name, strlen(p.v[i].name), &saved);
+		if (ret == 0) {
+			ret = remove_old(s, &p.v[i]);
+			path_pop(s, saved);
+		}
+	}
+	for (i = 0; i < c.n && ret == 0; i++) {
+		ret = path_push(s, c.v[i].name, strlen(c.v[i].name), &saved);
+		if (ret == 0) {
+			ret = diff_entry(s, find_entry(&p, c.v[i].name), &c.v[i]);
+			path_pop(s, saved);
+		}
+	}
+	entries_free(&p);
+	entries_free(&c);
+	return ret;
+}
+
+static int null_uuid(const u8 *uuid)
+{
+	static const u8 zero[16];
+
+	return !memcmp(uuid, zero, 16);
+}
+
+/* The stream after its header for an incremental send from @pinfo. */
+static int send_incremental(struct sender *s, const struct butter_subvol_info *info,
+			    const struct butter_subvol_info *pinfo, const char *name)
+{
+	struct entry pe = { 0 }, ce = { 0 };
+	int ret;
+
+	begin(s, C_SNAPSHOT);
+	attr_str(s, A_PATH, name);
+	attr(s, A_UUID, info->uuid, 16);
+	attr_u64(s, A_CTRANSID, info->ctransid);
+	/* a parent that was itself received is known to the receiver by its origin */
+	attr(s, A_CLONE_UUID, null_uuid(pinfo->received_uuid) ? pinfo->uuid : pinfo->received_uuid,
+	     16);
+	attr_u64(s, A_CLONE_CTRANSID, pinfo->ctransid);
+	ret = finish(s);
+	if (ret == 0)
+		ret = butter_root(s->fs, pinfo->id, &pe.ino);
+	if (ret == 0)
+		ret = butter_root(s->fs, info->id, &ce.ino);
+	if (ret == 0)
+		ret = butter_stat(s->fs, pe.ino, &pe.st);
+	if (ret == 0)
+		ret = butter_stat(s->fs, ce.ino, &ce.st);
+	if (ret == 0)
+		ret = note_kept(s, pe.ino, ce.ino);
+	if (ret == 0)
+		ret = diff_dir(s, pe.ino, ce.ino);
+	if (ret == 0 && pe.st.transid != ce.st.transid) {
+		ret = update_xattrs(s, &pe, &ce); /* the subvolume's own directory: path "" */
+		if (ret == 0)
+			ret = send_owner_mode_times(s, &ce.st);
+	}
+	return ret;
+}
+
+int butter_send(struct butter_fs *fs, uint64_t subvol, uint64_t parent, butter_send_write_fn write,
+		void *arg)
 {
 	struct butter_subvol_info *info = malloc(sizeof(*info));
+	struct butter_subvol_info *pinfo = parent ? malloc(sizeof(*pinfo)) : NULL;
 	struct sender *s = calloc(1, sizeof(*s));
 	struct butter_stat st;
 	butter_ino_t root;
@@ -437,15 +872,19 @@ int butter_send(struct butter_fs *fs, uint64_t subvol, butter_send_write_fn writ
 	size_t i;
 	int ret;
 
-	if (!info || !s) {
+	if (!info || !s || (parent && !pinfo)) {
 		ret = -ENOMEM;
 		goto out;
 	}
 	ret = butter_subvol_get(fs, subvol, info);
+	if (ret == 0 && parent)
+		ret = butter_subvol_get(fs, parent, pinfo);
 	if (ret)
 		goto out;
-	if (subvol == BTRFS_FS_TREE_OBJECTID || !(info->flags & BTRFS_ROOT_SUBVOL_RDONLY)) {
-		ret = -EPERM; /* as btrfs send: only a read-only snapshot is stable */
+	if (subvol == BTRFS_FS_TREE_OBJECTID || !(info->flags & BTRFS_ROOT_SUBVOL_RDONLY) ||
+	    (parent && (parent == BTRFS_FS_TREE_OBJECTID || parent == subvol ||
+			!(pinfo->flags & BTRFS_ROOT_SUBVOL_RDONLY)))) {
+		ret = -EPERM; /* as btrfs send: only read-only snapshots are stable */
 		goto out;
 	}
 	s->fs = fs;
@@ -467,6 +906,10 @@ int butter_send(struct butter_fs *fs, uint64_t subvol, butter_send_write_fn writ
 		goto out;
 	name = strrchr(info->path, '/');
 	name = name ? name + 1 : info->path;
+	if (parent) {
+		ret = send_incremental(s, info, pinfo, name);
+		goto end;
+	}
 	begin(s, C_SUBVOL);
 	attr_str(s, A_PATH, name);
 	attr(s, A_UUID, info->uuid, 16);
@@ -480,6 +923,7 @@ int butter_send(struct butter_fs *fs, uint64_t subvol, butter_send_write_fn writ
 		ret = send_dir(s, root);
 	if (ret == 0)
 		ret = send_attributes(s, root, &st); /* the subvolume's own directory: path "" */
+end:
 	if (ret == 0) {
 		begin(s, C_END);
 		ret = finish(s);
@@ -496,5 +940,6 @@ out:
 	}
 	free(s);
 	free(info);
+	free(pinfo);
 	return ret;
 }

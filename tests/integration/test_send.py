@@ -206,3 +206,49 @@ def test_receive_damaged_stream(kernel, butter, workdir):
         g.write(f.read(40))
     r = butter_receive(butter, dst, truncated)
     assert r.returncode == 1 and "ends inside" in r.stderr, r.stderr
+
+
+def test_send_incremental(kernel, butter, workdir):
+    """butter send -p: the kernel's btrfs receive turns the parent into the child."""
+    full = os.path.join(workdir, "full.stream")
+    inc = os.path.join(workdir, "inc.stream")
+    with kfs.kernel_fs(workdir, name="src") as fs:
+        vol = os.path.join(fs.mnt, "vol")
+        kfs.run(["btrfs", "subvolume", "create", vol])
+        tree.populate(vol, seed=13, subvolumes=False)
+        s1, s2 = os.path.join(fs.mnt, "s1"), os.path.join(fs.mnt, "s2")
+        kfs.run(["btrfs", "subvolume", "snapshot", "-r", vol, s1])
+        change_tree(vol)
+        # a renamed directory, a new hard link to a kept file, an xattr change
+        subdirs = sorted(d for d in os.listdir(vol) if os.path.isdir(os.path.join(vol, d))
+                         and not os.path.islink(os.path.join(vol, d)))
+        os.rename(os.path.join(vol, subdirs[0]), os.path.join(vol, subdirs[0] + ".renamed"))
+        kept = next(os.path.join(r, f) for r, _, fs_ in os.walk(vol) for f in fs_
+                    if os.path.isfile(os.path.join(r, f))
+                    and not os.path.islink(os.path.join(r, f)))
+        os.link(kept, os.path.join(vol, "new-link"))
+        os.setxattr(kept, "user.incremental", b"yes")
+        kfs.run(["btrfs", "subvolume", "snapshot", "-r", vol, s2])
+        fs.sync()
+        want = manifest.take(s2)
+        fs.release()
+        img = fs.images[0]
+        kfs.run([butter.path, "send", "-f", full, img, "/s1"], timeout=600)
+        r = kfs.run([butter.path, "send", "-p", "/s1", "-f", inc, img, "/s2"], check=False,
+                    timeout=600)
+        assert r.returncode == 0, f"butter send -p: {r.returncode}\n{r.stderr[-3000:]}"
+    dump = kfs.run(["btrfs", "receive", "--dump", "-f", inc], timeout=600).stdout
+    assert dump.startswith("snapshot"), dump[:300]
+    assert os.path.getsize(inc) < os.path.getsize(full), "the incremental stream resent all"
+    with kfs.kernel_fs(workdir, name="dst") as dst:
+        receive(full, dst.mnt)
+        receive(inc, dst.mnt)
+        manifest.assert_same(want, manifest.take(os.path.join(dst.mnt, "s2")))
+    # butter receives its own incremental stream too
+    img2 = os.path.join(workdir, "r.img")
+    kfs.run([butter.path, "mkfs", "-q", "-b", "2G", img2])
+    for stream in (full, inc):
+        r = butter_receive(butter, img2, stream)
+        assert r.returncode == 0, f"butter receive {stream}:\n{r.stderr[-3000:]}"
+    got, _ = kernel_view(workdir, img2, ["s2"])
+    manifest.assert_same(want, got[0])
