@@ -350,9 +350,13 @@ int insert_or_extend(struct tree_trans *t, struct tree_root *root,
 	return ret;
 }
 
-/* Apply @fn to the inode item of @ino (COW). */
-int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
-			void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg)
+/*
+ * Apply @fn to the inode item of @ino (COW) and stamp the running transid;
+ * @bump_sequence: move the inode's sequence too (every change but an atime).
+ */
+static int change_inode_item(struct butter_fs *fs, struct subvol *sv, u64 ino,
+			     void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg,
+			     int bump_sequence)
 {
 	struct fs_write_state *w = fs->w;
 	struct btrfs_key key = { ino, BTRFS_INODE_ITEM_KEY, 0 };
@@ -366,11 +370,13 @@ int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
 		struct btrfs_inode_item *ii = (void *)path_item_mut(&path, &size);
 
 		if (size < sizeof(*ii)) {
-			ret = -EUCLEAN;
+			ret = BLOG_CORRUPT(&fs->log, "inode %llu: item of %u bytes",
+					   (unsigned long long)ino, size);
 		} else {
 			fn(ii, arg);
 			btrfs_set_inode_transid(ii, w->txn.tt.transid);
-			btrfs_set_inode_sequence(ii, btrfs_inode_sequence(ii) + 1);
+			if (bump_sequence)
+				btrfs_set_inode_sequence(ii, btrfs_inode_sequence(ii) + 1);
 		}
 	} else if (ret == 1) {
 		ret = -ENOENT;
@@ -379,6 +385,20 @@ int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
 	if (ret == 0)
 		ret = txn_track_root(&w->txn, &sv->root);
 	return ret;
+}
+
+/* Apply @fn to the inode item of @ino (COW). */
+int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
+			void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg)
+{
+	return change_inode_item(fs, sv, ino, fn, arg, 1);
+}
+
+/* The same, leaving the inode's sequence where it is (atime updates). */
+int modify_inode_keep_sequence(struct butter_fs *fs, struct subvol *sv, u64 ino,
+			       void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg)
+{
+	return change_inode_item(fs, sv, ino, fn, arg, 0);
 }
 
 int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out)

@@ -52,6 +52,9 @@ int insert_or_extend(struct tree_trans *t, struct tree_root *root, const struct 
 		     const void *data, u32 size);
 int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
 		 void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg);
+/* modify_inode() without the sequence bump (an atime is not a change, atime.c rule 2). */
+int modify_inode_keep_sequence(struct butter_fs *fs, struct subvol *sv, u64 ino,
+			       void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg);
 int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out);
 int next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out);
 u8 mode_to_ft(u32 mode);
