@@ -38,21 +38,6 @@
 
 #define DROP_RUN_REFS 65536 /* apply queued references every so many while dropping */
 
-/* Add @sv to the handle's subvolume records. */
-static int add_subvol_record(struct butter_fs *fs, struct subvol *sv)
-{
-	struct subvol **arr;
-
-	pthread_mutex_lock(&fs->subvol_lock);
-	arr = realloc(fs->subvols, (fs->nsubvols + 1) * sizeof(*arr));
-	if (arr) {
-		fs->subvols = arr;
-		fs->subvols[fs->nsubvols++] = sv;
-	}
-	pthread_mutex_unlock(&fs->subvol_lock);
-	return arr ? 0 : -ENOMEM;
-}
-
 int butter_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, const char *name,
 		    size_t namelen, unsigned flags, uint64_t *out_id)
 {
@@ -151,7 +136,7 @@ int butter_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 	if (ret == 0 && (flags & BUTTER_SNAPSHOT_RDONLY))
 		ret = fs_uuid_tree_add(fs, ri.received_uuid, BTRFS_UUID_KEY_RECEIVED_SUBVOL, id);
 	if (ret == 0)
-		ret = add_subvol_record(fs, sv);
+		ret = fs_add_subvol_record(fs, sv);
 	if (ret) {
 		txn_ctx_forget_root(&w->txn, &sv->root);
 		free(sv);

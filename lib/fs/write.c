@@ -646,11 +646,26 @@ int fs_next_subvol_id(struct butter_fs *fs, u64 *id)
 	return *id > BTRFS_LAST_FREE_OBJECTID ? -ENOSPC : 0;
 }
 
+/* Add @sv to the handle's subvolume records. */
+int fs_add_subvol_record(struct butter_fs *fs, struct subvol *sv)
+{
+	struct subvol **arr;
+
+	pthread_mutex_lock(&fs->subvol_lock);
+	arr = realloc(fs->subvols, (fs->nsubvols + 1) * sizeof(*arr));
+	if (arr) {
+		fs->subvols = arr;
+		fs->subvols[fs->nsubvols++] = sv;
+	}
+	pthread_mutex_unlock(&fs->subvol_lock);
+	return arr ? 0 : -ENOMEM;
+}
+
 int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name,
 			 size_t namelen, uint64_t *out_id)
 {
 	struct fs_write_state *w;
-	struct subvol *parent, *sv, **arr;
+	struct subvol *parent, *sv;
 	struct btrfs_root_item ri;
 	struct btrfs_key key;
 	u64 id, index;
@@ -667,14 +682,8 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 	if (ret)
 		return end_change(w, ret, 0);
 	sv = calloc(1, sizeof(*sv));
-	arr = sv ? realloc(fs->subvols, (fs->nsubvols + 1) * sizeof(*arr)) : NULL;
-	if (!arr) {
-		free(sv);
+	if (!sv)
 		return end_change(w, -ENOMEM, 0);
-	}
-	pthread_mutex_lock(&fs->subvol_lock);
-	fs->subvols = arr;
-	pthread_mutex_unlock(&fs->subvol_lock);
 	sv->id = id;
 	sv->dirid = BTRFS_FIRST_FREE_OBJECTID;
 	ret = tree_create_root(&w->txn.tt, id, &sv->root);
@@ -713,10 +722,9 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 		ret = fs_link_subvol(fs, parent, dir.ino, name, namelen, id, index);
 	if (ret == 0)
 		ret = fs_uuid_tree_add(fs, ri.uuid, BTRFS_UUID_KEY_SUBVOL, id);
+	if (ret == 0)
+		ret = fs_add_subvol_record(fs, sv);
 	if (ret == 0) {
-		pthread_mutex_lock(&fs->subvol_lock);
-		fs->subvols[fs->nsubvols++] = sv;
-		pthread_mutex_unlock(&fs->subvol_lock);
 		if (out_id)
 			*out_id = id;
 	} else {
