@@ -94,6 +94,13 @@ int fs_drop_orphan_subvols(struct butter_fs *fs);
 int fs_read_root_item(struct butter_fs *fs, u64 objectid, struct btrfs_root_item *item,
 		      struct btrfs_key *found_key);
 
+/*
+ * Move @path (initialised by the caller, who releases it) to the first ROOT_ITEM of a
+ * subvolume tree (the top level, or an id in 256..LAST_FREE) at or after @key, and set
+ * @key to its key. Returns 0 found, 1 none left, or -errno.
+ */
+int fs_next_subvol_root_item(struct butter_fs *fs, struct btrfs_key *key, struct tree_path *path);
+
 /* Read an inode item; -ENOENT if absent, -EUCLEAN if malformed. */
 int fs_read_inode(struct butter_fs *fs, butter_ino_t ino, struct btrfs_inode_item *item);
 
