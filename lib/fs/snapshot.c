@@ -226,6 +226,26 @@ static int drop_own_ref(struct drop_ctx *d, const struct tree_node *node,
 	return extent_queue_ref(d->es, &ref);
 }
 
+static int drop_block(struct drop_ctx *d, struct tree_node *node, const struct tree_node *parent,
+		      u64 parent_flags);
+
+/* Drop the children of @node (its extent flags: @flags) from @slot to the last. */
+static int drop_children(struct drop_ctx *d, struct tree_node *node, u64 flags, u32 slot)
+{
+	int ret = 0;
+
+	for (; slot < node->nritems && ret == 0; slot++) {
+		struct tree_node *child;
+
+		ret = node_read_child(&d->fs->cache, node, slot, &child);
+		if (ret)
+			break;
+		ret = drop_block(d, child, node, flags);
+		node_put(&d->fs->cache, child);
+	}
+	return ret;
+}
+
 /*
  * Drop the reference @parent (NULL: the root item) holds to @node, first
  * dropping everything below @node when that reference is its last.
@@ -234,7 +254,6 @@ static int drop_block(struct drop_ctx *d, struct tree_node *node, const struct t
 		      u64 parent_flags)
 {
 	u64 refs, flags;
-	u32 slot;
 	int ret;
 
 	ret = extent_lookup_info(d->es, node->bytenr, &refs, &flags);
@@ -249,15 +268,7 @@ static int drop_block(struct drop_ctx *d, struct tree_node *node, const struct t
 		    !(node->level == 0 && (flags & BTRFS_BLOCK_FLAG_FULL_BACKREF)))
 			ret = convert_to_full_backref(d, node);
 	} else if (node->level > 0) {
-		for (slot = 0; slot < node->nritems && ret == 0; slot++) {
-			struct tree_node *child;
-
-			ret = node_read_child(&d->fs->cache, node, slot, &child);
-			if (ret)
-				break;
-			ret = drop_block(d, child, node, flags);
-			node_put(&d->fs->cache, child);
-		}
+		ret = drop_children(d, node, flags, 0);
 	} else if (flags & BTRFS_BLOCK_FLAG_FULL_BACKREF) {
 		ret = extent_node_refs(d->es, node, 0, 1, -1);
 	} else {
@@ -304,15 +315,8 @@ static int drop_resume(struct drop_ctx *d, struct tree_node *node, const struct 
 		node_put(&d->fs->cache, child);
 		slot++;
 	}
-	for (; slot < node->nritems && ret == 0; slot++) {
-		struct tree_node *child;
-
-		ret = node_read_child(&d->fs->cache, node, slot, &child);
-		if (ret)
-			break;
-		ret = drop_block(d, child, node, flags);
-		node_put(&d->fs->cache, child);
-	}
+	if (ret == 0)
+		ret = drop_children(d, node, flags, slot);
 	if (ret == 0)
 		ret = drop_own_ref(d, node, parent, parent_flags);
 	return ret;
