@@ -116,6 +116,14 @@ int cli_resolve(struct butter_fs *fs, const char *path, bool follow, butter_ino_
  */
 int cli_readlink(struct butter_fs *fs, butter_ino_t ino, uint64_t size_hint, char **out);
 
+/*
+ * Split subvolume path @path (trailing slashes dropped) into a malloc'd copy (*copy, which
+ * the caller frees, also on failure), its last name (*name, in the copy) and the '/' before
+ * that name (*slash, in the copy; NULL when there is none). Returns 0, or prints
+ * "not a subvolume name" (empty, ".", "..") and returns -1.
+ */
+int cli_split_subvol_path(const char *path, char **copy, const char **name, char **slash);
+
 /* The commands. */
 int cmd_info(const struct cli_command *cmd, int argc, char **argv);
 int cmd_ls(const struct cli_command *cmd, int argc, char **argv);

@@ -1,7 +1,8 @@
 /*
  * common.c — what every command of `butter` shares: option parsing for
  * --device and --help, usage and error messages, opening the image, size and
- * uuid formatting, and path resolution that follows a final symlink.
+ * uuid formatting, path resolution that follows a final symlink, and the
+ * split of a subvolume path into its parent and its name.
  *
  * Promises: usage errors exit 2 with the usage on stderr; --help prints on
  * stdout and exits 0; every error message starts with "butter: " and names
@@ -248,4 +249,25 @@ int cli_resolve(struct butter_fs *fs, const char *path, bool follow, butter_ino_
 	}
 	free(cur);
 	return ret;
+}
+
+int cli_split_subvol_path(const char *path, char **copy, const char **name, char **slash)
+{
+	char *c = strdup(path);
+
+	*copy = c;
+	*slash = NULL;
+	if (!c) {
+		cli_error("%s", strerror(ENOMEM));
+		return -1;
+	}
+	while (strlen(c) > 1 && c[strlen(c) - 1] == '/')
+		c[strlen(c) - 1] = '\0';
+	*slash = strrchr(c, '/');
+	*name = *slash ? *slash + 1 : c;
+	if (!**name || !strcmp(*name, ".") || !strcmp(*name, "..")) {
+		cli_error("%s: not a subvolume name", path);
+		return -1;
+	}
+	return 0;
 }
