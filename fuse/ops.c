@@ -1101,7 +1101,11 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 /* ---- extended attributes ------------------------------------------------------------- */
 
-static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+/*
+ * getxattr (@name) or listxattr (@name NULL): with @size 0 reply the size
+ * the value or list needs, else the bytes (ERANGE when they do not fit).
+ */
+static void xattr_read(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct daemon *d = D(req);
 	butter_ino_t id;
@@ -1115,7 +1119,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	}
 	if (n == 0) {
 		read_lock(d);
-		n = butter_getxattr(d->fs, id, name, buf, size);
+		n = name ? butter_getxattr(d->fs, id, name, buf, size)
+			 : butter_listxattr(d->fs, id, buf, size);
 		unlock(d);
 	}
 	if (n < 0)
@@ -1127,30 +1132,14 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	free(buf);
 }
 
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	xattr_read(req, ino, name, size);
+}
+
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	struct daemon *d = D(req);
-	butter_ino_t id;
-	char *buf = NULL;
-	ssize_t n = nodes_resolve(&d->nodes, ino, &id);
-
-	if (n == 0 && size) {
-		buf = malloc(size);
-		if (!buf)
-			n = -ENOMEM;
-	}
-	if (n == 0) {
-		read_lock(d);
-		n = butter_listxattr(d->fs, id, buf, size);
-		unlock(d);
-	}
-	if (n < 0)
-		reply_err(req, (int)n);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)n);
-	else
-		fuse_reply_buf(req, buf, (size_t)n);
-	free(buf);
+	xattr_read(req, ino, NULL, size);
 }
 
 /*
