@@ -110,6 +110,20 @@ static void fill_attr(const struct daemon *d, const struct butter_stat *bs, uint
 	st->st_ctim = bs->ctime;
 }
 
+/* Reply the attributes @bs of node @nodeid, or the error @ret when it is not 0. */
+static void reply_attr(fuse_req_t req, const struct daemon *d, int ret,
+		       const struct butter_stat *bs, uint64_t nodeid)
+{
+	struct stat st;
+
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	fill_attr(d, bs, nodeid, &st);
+	fuse_reply_attr(req, &st, d->opts->attr_timeout);
+}
+
 /*
  * Fill @e for the file @id, named @name in @parent, and count one kernel
  * lookup of its node. Called with fs_lock held.
@@ -280,7 +294,6 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct daemon *d = D(req);
 	struct butter_stat bs;
-	struct stat st;
 	butter_ino_t id;
 	int ret = nodes_resolve(&d->nodes, ino, &id);
 
@@ -290,12 +303,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		ret = butter_stat(d->fs, id, &bs);
 		unlock(d);
 	}
-	if (ret) {
-		reply_err(req, ret);
-		return;
-	}
-	fill_attr(d, &bs, ino, &st);
-	fuse_reply_attr(req, &st, d->opts->attr_timeout);
+	reply_attr(req, d, ret, &bs, ino);
 }
 
 static void now(struct timespec *ts)
@@ -309,7 +317,6 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	struct daemon *d = D(req);
 	struct butter_stat bs = { 0 };
 	unsigned mask = 0;
-	struct stat st;
 	butter_ino_t id;
 	int ret = nodes_resolve(&d->nodes, ino, &id);
 
@@ -379,12 +386,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			ret = butter_stat(d->fs, id, &bs);
 		unlock(d);
 	}
-	if (ret) {
-		reply_err(req, ret);
-		return;
-	}
-	fill_attr(d, &bs, ino, &st);
-	fuse_reply_attr(req, &st, d->opts->attr_timeout);
+	reply_attr(req, d, ret, &bs, ino);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
