@@ -124,6 +124,23 @@ int cli_readlink(struct butter_fs *fs, butter_ino_t ino, uint64_t size_hint, cha
  */
 int cli_split_subvol_path(const char *path, char **copy, const char **name, char **slash);
 
+/* Make room for @need bytes in *@buf (capacity *@cap); 0 or -ENOMEM. */
+int cli_grow(char **buf, size_t *cap, size_t need);
+
+/*
+ * openat(2) @name in @dirfd read-only, close-on-exec, never following a final
+ * symlink, with @flags or-ed in; with @noatime asking for O_NOATIME too where
+ * the caller may (it needs ownership or CAP_FOWNER). An fd, or -1 and errno.
+ */
+int cli_openat(int dirfd, const char *name, int flags, bool noatime);
+
+/*
+ * Open the host directory @rel (@len bytes, relative to @top_fd, may be empty)
+ * one component at a time with cli_openat(), so no symlink is followed and no
+ * path is too long for one system call. An fd or -errno.
+ */
+int cli_open_dir_path(int top_fd, const char *rel, size_t len, bool noatime);
+
 /* The commands. */
 int cmd_info(const struct cli_command *cmd, int argc, char **argv);
 int cmd_ls(const struct cli_command *cmd, int argc, char **argv);

@@ -262,37 +262,10 @@ static void path_cut(struct extract *x, size_t len)
 	x->path[len] = '\0';
 }
 
-/*
- * Open the directory @rel (relative to DEST, @len bytes, may be empty) one
- * component at a time, never following symlinks. Returns an fd or -errno.
- */
+/* Open the directory @rel (relative to DEST, @len bytes, may be empty); fd or -errno. */
 static int open_rel_dir(struct extract *x, const char *rel, size_t len)
 {
-	int fd = dup(x->dest_fd);
-
-	if (fd < 0)
-		return -errno;
-	size_t i = 0;
-	while (i < len) {
-		size_t j = i;
-		while (j < len && rel[j] != '/')
-			j++;
-		char comp[NAME_MAX + 1];
-		if (j - i > NAME_MAX) {
-			close(fd);
-			return -ENAMETOOLONG;
-		}
-		memcpy(comp, rel + i, j - i);
-		comp[j - i] = '\0';
-		int next = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		int err = errno;
-		close(fd);
-		if (next < 0)
-			return -err;
-		fd = next;
-		i = j + 1;
-	}
-	return fd;
+	return cli_open_dir_path(x->dest_fd, rel, len, false);
 }
 
 /* Create a hard link @name in @dirfd to @rel (relative to DEST); 0 or -errno. */
@@ -315,19 +288,6 @@ static int link_rel(struct extract *x, const char *rel, int dirfd, const char *n
 
 /* ---- attributes --------------------------------------------------------- */
 
-/* Make room for @need bytes in *@buf. */
-static int grow(char **buf, size_t *cap, size_t need)
-{
-	if (need <= *cap)
-		return 0;
-	char *p = realloc(*buf, need);
-	if (!p)
-		return -ENOMEM;
-	*buf = p;
-	*cap = need;
-	return 0;
-}
-
 /* Copy every xattr of @ino to the host file: @fd if >= 0, else @dirfd/@name. */
 static void copy_xattrs(struct extract *x, butter_ino_t ino, int fd, int dirfd, const char *name)
 {
@@ -338,7 +298,7 @@ static void copy_xattrs(struct extract *x, butter_ino_t ino, int fd, int dirfd, 
 		n = butter_listxattr(x->fs, ino, NULL, 0);
 		if (n <= 0)
 			break;
-		if (grow(&x->xnames, &x->xnames_cap, (size_t)n + 1) < 0) {
+		if (cli_grow(&x->xnames, &x->xnames_cap, (size_t)n + 1) < 0) {
 			n = -ENOMEM;
 			break;
 		}
@@ -362,7 +322,7 @@ static void copy_xattrs(struct extract *x, butter_ino_t ino, int fd, int dirfd, 
 			v = butter_getxattr(x->fs, ino, k, NULL, 0);
 			if (v < 0)
 				break;
-			if (grow(&x->xval, &x->xval_cap, (size_t)v + 1) < 0) {
+			if (cli_grow(&x->xval, &x->xval_cap, (size_t)v + 1) < 0) {
 				v = -ENOMEM;
 				break;
 			}
