@@ -39,6 +39,8 @@ KEEP=0
 GEN_VERSION="extract-image v1 seed=20240601 small=30x20x50 large=300M,200M,sparse128M zstd=200M+5000+64M"
 
 die() { echo "extract.sh: $*" >&2; exit 2; }
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 
 while (($#)); do
 	case $1 in
@@ -324,19 +326,7 @@ else
 fi
 
 # ---- butter (release build) --------------------------------------------------------
-if [[ -z $BUTTER ]]; then
-	BUILD=$REPO/build-bench
-	# werror=false: -O3 raises -Wmaybe-uninitialized false positives that the
-	# default debugoptimized build does not see; they must not stop the bench.
-	if [[ ! -f $BUILD/build.ninja ]]; then
-		meson setup "$BUILD" "$REPO" --buildtype=release -Db_sanitize=none -Dwerror=false >/dev/null
-	else
-		meson configure "$BUILD" -Dbuildtype=release -Db_sanitize=none -Dwerror=false >/dev/null
-	fi
-	ninja -C "$BUILD" cli/butter >"$LOGS/build.log" 2>&1 || { cat "$LOGS/build.log" >&2; die "build failed"; }
-	BUTTER=$BUILD/cli/butter
-fi
-[[ -x $BUTTER ]] || die "no butter binary at $BUTTER"
+bench_butter
 
 # ---- the runs ------------------------------------------------------------------
 # dd is an anchor, not a contestant: a cold sequential read of the whole image
@@ -359,7 +349,7 @@ run_kernel() {
 echo "== $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) CPUs," \
 	"$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo) RAM," \
 	"host fs $(df -T "$OUT" | awk 'NR == 2 {print $2}')"
-echo "== butter $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo '+changes'), $BUTTER"
+bench_butter_line
 echo "== $(btrfs --version)"
 sed 's/^/== /' "$STATS"
 echo "== $RUNS runs each, interleaved; wall seconds, caches dropped before each"
@@ -401,10 +391,7 @@ for ((r = 1; r <= RUNS; r++)); do
 			echo "      ! exit status $rc; $(wc -l <"$log") lines of messages, first: $(head -n 1 "$log")"
 		fi
 		TIMES[$t]+="$real "
-		if [[ -z ${BEST[$t]:-} ]] || (($(echo "$real < ${BEST[$t]}" | bc))); then
-			BEST[$t]=$real
-			CPU[$t]=$cpu
-		fi
+		bench_keep_best "$t" "$real" "$cpu"
 	done
 done
 ((KEEP)) || rm -rf "${OUT:?}"/*

@@ -67,6 +67,8 @@ KEEP=0
 SEED=20240603
 
 die() { echo "mkfs-rootdir.sh: $*" >&2; exit 2; }
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 
 while (($#)); do
 	case $1 in
@@ -423,19 +425,7 @@ APPARENT=$(py apparent "$REF")
 IMG_SIZE=$(((APPARENT + APPARENT / 4 + (1 << 30) + (256 << 20) - 1) / (256 << 20) * (256 << 20)))
 
 # ---- butter (release build) --------------------------------------------------------
-if [[ -z $BUTTER ]]; then
-	BUILD=$REPO/build-bench
-	# werror=false: -O3 can raise -Wmaybe-uninitialized false positives that
-	# the default debugoptimized build does not see; they must not stop the bench.
-	if [[ ! -f $BUILD/build.ninja ]]; then
-		meson setup "$BUILD" "$REPO" --buildtype=release -Db_sanitize=none -Dwerror=false >/dev/null
-	else
-		meson configure "$BUILD" -Dbuildtype=release -Db_sanitize=none -Dwerror=false >/dev/null
-	fi
-	ninja -C "$BUILD" cli/butter >"$LOGS/build.log" 2>&1 || { cat "$LOGS/build.log" >&2; die "build failed"; }
-	BUTTER=$BUILD/cli/butter
-fi
-[[ -x $BUTTER ]] || die "no butter binary at $BUTTER"
+bench_butter
 
 # ---- the runs ------------------------------------------------------------------
 # read is an anchor, not a contestant: a cold read of every file of the
@@ -479,7 +469,7 @@ mib() { if [[ $1 == - ]]; then echo -; else awk -v b="$1" 'BEGIN { printf "%.1f"
 echo "== $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) CPUs," \
 	"$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo) RAM," \
 	"host fs $(df -T "$WORK" | awk 'NR == 2 {print $2}'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== butter $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo '+changes'), $BUTTER"
+bench_butter_line
 echo "== $(btrfs --version)"
 sed 's/^/== /' "$STATS"
 echo "== image files: -b $IMG_SIZE ($(mib "$IMG_SIZE") MiB) each"
@@ -509,10 +499,7 @@ for ((r = 1; r <= RUNS; r++)); do
 				"$r" "${LABEL[$t]}" "$real" "$cpu"
 			((rc == 0)) || die "reading the source tree failed: $(head -n 1 "$log")"
 			TIMES[$t]+="$real "
-			if [[ -z ${BEST[$t]:-} ]] || (($(echo "$real < ${BEST[$t]}" | bc))); then
-				BEST[$t]=$real
-				CPU[$t]=$cpu
-			fi
+			bench_keep_best "$t" "$real" "$cpu"
 			continue
 		fi
 		vrc=0
@@ -536,10 +523,7 @@ for ((r = 1; r <= RUNS; r++)); do
 		fi
 		TIMES[$t]+="$real "
 		RUN[$t.$r]=$real
-		if [[ -z ${BEST[$t]:-} ]] || (($(echo "$real < ${BEST[$t]}" | bc))); then
-			BEST[$t]=$real
-			CPU[$t]=$cpu
-		fi
+		bench_keep_best "$t" "$real" "$cpu"
 		USED[$t]=$SZ_USED CHUNKS[$t]=$SZ_CHUNKS HOST[$t]=$SZ_HOST DF[$t]=$SZ_DF
 		((KEEP)) || rm -f "$img"
 	done
