@@ -77,6 +77,9 @@ struct subvol *fs_subvol_mut(struct butter_fs *fs, u64 id, int *err);
 
 /* Make the root directory (inode 256) of a new subvolume tree (write.c). */
 int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes);
+/* Insert directory @objectid's inode item @ii and its ".." ref to itself (write.c). */
+int fs_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid,
+		      const struct btrfs_inode_item *ii);
 
 /* Set up the write side of a handle opened read-write (write.c). */
 int fs_setup_write(struct butter_fs *fs);

@@ -574,6 +574,28 @@ int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 }
 
 /*
+ * Insert @ii as the inode item of directory @objectid in @root, and the ".."
+ * INODE_REF that makes it its own parent (the top directory of a tree).
+ */
+int fs_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid,
+		      const struct btrfs_inode_item *ii)
+{
+	struct btrfs_key key = { objectid, BTRFS_INODE_ITEM_KEY, 0 };
+	u8 ref[sizeof(struct btrfs_inode_ref) + 2];
+	int ret;
+
+	ret = tree_insert_item(t, root, &key, ii, sizeof(*ii));
+	if (ret)
+		return ret;
+	memset(ref, 0, sizeof(ref));
+	btrfs_set_inode_ref_name_len((struct btrfs_inode_ref *)ref, 2);
+	memcpy(ref + sizeof(struct btrfs_inode_ref), "..", 2);
+	key.type = BTRFS_INODE_REF_KEY;
+	key.offset = objectid;
+	return tree_insert_item(t, root, &key, ref, sizeof(ref));
+}
+
+/*
  * The root directory (inode 256, its own parent) of a new subvolume tree,
  * made in @t. @nbytes goes into the inode (mkfs.btrfs uses the node size).
  * Used by subvolume creation and by mkfs.
@@ -581,9 +603,6 @@ int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes)
 {
 	struct btrfs_inode_item ii;
-	struct btrfs_key key = { BTRFS_FIRST_FREE_OBJECTID, BTRFS_INODE_ITEM_KEY, 0 };
-	u8 ref[sizeof(struct btrfs_inode_ref) + 2];
-	int ret;
 
 	memset(&ii, 0, sizeof(ii));
 	btrfs_set_inode_generation(&ii, t->transid);
@@ -593,15 +612,7 @@ int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes)
 	btrfs_set_inode_mode(&ii, S_IFDIR | 0755);
 	now_ts(&ii.atime);
 	ii.ctime = ii.mtime = ii.otime = ii.atime;
-	ret = tree_insert_item(t, root, &key, &ii, sizeof(ii));
-	if (ret)
-		return ret;
-	memset(ref, 0, sizeof(ref));
-	btrfs_set_inode_ref_name_len((struct btrfs_inode_ref *)ref, 2);
-	memcpy(ref + sizeof(struct btrfs_inode_ref), "..", 2);
-	key.type = BTRFS_INODE_REF_KEY;
-	key.offset = BTRFS_FIRST_FREE_OBJECTID;
-	return tree_insert_item(t, root, &key, ref, sizeof(ref));
+	return fs_insert_top_dir(t, root, BTRFS_FIRST_FREE_OBJECTID, &ii);
 }
 
 int fs_link_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, const char *name,
