@@ -78,7 +78,9 @@ trap cleanup EXIT
 
 # ---- python helpers: image generator, manifest, verifier ---------------------
 read -r -d '' PY <<'PYEOF' || true
-import hashlib, json, os, random, stat, sys
+import json, os, random, stat, sys
+
+import benchlib
 
 def gen(root):
     """Fill ROOT (a fresh btrfs mount) with the benchmark tree, deterministically."""
@@ -191,15 +193,6 @@ def gen(root):
         if dp != root:
             stamp(dp)
 
-def sha256(p):
-    h = hashlib.sha256()
-    with open(p, 'rb') as f:
-        while True:
-            b = f.read(1 << 20)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
-
 def manifest(root):
     """path -> (content, meta). content: type, size, sha256 / link target.
     meta: mode, owner, mtime, xattrs, hard-link group (first path of the inode)."""
@@ -211,7 +204,7 @@ def manifest(root):
             st = os.lstat(p)
             fmt = stat.S_IFMT(st.st_mode)
             if fmt == stat.S_IFREG:
-                content = ('f', st.st_size, sha256(p))
+                content = ('f', st.st_size, benchlib.sha256(p))
                 if st.st_nlink > 1:
                     inodes.setdefault((st.st_dev, st.st_ino), []).append(rel)
             elif fmt == stat.S_IFDIR:
@@ -220,13 +213,7 @@ def manifest(root):
                 content = ('l', os.readlink(p))
             else:
                 content = ('o%o' % fmt, st.st_rdev)
-            # btrfs.* (properties such as btrfs.compression) exist only on btrfs
-            try:
-                xa = sorted([k, os.getxattr(p, k, follow_symlinks=False).hex()]
-                            for k in os.listxattr(p, follow_symlinks=False)
-                            if not k.startswith('btrfs.'))
-            except OSError:
-                xa = ['?']
+            xa = benchlib.xattrs(p)
             meta = {'mode': '%o' % stat.S_IMODE(st.st_mode) if fmt != stat.S_IFLNK else '-',
                     'owner': '%d:%d' % (st.st_uid, st.st_gid),
                     'mtime': st.st_mtime_ns,
@@ -240,27 +227,10 @@ def manifest(root):
     return m
 
 def cmd_manifest(root, out):
-    with open(out, 'w') as f:
-        json.dump(manifest(root), f, sort_keys=True)
+    benchlib.save(manifest(root), out)
 
 def cmd_verify(ref, root):
-    with open(ref) as f:
-        want = json.load(f)
-    got = json.loads(json.dumps(manifest(root)))  # same shapes as the loaded reference
-    bad = []
-    for rel in sorted(set(want) | set(got)):
-        if rel not in got:
-            bad.append('missing: %r' % rel)
-        elif rel not in want:
-            bad.append('extra: %r' % rel)
-        elif want[rel][0] != got[rel][0]:
-            bad.append('content: %r want %r got %r' % (rel, want[rel][0], got[rel][0]))
-    meta = {}
-    for rel in set(want) & set(got):
-        for k, v in want[rel][1].items():
-            if got[rel][1][k] != v:
-                meta.setdefault(k, []).append(rel)
-    parts = ['%s %d (e.g. %r)' % (k, len(v), min(v)) for k, v in sorted(meta.items())]
+    want, bad, parts = benchlib.compare(ref, manifest(root), 'content: ')
     if bad:
         print('FAIL: %d of %d paths wrong; first: %s' % (len(bad), len(want), '; '.join(bad[:5])))
         return 1
@@ -288,7 +258,7 @@ if __name__ == '__main__':
     sys.exit({'gen': gen, 'manifest': cmd_manifest, 'verify': cmd_verify,
               'stats': cmd_stats}[cmd](*args) or 0)
 PYEOF
-py() { python3 -c "$PY" "$@"; }
+py() { PYTHONPATH="$REPO/bench${PYTHONPATH:+:$PYTHONPATH}" python3 -c "$PY" "$@"; }
 # the reference manifest, taken from a read-only kernel mount of the image
 py_manifest_ro() {
 	mount -o ro,loop "$IMG" "$MNT"

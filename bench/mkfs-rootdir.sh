@@ -114,7 +114,9 @@ trap cleanup EXIT
 
 # ---- python helpers: tree generator, manifest, verifier ----------------------
 read -r -d '' PY <<'PYEOF' || true
-import hashlib, json, os, random, stat, sys
+import json, os, random, stat, sys
+
+import benchlib
 
 MiB = 1 << 20
 
@@ -286,15 +288,6 @@ def gen(root, nfiles, nbytes, seed):
     for dp in sorted(walked, key=lambda d: (-d.count('/'), d)):
         stamp(dp)
 
-def sha256(p):
-    h = hashlib.sha256()
-    with open(p, 'rb') as f:
-        while True:
-            b = f.read(1 << 20)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
-
 def manifest(root):
     """path -> [content, meta].
     content (a difference fails): type, mode, size and sha256 / link target /
@@ -312,7 +305,7 @@ def manifest(root):
             fmt = stat.S_IFMT(st.st_mode)
             mode = '%o' % stat.S_IMODE(st.st_mode)
             if fmt == stat.S_IFREG:
-                content = ['f', mode, st.st_size, sha256(p)]
+                content = ['f', mode, st.st_size, benchlib.sha256(p)]
                 if st.st_nlink > 1:
                     inodes.setdefault((st.st_dev, st.st_ino), []).append(rel)
             elif fmt == stat.S_IFDIR:
@@ -321,13 +314,7 @@ def manifest(root):
                 content = ['l', os.readlink(p)]
             else:
                 content = ['o%o' % fmt, mode, st.st_rdev]
-            # btrfs.* (properties such as btrfs.compression) exist only on btrfs
-            try:
-                xa = sorted([k, os.getxattr(p, k, follow_symlinks=False).hex()]
-                            for k in os.listxattr(p, follow_symlinks=False)
-                            if not k.startswith('btrfs.'))
-            except OSError:
-                xa = ['?']
+            xa = benchlib.xattrs(p)
             content += ['%d:%d' % (st.st_uid, st.st_gid), xa, '-']
             m[rel] = [content, {'mtime': st.st_mtime_ns}]
     for paths in inodes.values():
@@ -337,27 +324,10 @@ def manifest(root):
     return m
 
 def cmd_manifest(root, out):
-    with open(out, 'w') as f:
-        json.dump(manifest(root), f, sort_keys=True)
+    benchlib.save(manifest(root), out)
 
 def cmd_verify(ref, root):
-    with open(ref) as f:
-        want = json.load(f)
-    got = json.loads(json.dumps(manifest(root)))  # same shapes as the loaded reference
-    bad = []
-    for rel in sorted(set(want) | set(got)):
-        if rel not in got:
-            bad.append('missing: %r' % rel)
-        elif rel not in want:
-            bad.append('extra: %r' % rel)
-        elif want[rel][0] != got[rel][0]:
-            bad.append('%r want %r got %r' % (rel, want[rel][0], got[rel][0]))
-    meta = {}
-    for rel in set(want) & set(got):
-        for k, v in want[rel][1].items():
-            if got[rel][1][k] != v:
-                meta.setdefault(k, []).append(rel)
-    parts = ['%s %d (e.g. %r)' % (k, len(v), min(v)) for k, v in sorted(meta.items())]
+    want, bad, parts = benchlib.compare(ref, manifest(root), '')
     if bad:
         print('FAIL: %d of %d paths wrong; first: %s' % (len(bad), len(want), '; '.join(bad[:3])))
         return 1
@@ -395,7 +365,7 @@ if __name__ == '__main__':
     sys.exit({'gen': gen, 'manifest': cmd_manifest, 'verify': cmd_verify,
               'stats': cmd_stats, 'apparent': cmd_apparent}[cmd](*args) or 0)
 PYEOF
-py() { python3 -c "$PY" "$@"; }
+py() { PYTHONPATH="$REPO/bench${PYTHONPATH:+:$PYTHONPATH}" python3 -c "$PY" "$@"; }
 
 # ---- the source tree --------------------------------------------------------------
 if ((REBUILD)) || [[ ! -d $SRC || ! -f $MARK || ! -f $REF || $(cat "$MARK") != "$GEN_VERSION" ]]; then
