@@ -81,6 +81,9 @@ void cli_print_usage(const struct cli_command *cmd, FILE *out);
  */
 int cli_open(const struct cli_args *args, const char *image, struct butter_fs **fs);
 
+/* Explain the butter_open() errors (positive @err) whose strerror() text would mislead. */
+const char *cli_open_error(int err);
+
 /*
  * Test devices named by the global options before COMMAND (`butter --record
  * LOG --fault SPEC COMMAND ...`); NULL when not given. Every open of an image

@@ -91,8 +91,7 @@ int cli_getopt(struct cli_args *args, int argc, char **argv, const char *shortop
 	}
 }
 
-/* Explain the butter_open() errors whose strerror() text would mislead. */
-static const char *open_error(int err)
+const char *cli_open_error(int err)
 {
 	switch (err) {
 	case EINVAL:
@@ -135,7 +134,7 @@ int cli_open(const struct cli_args *args, const char *image, struct butter_fs **
 	};
 	int ret = butter_open(image, &opts, fs);
 	if (ret < 0)
-		cli_error("%s: %s", image, open_error(-ret));
+		cli_error("%s: %s", image, cli_open_error(-ret));
 	return ret;
 }
 

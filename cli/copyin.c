@@ -1125,21 +1125,16 @@ out:
 
 /* ---- opening for writing ------------------------------------------------ */
 
+/* cli_open_error(), with what only a read-write open can say. */
 static const char *open_errstr(int err)
 {
 	switch (err) {
-	case EINVAL:
-		return "not a btrfs filesystem";
-	case ENXIO:
-		return "devices are missing (give the other members with --device)";
-	case EUCLEAN:
-		return "filesystem is corrupt";
 	case EOPNOTSUPP:
 		return "butter cannot write this filesystem yet (see the message above)";
 	case EROFS:
 		return "cannot be written with a device missing";
 	default:
-		return strerror(err);
+		return cli_open_error(err);
 	}
 }
 
