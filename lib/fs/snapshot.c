@@ -58,11 +58,7 @@ int butter_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 	if (!src)
 		ret = err;
 	if (ret == 0)
-		ret = check_new_name(fs, dir, name, namelen, &parent);
-	if (ret == 0)
-		ret = fs_next_subvol_id(fs, &id);
-	if (ret == 0)
-		ret = next_dir_index(fs, parent, dir.ino, &index);
+		ret = check_new_subvol(fs, dir, name, namelen, &parent, &id, &index);
 	if (ret)
 		return end_change(w, ret, 0);
 	/* the snapshot shows what is committed: commit what runs first */

@@ -657,6 +657,23 @@ int fs_next_subvol_id(struct butter_fs *fs, u64 *id)
 	return *id > BTRFS_LAST_FREE_OBJECTID ? -ENOSPC : 0;
 }
 
+/*
+ * Phase-1 checks for a new subvolume or snapshot named @name in @dir: the
+ * name is free (its subvolume in *@parent); the new tree's id and the
+ * directory index of its name.
+ */
+int check_new_subvol(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		     struct subvol **parent, u64 *id, u64 *index)
+{
+	int ret = check_new_name(fs, dir, name, namelen, parent);
+
+	if (ret == 0)
+		ret = fs_next_subvol_id(fs, id);
+	if (ret == 0)
+		ret = next_dir_index(fs, *parent, dir.ino, index);
+	return ret;
+}
+
 /* Add @sv to the handle's subvolume records. */
 int fs_add_subvol_record(struct butter_fs *fs, struct subvol *sv)
 {
@@ -685,11 +702,7 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 	ret = begin_change(fs, &w);
 	if (ret)
 		return ret;
-	ret = check_new_name(fs, dir, name, namelen, &parent);
-	if (ret == 0)
-		ret = fs_next_subvol_id(fs, &id);
-	if (ret == 0)
-		ret = next_dir_index(fs, parent, dir.ino, &index);
+	ret = check_new_subvol(fs, dir, name, namelen, &parent, &id, &index);
 	if (ret)
 		return end_change(w, ret, 0);
 	sv = calloc(1, sizeof(*sv));

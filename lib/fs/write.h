@@ -69,6 +69,9 @@ int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_ne
 int insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data, u32 len);
 /* The next free subvolume id (largest root item id + 1, at least 256). */
 int fs_next_subvol_id(struct butter_fs *fs, u64 *id);
+/* Phase 1 of a new subvolume: check_new_name(), fs_next_subvol_id(), next_dir_index(). */
+int check_new_subvol(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		     struct subvol **parent, u64 *id, u64 *index);
 /* Add @sv to the handle's subvolume records (under subvol_lock); -ENOMEM. */
 int fs_add_subvol_record(struct butter_fs *fs, struct subvol *sv);
 /* Name subvolume @id as @name in @dir of @parent: ROOT_REF, ROOT_BACKREF, dir entries. */
