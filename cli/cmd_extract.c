@@ -438,6 +438,25 @@ static int put(struct extract *x, int fd, size_t boff, size_t n, uint64_t off, b
 }
 
 /*
+ * Deal with what a read of @want bytes at @pos into x->buf gave (@r, not
+ * -EIO): write the bytes read. Returns 1 at end of file (a short read), 0 to
+ * go on, -1 to give up on this file.
+ */
+static int write_read(struct extract *x, int fd, ssize_t r, size_t want, uint64_t pos,
+		      bool skip_zero)
+{
+	if (r < 0) {
+		read_error(x, NULL, (int)-r);
+		return -1;
+	}
+	if (r > 0)
+		flush_bad(x);
+	if (put(x, fd, 0, (size_t)r, pos, skip_zero) < 0)
+		return -1;
+	return (size_t)r < want ? 1 : 0;
+}
+
+/*
  * Read [@start, @end) again sector by sector after a chunk failed with -EIO,
  * writing what reads and noting what does not. Returns 1 at end of file, 0 to
  * go on, -1 to give up on this file.
@@ -454,16 +473,10 @@ static int copy_sectors(struct extract *x, int fd, butter_ino_t ino, uint64_t st
 		ssize_t r = butter_read(x->fs, ino, x->buf, (size_t)(next - pos), pos);
 		if (r == -EIO) {
 			note_bad(x, pos, next);
-		} else if (r < 0) {
-			read_error(x, NULL, (int)-r);
-			return -1;
 		} else {
-			if (r > 0)
-				flush_bad(x);
-			if (put(x, fd, 0, (size_t)r, pos, skip_zero) < 0)
-				return -1;
-			if ((uint64_t)r < next - pos)
-				return 1;
+			int ret = write_read(x, fd, r, (size_t)(next - pos), pos, skip_zero);
+			if (ret)
+				return ret;
 		}
 		pos = next;
 	}
@@ -477,21 +490,10 @@ static int copy_range(struct extract *x, int fd, butter_ino_t ino, uint64_t star
 	for (uint64_t pos = start; pos < end;) {
 		size_t n = end - pos < CHUNK ? (size_t)(end - pos) : CHUNK;
 		ssize_t r = butter_read(x->fs, ino, x->buf, n, pos);
-		if (r == -EIO) {
-			int ret = copy_sectors(x, fd, ino, pos, pos + n, skip_zero);
-			if (ret)
-				return ret;
-		} else if (r < 0) {
-			read_error(x, NULL, (int)-r);
-			return -1;
-		} else {
-			if (r > 0)
-				flush_bad(x);
-			if (put(x, fd, 0, (size_t)r, pos, skip_zero) < 0)
-				return -1;
-			if ((size_t)r < n)
-				return 1;
-		}
+		int ret = r == -EIO ? copy_sectors(x, fd, ino, pos, pos + n, skip_zero)
+				    : write_read(x, fd, r, n, pos, skip_zero);
+		if (ret)
+			return ret;
 		pos += n;
 		progress(x, false);
 	}
