@@ -39,6 +39,8 @@ KEEP=0
 GEN_VERSION="extract-image v1 seed=20240601 small=30x20x50 large=300M,200M,sparse128M zstd=200M+5000+64M"
 
 die() { echo "extract.sh: $*" >&2; exit 2; }
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 
 while (($#)); do
 	case $1 in
@@ -76,7 +78,9 @@ trap cleanup EXIT
 
 # ---- python helpers: image generator, manifest, verifier ---------------------
 read -r -d '' PY <<'PYEOF' || true
-import hashlib, json, os, random, stat, sys
+import json, os, random, stat, sys
+
+import benchlib
 
 def gen(root):
     """Fill ROOT (a fresh btrfs mount) with the benchmark tree, deterministically."""
@@ -189,15 +193,6 @@ def gen(root):
         if dp != root:
             stamp(dp)
 
-def sha256(p):
-    h = hashlib.sha256()
-    with open(p, 'rb') as f:
-        while True:
-            b = f.read(1 << 20)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
-
 def manifest(root):
     """path -> (content, meta). content: type, size, sha256 / link target.
     meta: mode, owner, mtime, xattrs, hard-link group (first path of the inode)."""
@@ -209,7 +204,7 @@ def manifest(root):
             st = os.lstat(p)
             fmt = stat.S_IFMT(st.st_mode)
             if fmt == stat.S_IFREG:
-                content = ('f', st.st_size, sha256(p))
+                content = ('f', st.st_size, benchlib.sha256(p))
                 if st.st_nlink > 1:
                     inodes.setdefault((st.st_dev, st.st_ino), []).append(rel)
             elif fmt == stat.S_IFDIR:
@@ -218,13 +213,7 @@ def manifest(root):
                 content = ('l', os.readlink(p))
             else:
                 content = ('o%o' % fmt, st.st_rdev)
-            # btrfs.* (properties such as btrfs.compression) exist only on btrfs
-            try:
-                xa = sorted([k, os.getxattr(p, k, follow_symlinks=False).hex()]
-                            for k in os.listxattr(p, follow_symlinks=False)
-                            if not k.startswith('btrfs.'))
-            except OSError:
-                xa = ['?']
+            xa = benchlib.xattrs(p)
             meta = {'mode': '%o' % stat.S_IMODE(st.st_mode) if fmt != stat.S_IFLNK else '-',
                     'owner': '%d:%d' % (st.st_uid, st.st_gid),
                     'mtime': st.st_mtime_ns,
@@ -238,27 +227,10 @@ def manifest(root):
     return m
 
 def cmd_manifest(root, out):
-    with open(out, 'w') as f:
-        json.dump(manifest(root), f, sort_keys=True)
+    benchlib.save(manifest(root), out)
 
 def cmd_verify(ref, root):
-    with open(ref) as f:
-        want = json.load(f)
-    got = json.loads(json.dumps(manifest(root)))  # same shapes as the loaded reference
-    bad = []
-    for rel in sorted(set(want) | set(got)):
-        if rel not in got:
-            bad.append('missing: %r' % rel)
-        elif rel not in want:
-            bad.append('extra: %r' % rel)
-        elif want[rel][0] != got[rel][0]:
-            bad.append('content: %r want %r got %r' % (rel, want[rel][0], got[rel][0]))
-    meta = {}
-    for rel in set(want) & set(got):
-        for k, v in want[rel][1].items():
-            if got[rel][1][k] != v:
-                meta.setdefault(k, []).append(rel)
-    parts = ['%s %d (e.g. %r)' % (k, len(v), min(v)) for k, v in sorted(meta.items())]
+    want, bad, parts = benchlib.compare(ref, manifest(root), 'content: ')
     if bad:
         print('FAIL: %d of %d paths wrong; first: %s' % (len(bad), len(want), '; '.join(bad[:5])))
         return 1
@@ -286,7 +258,7 @@ if __name__ == '__main__':
     sys.exit({'gen': gen, 'manifest': cmd_manifest, 'verify': cmd_verify,
               'stats': cmd_stats}[cmd](*args) or 0)
 PYEOF
-py() { python3 -c "$PY" "$@"; }
+py() { PYTHONPATH="$REPO/bench${PYTHONPATH:+:$PYTHONPATH}" python3 -c "$PY" "$@"; }
 # the reference manifest, taken from a read-only kernel mount of the image
 py_manifest_ro() {
 	mount -o ro,loop "$IMG" "$MNT"
@@ -324,19 +296,7 @@ else
 fi
 
 # ---- butter (release build) --------------------------------------------------------
-if [[ -z $BUTTER ]]; then
-	BUILD=$REPO/build-bench
-	# werror=false: -O3 raises -Wmaybe-uninitialized false positives that the
-	# default debugoptimized build does not see; they must not stop the bench.
-	if [[ ! -f $BUILD/build.ninja ]]; then
-		meson setup "$BUILD" "$REPO" --buildtype=release -Db_sanitize=none -Dwerror=false >/dev/null
-	else
-		meson configure "$BUILD" -Dbuildtype=release -Db_sanitize=none -Dwerror=false >/dev/null
-	fi
-	ninja -C "$BUILD" cli/butter >"$LOGS/build.log" 2>&1 || { cat "$LOGS/build.log" >&2; die "build failed"; }
-	BUTTER=$BUILD/cli/butter
-fi
-[[ -x $BUTTER ]] || die "no butter binary at $BUTTER"
+bench_butter
 
 # ---- the runs ------------------------------------------------------------------
 # dd is an anchor, not a contestant: a cold sequential read of the whole image
@@ -359,7 +319,7 @@ run_kernel() {
 echo "== $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) CPUs," \
 	"$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo) RAM," \
 	"host fs $(df -T "$OUT" | awk 'NR == 2 {print $2}')"
-echo "== butter $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo '+changes'), $BUTTER"
+bench_butter_line
 echo "== $(btrfs --version)"
 sed 's/^/== /' "$STATS"
 echo "== $RUNS runs each, interleaved; wall seconds, caches dropped before each"
@@ -401,10 +361,7 @@ for ((r = 1; r <= RUNS; r++)); do
 			echo "      ! exit status $rc; $(wc -l <"$log") lines of messages, first: $(head -n 1 "$log")"
 		fi
 		TIMES[$t]+="$real "
-		if [[ -z ${BEST[$t]:-} ]] || (($(echo "$real < ${BEST[$t]}" | bc))); then
-			BEST[$t]=$real
-			CPU[$t]=$cpu
-		fi
+		bench_keep_best "$t" "$real" "$cpu"
 	done
 done
 ((KEEP)) || rm -rf "${OUT:?}"/*

@@ -53,6 +53,8 @@ BUTTER_OPTS=${BUTTER_OPTS:-}
 SIZE=1G RUNTIME=30 NFILES=100000 META_RUNS=1 KEEP=0 META_ONLY=0
 
 die() { echo "io.sh: $*" >&2; exit 2; }
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 
 while (($#)); do
 	case $1 in
@@ -92,16 +94,7 @@ print(int(float(s[:-1]) * m[s[-1]]) if s[-1] in m else int(s))" "$SIZE")
 IMG_BYTES=$(( SIZE_BYTES * 3 + (4 << 30) ))      # room for COW of random overwrites
 
 # ---- the butter binary ----------------------------------------------------------
-if [[ -z $BUTTER ]]; then
-	BUILD=$REPO/build-bench
-	if [[ ! -f $BUILD/build.ninja ]]; then
-		meson setup "$BUILD" "$REPO" --buildtype=release -Db_sanitize=none -Dwerror=false >/dev/null
-	fi
-	ninja -C "$BUILD" cli/butter bench/butter-nullfs >"$LOGS/build.log" 2>&1 ||
-		{ cat "$LOGS/build.log" >&2; die "build failed"; }
-	BUTTER=$BUILD/cli/butter
-fi
-[[ -x $BUTTER ]] || die "no butter binary at $BUTTER"
+bench_butter bench/butter-nullfs
 NULLFS=${NULLFS:-$(dirname "$(dirname "$BUTTER")")/bench/butter-nullfs}
 [[ -x $NULLFS ]] || die "no nullfs binary at $NULLFS (set NULLFS=)"
 
@@ -230,7 +223,7 @@ print(f"meta-commit-s {time.perf_counter() - t0:.3f}")
 PY
 }
 
-echo "== butter $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo '+changes'), $BUTTER"
+bench_butter_line
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== size $SIZE, random runtime ${RUNTIME}s, metadata $(( NFILES / 100 * 100 )) files x $META_RUNS run(s), $BENCH_DIR on $(df --output=source "$BENCH_DIR" | tail -1)"
 

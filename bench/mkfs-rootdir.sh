@@ -67,6 +67,8 @@ KEEP=0
 SEED=20240603
 
 die() { echo "mkfs-rootdir.sh: $*" >&2; exit 2; }
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 
 while (($#)); do
 	case $1 in
@@ -112,7 +114,9 @@ trap cleanup EXIT
 
 # ---- python helpers: tree generator, manifest, verifier ----------------------
 read -r -d '' PY <<'PYEOF' || true
-import hashlib, json, os, random, stat, sys
+import json, os, random, stat, sys
+
+import benchlib
 
 MiB = 1 << 20
 
@@ -284,15 +288,6 @@ def gen(root, nfiles, nbytes, seed):
     for dp in sorted(walked, key=lambda d: (-d.count('/'), d)):
         stamp(dp)
 
-def sha256(p):
-    h = hashlib.sha256()
-    with open(p, 'rb') as f:
-        while True:
-            b = f.read(1 << 20)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
-
 def manifest(root):
     """path -> [content, meta].
     content (a difference fails): type, mode, size and sha256 / link target /
@@ -310,7 +305,7 @@ def manifest(root):
             fmt = stat.S_IFMT(st.st_mode)
             mode = '%o' % stat.S_IMODE(st.st_mode)
             if fmt == stat.S_IFREG:
-                content = ['f', mode, st.st_size, sha256(p)]
+                content = ['f', mode, st.st_size, benchlib.sha256(p)]
                 if st.st_nlink > 1:
                     inodes.setdefault((st.st_dev, st.st_ino), []).append(rel)
             elif fmt == stat.S_IFDIR:
@@ -319,13 +314,7 @@ def manifest(root):
                 content = ['l', os.readlink(p)]
             else:
                 content = ['o%o' % fmt, mode, st.st_rdev]
-            # btrfs.* (properties such as btrfs.compression) exist only on btrfs
-            try:
-                xa = sorted([k, os.getxattr(p, k, follow_symlinks=False).hex()]
-                            for k in os.listxattr(p, follow_symlinks=False)
-                            if not k.startswith('btrfs.'))
-            except OSError:
-                xa = ['?']
+            xa = benchlib.xattrs(p)
             content += ['%d:%d' % (st.st_uid, st.st_gid), xa, '-']
             m[rel] = [content, {'mtime': st.st_mtime_ns}]
     for paths in inodes.values():
@@ -335,27 +324,10 @@ def manifest(root):
     return m
 
 def cmd_manifest(root, out):
-    with open(out, 'w') as f:
-        json.dump(manifest(root), f, sort_keys=True)
+    benchlib.save(manifest(root), out)
 
 def cmd_verify(ref, root):
-    with open(ref) as f:
-        want = json.load(f)
-    got = json.loads(json.dumps(manifest(root)))  # same shapes as the loaded reference
-    bad = []
-    for rel in sorted(set(want) | set(got)):
-        if rel not in got:
-            bad.append('missing: %r' % rel)
-        elif rel not in want:
-            bad.append('extra: %r' % rel)
-        elif want[rel][0] != got[rel][0]:
-            bad.append('%r want %r got %r' % (rel, want[rel][0], got[rel][0]))
-    meta = {}
-    for rel in set(want) & set(got):
-        for k, v in want[rel][1].items():
-            if got[rel][1][k] != v:
-                meta.setdefault(k, []).append(rel)
-    parts = ['%s %d (e.g. %r)' % (k, len(v), min(v)) for k, v in sorted(meta.items())]
+    want, bad, parts = benchlib.compare(ref, manifest(root), '')
     if bad:
         print('FAIL: %d of %d paths wrong; first: %s' % (len(bad), len(want), '; '.join(bad[:3])))
         return 1
@@ -393,7 +365,7 @@ if __name__ == '__main__':
     sys.exit({'gen': gen, 'manifest': cmd_manifest, 'verify': cmd_verify,
               'stats': cmd_stats, 'apparent': cmd_apparent}[cmd](*args) or 0)
 PYEOF
-py() { python3 -c "$PY" "$@"; }
+py() { PYTHONPATH="$REPO/bench${PYTHONPATH:+:$PYTHONPATH}" python3 -c "$PY" "$@"; }
 
 # ---- the source tree --------------------------------------------------------------
 if ((REBUILD)) || [[ ! -d $SRC || ! -f $MARK || ! -f $REF || $(cat "$MARK") != "$GEN_VERSION" ]]; then
@@ -423,19 +395,7 @@ APPARENT=$(py apparent "$REF")
 IMG_SIZE=$(((APPARENT + APPARENT / 4 + (1 << 30) + (256 << 20) - 1) / (256 << 20) * (256 << 20)))
 
 # ---- butter (release build) --------------------------------------------------------
-if [[ -z $BUTTER ]]; then
-	BUILD=$REPO/build-bench
-	# werror=false: -O3 can raise -Wmaybe-uninitialized false positives that
-	# the default debugoptimized build does not see; they must not stop the bench.
-	if [[ ! -f $BUILD/build.ninja ]]; then
-		meson setup "$BUILD" "$REPO" --buildtype=release -Db_sanitize=none -Dwerror=false >/dev/null
-	else
-		meson configure "$BUILD" -Dbuildtype=release -Db_sanitize=none -Dwerror=false >/dev/null
-	fi
-	ninja -C "$BUILD" cli/butter >"$LOGS/build.log" 2>&1 || { cat "$LOGS/build.log" >&2; die "build failed"; }
-	BUTTER=$BUILD/cli/butter
-fi
-[[ -x $BUTTER ]] || die "no butter binary at $BUTTER"
+bench_butter
 
 # ---- the runs ------------------------------------------------------------------
 # read is an anchor, not a contestant: a cold read of every file of the
@@ -479,7 +439,7 @@ mib() { if [[ $1 == - ]]; then echo -; else awk -v b="$1" 'BEGIN { printf "%.1f"
 echo "== $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) CPUs," \
 	"$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo) RAM," \
 	"host fs $(df -T "$WORK" | awk 'NR == 2 {print $2}'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== butter $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo '+changes'), $BUTTER"
+bench_butter_line
 echo "== $(btrfs --version)"
 sed 's/^/== /' "$STATS"
 echo "== image files: -b $IMG_SIZE ($(mib "$IMG_SIZE") MiB) each"
@@ -509,10 +469,7 @@ for ((r = 1; r <= RUNS; r++)); do
 				"$r" "${LABEL[$t]}" "$real" "$cpu"
 			((rc == 0)) || die "reading the source tree failed: $(head -n 1 "$log")"
 			TIMES[$t]+="$real "
-			if [[ -z ${BEST[$t]:-} ]] || (($(echo "$real < ${BEST[$t]}" | bc))); then
-				BEST[$t]=$real
-				CPU[$t]=$cpu
-			fi
+			bench_keep_best "$t" "$real" "$cpu"
 			continue
 		fi
 		vrc=0
@@ -536,10 +493,7 @@ for ((r = 1; r <= RUNS; r++)); do
 		fi
 		TIMES[$t]+="$real "
 		RUN[$t.$r]=$real
-		if [[ -z ${BEST[$t]:-} ]] || (($(echo "$real < ${BEST[$t]}" | bc))); then
-			BEST[$t]=$real
-			CPU[$t]=$cpu
-		fi
+		bench_keep_best "$t" "$real" "$cpu"
 		USED[$t]=$SZ_USED CHUNKS[$t]=$SZ_CHUNKS HOST[$t]=$SZ_HOST DF[$t]=$SZ_DF
 		((KEEP)) || rm -f "$img"
 	done

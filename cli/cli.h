@@ -81,6 +81,9 @@ void cli_print_usage(const struct cli_command *cmd, FILE *out);
  */
 int cli_open(const struct cli_args *args, const char *image, struct butter_fs **fs);
 
+/* Explain the butter_open() errors (positive @err) whose strerror() text would mislead. */
+const char *cli_open_error(int err);
+
 /*
  * Test devices named by the global options before COMMAND (`butter --record
  * LOG --fault SPEC COMMAND ...`); NULL when not given. Every open of an image
@@ -115,6 +118,31 @@ int cli_resolve(struct butter_fs *fs, const char *path, bool follow, butter_ino_
  * (*out); @size_hint is the inode size. Returns 0 or a negative errno.
  */
 int cli_readlink(struct butter_fs *fs, butter_ino_t ino, uint64_t size_hint, char **out);
+
+/*
+ * Split subvolume path @path (trailing slashes dropped) into a malloc'd copy (*copy, which
+ * the caller frees, also on failure), its last name (*name, in the copy) and the '/' before
+ * that name (*slash, in the copy; NULL when there is none). Returns 0, or prints
+ * "not a subvolume name" (empty, ".", "..") and returns -1.
+ */
+int cli_split_subvol_path(const char *path, char **copy, const char **name, char **slash);
+
+/* Make room for @need bytes in *@buf (capacity *@cap); 0 or -ENOMEM. */
+int cli_grow(char **buf, size_t *cap, size_t need);
+
+/*
+ * openat(2) @name in @dirfd read-only, close-on-exec, never following a final
+ * symlink, with @flags or-ed in; with @noatime asking for O_NOATIME too where
+ * the caller may (it needs ownership or CAP_FOWNER). An fd, or -1 and errno.
+ */
+int cli_openat(int dirfd, const char *name, int flags, bool noatime);
+
+/*
+ * Open the host directory @rel (@len bytes, relative to @top_fd, may be empty)
+ * one component at a time with cli_openat(), so no symlink is followed and no
+ * path is too long for one system call. An fd or -errno.
+ */
+int cli_open_dir_path(int top_fd, const char *rel, size_t len, bool noatime);
 
 /* The commands. */
 int cmd_info(const struct cli_command *cmd, int argc, char **argv);

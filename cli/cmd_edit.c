@@ -25,6 +25,25 @@
 #include "cli.h"
 #include "copyin.h"
 
+/*
+ * Check that exactly @n operands, named @names (for "missing NAME"), follow
+ * the options. Returns 0, or prints the usage error, frees the --device list
+ * and returns -1.
+ */
+static int want_operands(struct cli_args *args, int argc, int n, const char *const *names)
+{
+	int nargs = argc - optind;
+
+	if (nargs == n)
+		return 0;
+	free(args->devices);
+	if (nargs > n)
+		cli_usage_error(args->cmd, "too many arguments");
+	else
+		cli_usage_error(args->cmd, "missing %s", names[nargs]);
+	return -1;
+}
+
 /* An image path cut into the directory that holds it and its last name. */
 struct dest {
 	char *parent;      /* "/" when the name is at the top */
@@ -187,14 +206,9 @@ int cmd_put(const struct cli_command *cmd, int argc, char **argv)
 		if (c == 'v')
 			opts.verbose = true;
 	}
-	int nargs = argc - optind;
-	if (nargs != 3) {
-		free(args.devices);
-		if (nargs > 3)
-			return cli_usage_error(cmd, "too many arguments");
-		return cli_usage_error(cmd, "missing %s",
-				       nargs < 1 ? "IMAGE" : nargs < 2 ? "HOSTPATH" : "DEST");
-	}
+	static const char *const operands[] = { "IMAGE", "HOSTPATH", "DEST" };
+	if (want_operands(&args, argc, 3, operands))
+		return CLI_EXIT_USAGE;
 	const char *image = argv[optind], *src = argv[optind + 1], *dest = argv[optind + 2];
 
 	struct stat st;
@@ -285,13 +299,9 @@ int cmd_mkdir(const struct cli_command *cmd, int argc, char **argv)
 			return cli_usage_error(cmd, "invalid mode '%s' (octal, at most 7777)", optarg);
 		}
 	}
-	int nargs = argc - optind;
-	if (nargs != 2) {
-		free(args.devices);
-		if (nargs > 2)
-			return cli_usage_error(cmd, "too many arguments");
-		return cli_usage_error(cmd, "missing %s", nargs < 1 ? "IMAGE" : "PATH");
-	}
+	static const char *const operands[] = { "IMAGE", "PATH" };
+	if (want_operands(&args, argc, 2, operands))
+		return CLI_EXIT_USAGE;
 	const char *image = argv[optind], *path = argv[optind + 1];
 	/* -p makes the missing parents writable and searchable by their owner, as mkdir -p */
 	uint32_t parent_mode = (0777 & ~umask_now()) | 0300;
@@ -393,14 +403,9 @@ int cmd_ln(const struct cli_command *cmd, int argc, char **argv)
 		if (c == 's')
 			symbolic = true;
 	}
-	int nargs = argc - optind;
-	if (nargs != 3) {
-		free(args.devices);
-		if (nargs > 3)
-			return cli_usage_error(cmd, "too many arguments");
-		return cli_usage_error(cmd, "missing %s",
-				       nargs < 1 ? "TARGET" : nargs < 2 ? "IMAGE" : "PATH");
-	}
+	static const char *const operands[] = { "TARGET", "IMAGE", "PATH" };
+	if (want_operands(&args, argc, 3, operands))
+		return CLI_EXIT_USAGE;
 	const char *target = argv[optind], *image = argv[optind + 1], *path = argv[optind + 2];
 	if (!*target) {
 		free(args.devices);

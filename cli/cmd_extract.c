@@ -262,37 +262,10 @@ static void path_cut(struct extract *x, size_t len)
 	x->path[len] = '\0';
 }
 
-/*
- * Open the directory @rel (relative to DEST, @len bytes, may be empty) one
- * component at a time, never following symlinks. Returns an fd or -errno.
- */
+/* Open the directory @rel (relative to DEST, @len bytes, may be empty); fd or -errno. */
 static int open_rel_dir(struct extract *x, const char *rel, size_t len)
 {
-	int fd = dup(x->dest_fd);
-
-	if (fd < 0)
-		return -errno;
-	size_t i = 0;
-	while (i < len) {
-		size_t j = i;
-		while (j < len && rel[j] != '/')
-			j++;
-		char comp[NAME_MAX + 1];
-		if (j - i > NAME_MAX) {
-			close(fd);
-			return -ENAMETOOLONG;
-		}
-		memcpy(comp, rel + i, j - i);
-		comp[j - i] = '\0';
-		int next = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		int err = errno;
-		close(fd);
-		if (next < 0)
-			return -err;
-		fd = next;
-		i = j + 1;
-	}
-	return fd;
+	return cli_open_dir_path(x->dest_fd, rel, len, false);
 }
 
 /* Create a hard link @name in @dirfd to @rel (relative to DEST); 0 or -errno. */
@@ -315,19 +288,6 @@ static int link_rel(struct extract *x, const char *rel, int dirfd, const char *n
 
 /* ---- attributes --------------------------------------------------------- */
 
-/* Make room for @need bytes in *@buf. */
-static int grow(char **buf, size_t *cap, size_t need)
-{
-	if (need <= *cap)
-		return 0;
-	char *p = realloc(*buf, need);
-	if (!p)
-		return -ENOMEM;
-	*buf = p;
-	*cap = need;
-	return 0;
-}
-
 /* Copy every xattr of @ino to the host file: @fd if >= 0, else @dirfd/@name. */
 static void copy_xattrs(struct extract *x, butter_ino_t ino, int fd, int dirfd, const char *name)
 {
@@ -338,7 +298,7 @@ static void copy_xattrs(struct extract *x, butter_ino_t ino, int fd, int dirfd, 
 		n = butter_listxattr(x->fs, ino, NULL, 0);
 		if (n <= 0)
 			break;
-		if (grow(&x->xnames, &x->xnames_cap, (size_t)n + 1) < 0) {
+		if (cli_grow(&x->xnames, &x->xnames_cap, (size_t)n + 1) < 0) {
 			n = -ENOMEM;
 			break;
 		}
@@ -362,7 +322,7 @@ static void copy_xattrs(struct extract *x, butter_ino_t ino, int fd, int dirfd, 
 			v = butter_getxattr(x->fs, ino, k, NULL, 0);
 			if (v < 0)
 				break;
-			if (grow(&x->xval, &x->xval_cap, (size_t)v + 1) < 0) {
+			if (cli_grow(&x->xval, &x->xval_cap, (size_t)v + 1) < 0) {
 				v = -ENOMEM;
 				break;
 			}
@@ -478,6 +438,25 @@ static int put(struct extract *x, int fd, size_t boff, size_t n, uint64_t off, b
 }
 
 /*
+ * Deal with what a read of @want bytes at @pos into x->buf gave (@r, not
+ * -EIO): write the bytes read. Returns 1 at end of file (a short read), 0 to
+ * go on, -1 to give up on this file.
+ */
+static int write_read(struct extract *x, int fd, ssize_t r, size_t want, uint64_t pos,
+		      bool skip_zero)
+{
+	if (r < 0) {
+		read_error(x, NULL, (int)-r);
+		return -1;
+	}
+	if (r > 0)
+		flush_bad(x);
+	if (put(x, fd, 0, (size_t)r, pos, skip_zero) < 0)
+		return -1;
+	return (size_t)r < want ? 1 : 0;
+}
+
+/*
  * Read [@start, @end) again sector by sector after a chunk failed with -EIO,
  * writing what reads and noting what does not. Returns 1 at end of file, 0 to
  * go on, -1 to give up on this file.
@@ -494,16 +473,10 @@ static int copy_sectors(struct extract *x, int fd, butter_ino_t ino, uint64_t st
 		ssize_t r = butter_read(x->fs, ino, x->buf, (size_t)(next - pos), pos);
 		if (r == -EIO) {
 			note_bad(x, pos, next);
-		} else if (r < 0) {
-			read_error(x, NULL, (int)-r);
-			return -1;
 		} else {
-			if (r > 0)
-				flush_bad(x);
-			if (put(x, fd, 0, (size_t)r, pos, skip_zero) < 0)
-				return -1;
-			if ((uint64_t)r < next - pos)
-				return 1;
+			int ret = write_read(x, fd, r, (size_t)(next - pos), pos, skip_zero);
+			if (ret)
+				return ret;
 		}
 		pos = next;
 	}
@@ -517,21 +490,10 @@ static int copy_range(struct extract *x, int fd, butter_ino_t ino, uint64_t star
 	for (uint64_t pos = start; pos < end;) {
 		size_t n = end - pos < CHUNK ? (size_t)(end - pos) : CHUNK;
 		ssize_t r = butter_read(x->fs, ino, x->buf, n, pos);
-		if (r == -EIO) {
-			int ret = copy_sectors(x, fd, ino, pos, pos + n, skip_zero);
-			if (ret)
-				return ret;
-		} else if (r < 0) {
-			read_error(x, NULL, (int)-r);
-			return -1;
-		} else {
-			if (r > 0)
-				flush_bad(x);
-			if (put(x, fd, 0, (size_t)r, pos, skip_zero) < 0)
-				return -1;
-			if ((size_t)r < n)
-				return 1;
-		}
+		int ret = r == -EIO ? copy_sectors(x, fd, ino, pos, pos + n, skip_zero)
+				    : write_read(x, fd, r, n, pos, skip_zero);
+		if (ret)
+			return ret;
 		pos += n;
 		progress(x, false);
 	}

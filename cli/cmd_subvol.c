@@ -113,22 +113,12 @@ int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv)
 static int resolve_parent(struct butter_fs *fs, const char *path, char **copy, butter_ino_t *dir,
 			  const char **name)
 {
-	char *slash, *c = strdup(path);
+	char *slash, *c;
 	int ret;
 
-	*copy = c;
-	if (!c) {
-		cli_error("%s", strerror(ENOMEM));
+	if (cli_split_subvol_path(path, copy, name, &slash))
 		return -1;
-	}
-	while (strlen(c) > 1 && c[strlen(c) - 1] == '/')
-		c[strlen(c) - 1] = '\0';
-	slash = strrchr(c, '/');
-	*name = slash ? slash + 1 : c;
-	if (!**name || !strcmp(*name, ".") || !strcmp(*name, "..")) {
-		cli_error("%s: not a subvolume name", path);
-		return -1;
-	}
+	c = *copy;
 	if (slash) {
 		*slash = '\0';
 		ret = butter_resolve(fs, *c ? c : "/", dir);

@@ -1,17 +1,23 @@
 /*
  * common.c — what every command of `butter` shares: option parsing for
  * --device and --help, usage and error messages, opening the image, size and
- * uuid formatting, and path resolution that follows a final symlink.
+ * uuid formatting, path resolution that follows a final symlink, the
+ * split of a subvolume path into its parent and its name, and, for the
+ * commands that walk host trees (extract, put, mkfs --rootdir), opening host
+ * directories without following symlinks and growing buffers.
  *
  * Promises: usage errors exit 2 with the usage on stderr; --help prints on
  * stdout and exits 0; every error message starts with "butter: " and names
  * the file it is about.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -85,8 +91,7 @@ int cli_getopt(struct cli_args *args, int argc, char **argv, const char *shortop
 	}
 }
 
-/* Explain the butter_open() errors whose strerror() text would mislead. */
-static const char *open_error(int err)
+const char *cli_open_error(int err)
 {
 	switch (err) {
 	case EINVAL:
@@ -129,7 +134,7 @@ int cli_open(const struct cli_args *args, const char *image, struct butter_fs **
 	};
 	int ret = butter_open(image, &opts, fs);
 	if (ret < 0)
-		cli_error("%s: %s", image, open_error(-ret));
+		cli_error("%s: %s", image, cli_open_error(-ret));
 	return ret;
 }
 
@@ -248,4 +253,82 @@ int cli_resolve(struct butter_fs *fs, const char *path, bool follow, butter_ino_
 	}
 	free(cur);
 	return ret;
+}
+
+int cli_split_subvol_path(const char *path, char **copy, const char **name, char **slash)
+{
+	char *c = strdup(path);
+
+	*copy = c;
+	*slash = NULL;
+	if (!c) {
+		cli_error("%s", strerror(ENOMEM));
+		return -1;
+	}
+	while (strlen(c) > 1 && c[strlen(c) - 1] == '/')
+		c[strlen(c) - 1] = '\0';
+	*slash = strrchr(c, '/');
+	*name = *slash ? *slash + 1 : c;
+	if (!**name || !strcmp(*name, ".") || !strcmp(*name, "..")) {
+		cli_error("%s: not a subvolume name", path);
+		return -1;
+	}
+	return 0;
+}
+
+int cli_grow(char **buf, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	char *p = realloc(*buf, need);
+	if (!p)
+		return -ENOMEM;
+	*buf = p;
+	*cap = need;
+	return 0;
+}
+
+int cli_openat(int dirfd, const char *name, int flags, bool noatime)
+{
+	int fd;
+
+	flags |= O_RDONLY | O_NOFOLLOW | O_CLOEXEC;
+	if (!noatime)
+		return openat(dirfd, name, flags);
+	fd = openat(dirfd, name, flags | O_NOATIME);
+	if (fd < 0 && errno == EPERM) /* O_NOATIME needs ownership or CAP_FOWNER */
+		fd = openat(dirfd, name, flags);
+	return fd;
+}
+
+int cli_open_dir_path(int top_fd, const char *rel, size_t len, bool noatime)
+{
+	int fd = dup(top_fd);
+
+	if (fd < 0)
+		return -errno;
+	for (size_t i = 0; i < len;) {
+		while (i < len && rel[i] == '/')
+			i++;
+		size_t j = i;
+		while (j < len && rel[j] != '/')
+			j++;
+		if (j == i)
+			break;
+		char comp[NAME_MAX + 1];
+		if (j - i > NAME_MAX) {
+			close(fd);
+			return -ENAMETOOLONG;
+		}
+		memcpy(comp, rel + i, j - i);
+		comp[j - i] = '\0';
+		int next = cli_openat(fd, comp, O_DIRECTORY, noatime);
+		int err = errno;
+		close(fd);
+		if (next < 0)
+			return -err;
+		fd = next;
+		i = j;
+	}
+	return fd;
 }

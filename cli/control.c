@@ -45,22 +45,12 @@ static int ctl_open(const char *path, struct butter_ioc_info *info)
 /* Split @path into its parent directory (opened) and last name. fd or -1. */
 static int open_parent(const char *path, char **copy, const char **name)
 {
-	char *c = strdup(path), *slash;
+	char *c, *slash;
 	int fd;
 
-	*copy = c;
-	if (!c) {
-		cli_error("%s", strerror(ENOMEM));
+	if (cli_split_subvol_path(path, copy, name, &slash))
 		return -1;
-	}
-	while (strlen(c) > 1 && c[strlen(c) - 1] == '/')
-		c[strlen(c) - 1] = '\0';
-	slash = strrchr(c, '/');
-	*name = slash ? slash + 1 : c;
-	if (!**name || !strcmp(*name, ".") || !strcmp(*name, "..")) {
-		cli_error("%s: not a subvolume name", path);
-		return -1;
-	}
+	c = *copy;
 	if (strlen(*name) > BUTTER_IOC_NAME_MAX) {
 		cli_error("%s: %s", path, strerror(ENAMETOOLONG));
 		return -1;

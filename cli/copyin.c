@@ -247,12 +247,7 @@ static void path_cut(struct copy *c, size_t len)
 /* Open a directory or regular file without following a symlink or touching its atime. */
 static int open_noatime(int dirfd, const char *name, int flags)
 {
-	flags |= O_RDONLY | O_NOFOLLOW | O_CLOEXEC;
-	int fd = openat(dirfd, name, flags | O_NOATIME);
-
-	if (fd < 0 && errno == EPERM) /* O_NOATIME needs ownership or CAP_FOWNER */
-		fd = openat(dirfd, name, flags);
-	return fd;
+	return cli_openat(dirfd, name, flags, true);
 }
 
 /*
@@ -261,49 +256,10 @@ static int open_noatime(int dirfd, const char *name, int flags)
  */
 static int reopen_from_top(struct copy *c)
 {
-	int fd = dup(c->top_fd);
-
-	if (fd < 0)
-		return -errno;
-	for (size_t i = c->top_len; i < c->pathlen;) {
-		while (i < c->pathlen && c->path[i] == '/')
-			i++;
-		size_t j = i;
-		while (j < c->pathlen && c->path[j] != '/')
-			j++;
-		if (j == i)
-			break;
-		char comp[NAME_MAX + 1];
-		if (j - i > NAME_MAX) {
-			close(fd);
-			return -ENAMETOOLONG;
-		}
-		memcpy(comp, c->path + i, j - i);
-		comp[j - i] = '\0';
-		int next = open_noatime(fd, comp, O_DIRECTORY);
-		int err = errno;
-		close(fd);
-		if (next < 0)
-			return -err;
-		fd = next;
-		i = j;
-	}
-	return fd;
+	return cli_open_dir_path(c->top_fd, c->path + c->top_len, c->pathlen - c->top_len, true);
 }
 
 /* ---- attributes --------------------------------------------------------- */
-
-static int grow(char **buf, size_t *cap, size_t need)
-{
-	if (need <= *cap)
-		return 0;
-	char *p = realloc(*buf, need);
-	if (!p)
-		return -ENOMEM;
-	*buf = p;
-	*cap = need;
-	return 0;
-}
 
 /* List the xattr names of the host file: @fd if >= 0, else @proc (a path, not followed). */
 static ssize_t host_listxattr(struct copy *c, int fd, const char *proc)
@@ -314,7 +270,7 @@ static ssize_t host_listxattr(struct copy *c, int fd, const char *proc)
 			return (errno == ENOTSUP || errno == ENODATA) ? 0 : -errno;
 		if (n == 0)
 			return 0;
-		if (grow(&c->xnames, &c->xnames_cap, (size_t)n + 1) < 0)
+		if (cli_grow(&c->xnames, &c->xnames_cap, (size_t)n + 1) < 0)
 			return -ENOMEM;
 		n = fd >= 0 ? flistxattr(fd, c->xnames, c->xnames_cap - 1)
 			    : llistxattr(proc, c->xnames, c->xnames_cap - 1);
@@ -333,7 +289,7 @@ static ssize_t host_getxattr(struct copy *c, int fd, const char *proc, const cha
 		ssize_t n = fd >= 0 ? fgetxattr(fd, name, NULL, 0) : lgetxattr(proc, name, NULL, 0);
 		if (n < 0)
 			return -errno;
-		if (grow(&c->xval, &c->xval_cap, (size_t)n + 1) < 0)
+		if (cli_grow(&c->xval, &c->xval_cap, (size_t)n + 1) < 0)
 			return -ENOMEM;
 		n = fd >= 0 ? fgetxattr(fd, name, c->xval, c->xval_cap)
 			    : lgetxattr(proc, name, c->xval, c->xval_cap);
@@ -694,7 +650,7 @@ static int read_names(int fd, struct frame *f, bool strict)
 		if (n[0] == '.' && (n[1] == '\0' || (n[1] == '.' && n[2] == '\0')))
 			continue;
 		size_t nl = strlen(n) + 1;
-		if (grow(&f->names, &cap, len + nl + (cap ? 0 : 4096)) < 0)
+		if (cli_grow(&f->names, &cap, len + nl + (cap ? 0 : 4096)) < 0)
 			goto nomem;
 		if (f->n == ocap) {
 			size_t c2 = ocap ? ocap * 2 : 64;
@@ -1169,21 +1125,16 @@ out:
 
 /* ---- opening for writing ------------------------------------------------ */
 
+/* cli_open_error(), with what only a read-write open can say. */
 static const char *open_errstr(int err)
 {
 	switch (err) {
-	case EINVAL:
-		return "not a btrfs filesystem";
-	case ENXIO:
-		return "devices are missing (give the other members with --device)";
-	case EUCLEAN:
-		return "filesystem is corrupt";
 	case EOPNOTSUPP:
 		return "butter cannot write this filesystem yet (see the message above)";
 	case EROFS:
 		return "cannot be written with a device missing";
 	default:
-		return strerror(err);
+		return cli_open_error(err);
 	}
 }
 

@@ -110,6 +110,20 @@ static void fill_attr(const struct daemon *d, const struct butter_stat *bs, uint
 	st->st_ctim = bs->ctime;
 }
 
+/* Reply the attributes @bs of node @nodeid, or the error @ret when it is not 0. */
+static void reply_attr(fuse_req_t req, const struct daemon *d, int ret,
+		       const struct butter_stat *bs, uint64_t nodeid)
+{
+	struct stat st;
+
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	fill_attr(d, bs, nodeid, &st);
+	fuse_reply_attr(req, &st, d->opts->attr_timeout);
+}
+
 /*
  * Fill @e for the file @id, named @name in @parent, and count one kernel
  * lookup of its node. Called with fs_lock held.
@@ -280,7 +294,6 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct daemon *d = D(req);
 	struct butter_stat bs;
-	struct stat st;
 	butter_ino_t id;
 	int ret = nodes_resolve(&d->nodes, ino, &id);
 
@@ -290,12 +303,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		ret = butter_stat(d->fs, id, &bs);
 		unlock(d);
 	}
-	if (ret) {
-		reply_err(req, ret);
-		return;
-	}
-	fill_attr(d, &bs, ino, &st);
-	fuse_reply_attr(req, &st, d->opts->attr_timeout);
+	reply_attr(req, d, ret, &bs, ino);
 }
 
 static void now(struct timespec *ts)
@@ -309,7 +317,6 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	struct daemon *d = D(req);
 	struct butter_stat bs = { 0 };
 	unsigned mask = 0;
-	struct stat st;
 	butter_ino_t id;
 	int ret = nodes_resolve(&d->nodes, ino, &id);
 
@@ -379,12 +386,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			ret = butter_stat(d->fs, id, &bs);
 		unlock(d);
 	}
-	if (ret) {
-		reply_err(req, ret);
-		return;
-	}
-	fill_attr(d, &bs, ino, &st);
-	fuse_reply_attr(req, &st, d->opts->attr_timeout);
+	reply_attr(req, d, ret, &bs, ino);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -1101,7 +1103,11 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 /* ---- extended attributes ------------------------------------------------------------- */
 
-static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+/*
+ * getxattr (@name) or listxattr (@name NULL): with @size 0 reply the size
+ * the value or list needs, else the bytes (ERANGE when they do not fit).
+ */
+static void xattr_read(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct daemon *d = D(req);
 	butter_ino_t id;
@@ -1115,7 +1121,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	}
 	if (n == 0) {
 		read_lock(d);
-		n = butter_getxattr(d->fs, id, name, buf, size);
+		n = name ? butter_getxattr(d->fs, id, name, buf, size)
+			 : butter_listxattr(d->fs, id, buf, size);
 		unlock(d);
 	}
 	if (n < 0)
@@ -1127,30 +1134,14 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	free(buf);
 }
 
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	xattr_read(req, ino, name, size);
+}
+
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	struct daemon *d = D(req);
-	butter_ino_t id;
-	char *buf = NULL;
-	ssize_t n = nodes_resolve(&d->nodes, ino, &id);
-
-	if (n == 0 && size) {
-		buf = malloc(size);
-		if (!buf)
-			n = -ENOMEM;
-	}
-	if (n == 0) {
-		read_lock(d);
-		n = butter_listxattr(d->fs, id, buf, size);
-		unlock(d);
-	}
-	if (n < 0)
-		reply_err(req, (int)n);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)n);
-	else
-		fuse_reply_buf(req, buf, (size_t)n);
-	free(buf);
+	xattr_read(req, ino, NULL, size);
 }
 
 /*

@@ -246,9 +246,13 @@ static int vanished(struct fault_priv *fp)
 	return 0;
 }
 
-static int fault_read(struct blockdev *dev, void *buf, size_t len, uint64_t offset)
+/*
+ * Count a read (@kind FAULT_READ, of @len bytes at @offset) or a flush
+ * (FAULT_FLUSH, no range) against the rules of its kind; the errno of the
+ * first that fires, after a vanished device, or 0.
+ */
+static int fires(struct fault_priv *fp, enum fault_kind kind, uint64_t offset, size_t len)
 {
-	struct fault_priv *fp = dev->priv;
 	int err;
 	size_t i;
 
@@ -257,10 +261,19 @@ static int fault_read(struct blockdev *dev, void *buf, size_t len, uint64_t offs
 	for (i = 0; i < fp->nrules && !err; i++) {
 		struct fault_rule *r = &fp->rules[i];
 
-		if (r->kind == FAULT_READ && overlaps(r, offset, len) && r->count++ >= r->after)
+		if (r->kind == kind && (kind == FAULT_FLUSH || overlaps(r, offset, len)) &&
+		    r->count++ >= r->after)
 			err = r->err;
 	}
 	pthread_mutex_unlock(&fp->lock);
+	return err;
+}
+
+static int fault_read(struct blockdev *dev, void *buf, size_t len, uint64_t offset)
+{
+	struct fault_priv *fp = dev->priv;
+	int err = fires(fp, FAULT_READ, offset, len);
+
 	if (err)
 		return -err;
 	return blockdev_read(fp->inner, buf, len, offset);
@@ -304,18 +317,8 @@ static int fault_write(struct blockdev *dev, const void *buf, size_t len, uint64
 static int fault_flush(struct blockdev *dev)
 {
 	struct fault_priv *fp = dev->priv;
-	int err;
-	size_t i;
+	int err = fires(fp, FAULT_FLUSH, 0, 0);
 
-	pthread_mutex_lock(&fp->lock);
-	err = vanished(fp);
-	for (i = 0; i < fp->nrules && !err; i++) {
-		struct fault_rule *r = &fp->rules[i];
-
-		if (r->kind == FAULT_FLUSH && r->count++ >= r->after)
-			err = r->err;
-	}
-	pthread_mutex_unlock(&fp->lock);
 	if (err)
 		return -err;
 	return blockdev_flush(fp->inner);

@@ -18,13 +18,19 @@ struct file_priv {
 	int fd;
 };
 
-static int file_read(struct blockdev *dev, void *buf, size_t len, uint64_t offset)
+/*
+ * Read into @rbuf (pread) or, with @rbuf NULL, write @wbuf (pwrite): all
+ * @len bytes at @offset, going on after short transfers and EINTR. A
+ * transfer of nothing (the end of a file) is -EIO.
+ */
+static int file_io(int fd, void *rbuf, const void *wbuf, size_t len, uint64_t offset)
 {
-	struct file_priv *fp = dev->priv;
-	char *p = buf;
+	size_t done = 0;
 
-	while (len) {
-		ssize_t n = pread(fp->fd, p, len, (off_t)offset);
+	while (done < len) {
+		ssize_t n = rbuf ? pread(fd, (char *)rbuf + done, len - done, (off_t)(offset + done))
+				 : pwrite(fd, (const char *)wbuf + done, len - done,
+					  (off_t)(offset + done));
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -32,32 +38,23 @@ static int file_read(struct blockdev *dev, void *buf, size_t len, uint64_t offse
 		}
 		if (n == 0)
 			return -EIO;
-		p += n;
-		len -= (size_t)n;
-		offset += (uint64_t)n;
+		done += (size_t)n;
 	}
 	return 0;
+}
+
+static int file_read(struct blockdev *dev, void *buf, size_t len, uint64_t offset)
+{
+	struct file_priv *fp = dev->priv;
+
+	return file_io(fp->fd, buf, NULL, len, offset);
 }
 
 static int file_write(struct blockdev *dev, const void *buf, size_t len, uint64_t offset)
 {
 	struct file_priv *fp = dev->priv;
-	const char *p = buf;
 
-	while (len) {
-		ssize_t n = pwrite(fp->fd, p, len, (off_t)offset);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EIO;
-		p += n;
-		len -= (size_t)n;
-		offset += (uint64_t)n;
-	}
-	return 0;
+	return file_io(fp->fd, NULL, buf, len, offset);
 }
 
 static int file_flush(struct blockdev *dev)

@@ -84,34 +84,11 @@ int butter_atime_due(struct butter_fs *fs, butter_ino_t ino, unsigned policy)
 	return check_due(fs, ino, policy, &ii);
 }
 
-/* Set the atime of @ino in @sv to now (phase 2); rule 2. */
-static int set_atime(struct butter_fs *fs, struct subvol *sv, u64 ino)
+/* Phase 2: the atime to now; the sequence stays (rule 2). */
+static void set_atime_now(struct btrfs_inode_item *ii, void *arg)
 {
-	struct fs_write_state *w = fs->w;
-	struct btrfs_key key = { ino, BTRFS_INODE_ITEM_KEY, 0 };
-	struct tree_path path;
-	int ret;
-
-	tree_path_init(&path);
-	ret = tree_search_slot(&w->txn.tt, &sv->root, &key, &path, 0, 1);
-	if (ret == 0) {
-		u32 size;
-		struct btrfs_inode_item *ii = (void *)path_item_mut(&path, &size);
-
-		if (size < sizeof(*ii)) {
-			ret = BLOG_CORRUPT(&fs->log, "inode %llu: item of %u bytes",
-					   (unsigned long long)ino, size);
-		} else {
-			now_ts(&ii->atime);
-			btrfs_set_inode_transid(ii, w->txn.tt.transid);
-		}
-	} else if (ret == 1) {
-		ret = -ENOENT;
-	}
-	tree_path_release(&fs->cache, &path);
-	if (ret == 0)
-		ret = txn_track_root(&w->txn, &sv->root);
-	return ret;
+	(void)arg;
+	now_ts(&ii->atime);
 }
 
 int butter_touch_atime(struct butter_fs *fs, butter_ino_t ino, unsigned policy)
@@ -132,6 +109,6 @@ int butter_touch_atime(struct butter_fs *fs, butter_ino_t ino, unsigned policy)
 	sv = fs_subvol_mut(fs, ino.subvol, &err);
 	if (!sv)
 		return end_change(w, err == -EROFS ? 0 : err, 0);
-	ret = set_atime(fs, sv, ino.ino);
+	ret = modify_inode_keep_sequence(fs, sv, ino.ino, set_atime_now, NULL);
 	return end_change(w, ret ? ret : 1, 1);
 }

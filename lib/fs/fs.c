@@ -90,6 +90,23 @@ int fs_read_root_item(struct butter_fs *fs, u64 objectid, struct btrfs_root_item
 	return ret;
 }
 
+int fs_next_subvol_root_item(struct butter_fs *fs, struct btrfs_key *key, struct tree_path *path)
+{
+	int ret = tree_search_forward(&fs->cache, &fs->root_tree, key, path);
+
+	while (ret == 0) {
+		path_key(path, key);
+		if (key->objectid > BTRFS_LAST_FREE_OBJECTID)
+			return 1;
+		if (key->type == BTRFS_ROOT_ITEM_KEY &&
+		    (key->objectid == BTRFS_FS_TREE_OBJECTID ||
+		     key->objectid >= BTRFS_FIRST_FREE_OBJECTID))
+			return 0;
+		ret = tree_next_item(&fs->cache, path);
+	}
+	return ret;
+}
+
 static int root_from_item(struct butter_fs *fs, u64 objectid, struct tree_root *root)
 {
 	struct btrfs_root_item item;

@@ -77,6 +77,9 @@ struct subvol *fs_subvol_mut(struct butter_fs *fs, u64 id, int *err);
 
 /* Make the root directory (inode 256) of a new subvolume tree (write.c). */
 int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes);
+/* Insert directory @objectid's inode item @ii and its ".." ref to itself (write.c). */
+int fs_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid,
+		      const struct btrfs_inode_item *ii);
 
 /* Set up the write side of a handle opened read-write (write.c). */
 int fs_setup_write(struct butter_fs *fs);
@@ -93,6 +96,13 @@ int fs_drop_orphan_subvols(struct butter_fs *fs);
 /* Read the ROOT_ITEM of tree @objectid from the root tree (first key offset). */
 int fs_read_root_item(struct butter_fs *fs, u64 objectid, struct btrfs_root_item *item,
 		      struct btrfs_key *found_key);
+
+/*
+ * Move @path (initialised by the caller, who releases it) to the first ROOT_ITEM of a
+ * subvolume tree (the top level, or an id in 256..LAST_FREE) at or after @key, and set
+ * @key to its key. Returns 0 found, 1 none left, or -errno.
+ */
+int fs_next_subvol_root_item(struct butter_fs *fs, struct btrfs_key *key, struct tree_path *path);
 
 /* Read an inode item; -ENOENT if absent, -EUCLEAN if malformed. */
 int fs_read_inode(struct butter_fs *fs, butter_ino_t ino, struct btrfs_inode_item *item);

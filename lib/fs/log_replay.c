@@ -744,6 +744,47 @@ static int backref_in_log(struct replay *r, u64 ino, u64 dir, const char *name, 
 	return pos >= 0;
 }
 
+/*
+ * Find @name in the subvolume's dir item (DIR_ITEM) or index item
+ * (DIR_INDEX) at @key: *@ok when it points at @loc with type @type. When
+ * the inode exists (@exists), a stale entry of that name there is dropped,
+ * and an index item holding another name is refused. 0 or -errno.
+ */
+static int check_dir_entry(struct replay *r, const struct btrfs_key *key, const char *name,
+			   u32 len, const struct btrfs_key *loc, u8 type, int exists, int *ok)
+{
+	int is_index = key->type == BTRFS_DIR_INDEX_KEY;
+	u64 dir = key->objectid;
+	struct btrfs_key found;
+	u8 *data = NULL;
+	u32 size;
+	long pos;
+	int ret;
+
+	ret = read_item(r, &r->sv->root, key, &data, &size);
+	if (ret == 0) {
+		pos = find_dir_entry(data, size, name, len, &found);
+		if (pos == -2) {
+			ret = BLOG_CORRUPT(&r->fs->log, "dir %llu: malformed %s item",
+					   (unsigned long long)dir, is_index ? "index" : "dir");
+		} else if (pos >= 0) {
+			const struct btrfs_dir_item *di = (const void *)(data + pos);
+
+			if (!btrfs_comp_keys(&found, loc) && di->type == type)
+				*ok = 1;
+			else if (exists)
+				ret = is_index ? drop_dir_entry(r, dir, data, key->offset)
+					       : drop_dir_entry(r, dir, data + pos, (u64)-1);
+		} else if (exists && is_index) {
+			ret = refuse(r->fs, "a directory index is taken by another name", key);
+		}
+	} else if (ret == -ENOENT) {
+		ret = 0;
+	}
+	free(data);
+	return ret;
+}
+
 /* Make index @index of @dir hold the logged entry @entry (a DIR_INDEX item). */
 static int replay_dir_index(struct replay *r, const struct item_copy *c)
 {
@@ -751,11 +792,8 @@ static int replay_dir_index(struct replay *r, const struct item_copy *c)
 	const char *name = (const char *)(ldi + 1);
 	u32 len = btrfs_dir_name_len(ldi);
 	u64 dir = c->key.objectid, index = c->key.offset;
-	struct btrfs_key loc, found, key;
+	struct btrfs_key loc, key;
 	int exists, ret, name_ok = 0, index_ok = 0;
-	u8 *data = NULL;
-	u32 size;
-	long pos;
 
 	btrfs_disk_to_cpu_key(&loc, &ldi->location);
 	ret = inode_exists(r, dir, NULL);
@@ -766,55 +804,15 @@ static int replay_dir_index(struct replay *r, const struct item_copy *c)
 	if (exists < 0)
 		return exists;
 
-	/* the name item */
 	key.objectid = dir;
 	key.type = BTRFS_DIR_ITEM_KEY;
 	key.offset = btrfs_name_hash(name, len);
-	ret = read_item(r, &r->sv->root, &key, &data, &size);
-	if (ret == 0) {
-		pos = find_dir_entry(data, size, name, len, &found);
-		if (pos == -2) {
-			ret = BLOG_CORRUPT(&r->fs->log, "dir %llu: malformed dir item",
-					   (unsigned long long)dir);
-		} else if (pos >= 0) {
-			const struct btrfs_dir_item *di = (const void *)(data + pos);
-
-			if (!btrfs_comp_keys(&found, &loc) && di->type == ldi->type)
-				name_ok = 1;
-			else if (exists)
-				ret = drop_dir_entry(r, dir, data + pos, (u64)-1);
-		}
-	} else if (ret == -ENOENT) {
-		ret = 0;
-	}
-	free(data);
-	data = NULL;
+	ret = check_dir_entry(r, &key, name, len, &loc, ldi->type, exists, &name_ok);
 	if (ret)
 		return ret;
-
-	/* the index item */
 	key.type = BTRFS_DIR_INDEX_KEY;
 	key.offset = index;
-	ret = read_item(r, &r->sv->root, &key, &data, &size);
-	if (ret == 0) {
-		pos = find_dir_entry(data, size, name, len, &found);
-		if (pos == -2) {
-			ret = BLOG_CORRUPT(&r->fs->log, "dir %llu: malformed index item",
-					   (unsigned long long)dir);
-		} else if (pos >= 0) {
-			const struct btrfs_dir_item *di = (const void *)(data + pos);
-
-			if (!btrfs_comp_keys(&found, &loc) && di->type == ldi->type)
-				index_ok = 1;
-			else if (exists)
-				ret = drop_dir_entry(r, dir, data, index);
-		} else if (exists) {
-			ret = refuse(r->fs, "a directory index is taken by another name", &key);
-		}
-	} else if (ret == -ENOENT) {
-		ret = 0;
-	}
-	free(data);
+	ret = check_dir_entry(r, &key, name, len, &loc, ldi->type, exists, &index_ok);
 	if (ret || (name_ok && index_ok))
 		return ret;
 	if (!exists)

@@ -29,57 +29,61 @@ struct name_arg {
 	u64 index;      /* out: the ref's index */
 };
 
+/*
+ * The verdict on an entry at @p (@left bytes on) whose @hdr-byte header is
+ * followed by its name (@name_len bytes) and @data_len bytes more: its
+ * length if it holds @a's name (and @same_parent), -EUCLEAN if it runs past
+ * the item, else -(its length) - 1000000.
+ */
+static long name_verdict(const struct name_arg *a, const u8 *p, u32 left, u32 hdr, u32 name_len,
+			 u32 data_len, int same_parent)
+{
+	u32 total = hdr + name_len + data_len;
+
+	if (total > left)
+		return -EUCLEAN;
+	if (same_parent && name_len == a->len && !memcmp(p + hdr, a->name, a->len))
+		return total;
+	return -(long)total - 1000000;
+}
+
 static long match_dir_entry(const u8 *p, u32 left, const void *varg)
 {
-	const struct name_arg *a = varg;
 	const struct btrfs_dir_item *di = (const void *)p;
-	u32 total;
 
 	if (left < sizeof(*di))
 		return -EUCLEAN;
-	total = (u32)sizeof(*di) + btrfs_dir_name_len(di) + btrfs_dir_data_len(di);
-	if (total > left)
-		return -EUCLEAN;
-	if (btrfs_dir_name_len(di) == a->len && !memcmp(p + sizeof(*di), a->name, a->len))
-		return total;
-	return -(long)total - 1000000;
+	return name_verdict(varg, p, left, sizeof(*di), btrfs_dir_name_len(di),
+			    btrfs_dir_data_len(di), 1);
 }
 
 static long match_inode_ref(const u8 *p, u32 left, const void *varg)
 {
 	struct name_arg *a = (struct name_arg *)varg;
 	const struct btrfs_inode_ref *r = (const void *)p;
-	u32 total;
+	long m;
 
 	if (left < sizeof(*r))
 		return -EUCLEAN;
-	total = (u32)sizeof(*r) + btrfs_inode_ref_name_len(r);
-	if (total > left)
-		return -EUCLEAN;
-	if (btrfs_inode_ref_name_len(r) == a->len && !memcmp(p + sizeof(*r), a->name, a->len)) {
+	m = name_verdict(a, p, left, sizeof(*r), btrfs_inode_ref_name_len(r), 0, 1);
+	if (m > 0)
 		a->index = btrfs_inode_ref_index(r);
-		return total;
-	}
-	return -(long)total - 1000000;
+	return m;
 }
 
 static long match_inode_extref(const u8 *p, u32 left, const void *varg)
 {
 	struct name_arg *a = (struct name_arg *)varg;
 	const struct btrfs_inode_extref *r = (const void *)p;
-	u32 total;
+	long m;
 
 	if (left < sizeof(*r))
 		return -EUCLEAN;
-	total = (u32)sizeof(*r) + btrfs_inode_extref_name_len(r);
-	if (total > left)
-		return -EUCLEAN;
-	if (btrfs_inode_extref_parent(r) == a->parent && btrfs_inode_extref_name_len(r) == a->len &&
-	    !memcmp(p + sizeof(*r), a->name, a->len)) {
+	m = name_verdict(a, p, left, sizeof(*r), btrfs_inode_extref_name_len(r), 0,
+			 btrfs_inode_extref_parent(r) == a->parent);
+	if (m > 0)
 		a->index = btrfs_inode_extref_index(r);
-		return total;
-	}
-	return -(long)total - 1000000;
+	return m;
 }
 
 /*

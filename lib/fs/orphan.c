@@ -438,19 +438,7 @@ int fs_orphan_cleanup(struct butter_fs *fs)
 
 		/* the next subvolume's ROOT_ITEM at or after @key */
 		tree_path_init(&path);
-		ret = tree_search_forward(&fs->cache, &fs->root_tree, &key, &path);
-		while (ret == 0) {
-			path_key(&path, &key);
-			if (key.objectid > BTRFS_LAST_FREE_OBJECTID) {
-				ret = 1;
-				break;
-			}
-			if (key.type == BTRFS_ROOT_ITEM_KEY &&
-			    (key.objectid == BTRFS_FS_TREE_OBJECTID ||
-			     key.objectid >= BTRFS_FIRST_FREE_OBJECTID))
-				break;
-			ret = tree_next_item(&fs->cache, &path);
-		}
+		ret = fs_next_subvol_root_item(fs, &key, &path);
 		if (ret == 0) {
 			u32 size;
 			const u8 *p = path_item(&path, &size);

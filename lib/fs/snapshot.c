@@ -38,21 +38,6 @@
 
 #define DROP_RUN_REFS 65536 /* apply queued references every so many while dropping */
 
-/* Add @sv to the handle's subvolume records. */
-static int add_subvol_record(struct butter_fs *fs, struct subvol *sv)
-{
-	struct subvol **arr;
-
-	pthread_mutex_lock(&fs->subvol_lock);
-	arr = realloc(fs->subvols, (fs->nsubvols + 1) * sizeof(*arr));
-	if (arr) {
-		fs->subvols = arr;
-		fs->subvols[fs->nsubvols++] = sv;
-	}
-	pthread_mutex_unlock(&fs->subvol_lock);
-	return arr ? 0 : -ENOMEM;
-}
-
 int butter_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, const char *name,
 		    size_t namelen, unsigned flags, uint64_t *out_id)
 {
@@ -73,11 +58,7 @@ int butter_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 	if (!src)
 		ret = err;
 	if (ret == 0)
-		ret = check_new_name(fs, dir, name, namelen, &parent);
-	if (ret == 0)
-		ret = fs_next_subvol_id(fs, &id);
-	if (ret == 0)
-		ret = next_dir_index(fs, parent, dir.ino, &index);
+		ret = check_new_subvol(fs, dir, name, namelen, &parent, &id, &index);
 	if (ret)
 		return end_change(w, ret, 0);
 	/* the snapshot shows what is committed: commit what runs first */
@@ -151,7 +132,7 @@ int butter_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 	if (ret == 0 && (flags & BUTTER_SNAPSHOT_RDONLY))
 		ret = fs_uuid_tree_add(fs, ri.received_uuid, BTRFS_UUID_KEY_RECEIVED_SUBVOL, id);
 	if (ret == 0)
-		ret = add_subvol_record(fs, sv);
+		ret = fs_add_subvol_record(fs, sv);
 	if (ret) {
 		txn_ctx_forget_root(&w->txn, &sv->root);
 		free(sv);
@@ -241,6 +222,26 @@ static int drop_own_ref(struct drop_ctx *d, const struct tree_node *node,
 	return extent_queue_ref(d->es, &ref);
 }
 
+static int drop_block(struct drop_ctx *d, struct tree_node *node, const struct tree_node *parent,
+		      u64 parent_flags);
+
+/* Drop the children of @node (its extent flags: @flags) from @slot to the last. */
+static int drop_children(struct drop_ctx *d, struct tree_node *node, u64 flags, u32 slot)
+{
+	int ret = 0;
+
+	for (; slot < node->nritems && ret == 0; slot++) {
+		struct tree_node *child;
+
+		ret = node_read_child(&d->fs->cache, node, slot, &child);
+		if (ret)
+			break;
+		ret = drop_block(d, child, node, flags);
+		node_put(&d->fs->cache, child);
+	}
+	return ret;
+}
+
 /*
  * Drop the reference @parent (NULL: the root item) holds to @node, first
  * dropping everything below @node when that reference is its last.
@@ -249,7 +250,6 @@ static int drop_block(struct drop_ctx *d, struct tree_node *node, const struct t
 		      u64 parent_flags)
 {
 	u64 refs, flags;
-	u32 slot;
 	int ret;
 
 	ret = extent_lookup_info(d->es, node->bytenr, &refs, &flags);
@@ -264,15 +264,7 @@ static int drop_block(struct drop_ctx *d, struct tree_node *node, const struct t
 		    !(node->level == 0 && (flags & BTRFS_BLOCK_FLAG_FULL_BACKREF)))
 			ret = convert_to_full_backref(d, node);
 	} else if (node->level > 0) {
-		for (slot = 0; slot < node->nritems && ret == 0; slot++) {
-			struct tree_node *child;
-
-			ret = node_read_child(&d->fs->cache, node, slot, &child);
-			if (ret)
-				break;
-			ret = drop_block(d, child, node, flags);
-			node_put(&d->fs->cache, child);
-		}
+		ret = drop_children(d, node, flags, 0);
 	} else if (flags & BTRFS_BLOCK_FLAG_FULL_BACKREF) {
 		ret = extent_node_refs(d->es, node, 0, 1, -1);
 	} else {
@@ -319,15 +311,8 @@ static int drop_resume(struct drop_ctx *d, struct tree_node *node, const struct 
 		node_put(&d->fs->cache, child);
 		slot++;
 	}
-	for (; slot < node->nritems && ret == 0; slot++) {
-		struct tree_node *child;
-
-		ret = node_read_child(&d->fs->cache, node, slot, &child);
-		if (ret)
-			break;
-		ret = drop_block(d, child, node, flags);
-		node_put(&d->fs->cache, child);
-	}
+	if (ret == 0)
+		ret = drop_children(d, node, flags, slot);
 	if (ret == 0)
 		ret = drop_own_ref(d, node, parent, parent_flags);
 	return ret;

@@ -185,7 +185,6 @@ int butter_subvol_list(struct butter_fs *fs,
 	struct btrfs_key key = { BTRFS_FIRST_FREE_OBJECTID, BTRFS_ROOT_ITEM_KEY, 0 };
 	struct butter_subvol_info *info = malloc(sizeof(*info));
 	struct tree_path path;
-	u64 last = 0;
 	int ret;
 
 	if (!info)
@@ -193,24 +192,13 @@ int butter_subvol_list(struct butter_fs *fs,
 	for (;;) {
 		u64 id;
 
+		/* the next subvolume's ROOT_ITEM at or after @key (ids from 256) */
 		tree_path_init(&path);
-		ret = tree_search_forward(&fs->cache, &fs->root_tree, &key, &path);
-		/* find the next ROOT_ITEM of a subvolume id */
-		while (ret == 0) {
-			path_key(&path, &key);
-			if (key.objectid > BTRFS_LAST_FREE_OBJECTID) {
-				ret = 1;
-				break;
-			}
-			if (key.type == BTRFS_ROOT_ITEM_KEY && key.objectid != last)
-				break;
-			ret = tree_next_item(&fs->cache, &path);
-		}
+		ret = fs_next_subvol_root_item(fs, &key, &path);
 		tree_path_release(&fs->cache, &path);
 		if (ret)
 			break;
 		id = key.objectid;
-		last = id;
 		ret = butter_subvol_get(fs, id, info);
 		if (ret == -ENOENT) {
 			/* no backref: a deleted subvolume waiting to be cleaned */

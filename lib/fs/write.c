@@ -350,9 +350,13 @@ int insert_or_extend(struct tree_trans *t, struct tree_root *root,
 	return ret;
 }
 
-/* Apply @fn to the inode item of @ino (COW). */
-int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
-			void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg)
+/*
+ * Apply @fn to the inode item of @ino (COW) and stamp the running transid;
+ * @bump_sequence: move the inode's sequence too (every change but an atime).
+ */
+static int change_inode_item(struct butter_fs *fs, struct subvol *sv, u64 ino,
+			     void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg,
+			     int bump_sequence)
 {
 	struct fs_write_state *w = fs->w;
 	struct btrfs_key key = { ino, BTRFS_INODE_ITEM_KEY, 0 };
@@ -366,11 +370,13 @@ int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
 		struct btrfs_inode_item *ii = (void *)path_item_mut(&path, &size);
 
 		if (size < sizeof(*ii)) {
-			ret = -EUCLEAN;
+			ret = BLOG_CORRUPT(&fs->log, "inode %llu: item of %u bytes",
+					   (unsigned long long)ino, size);
 		} else {
 			fn(ii, arg);
 			btrfs_set_inode_transid(ii, w->txn.tt.transid);
-			btrfs_set_inode_sequence(ii, btrfs_inode_sequence(ii) + 1);
+			if (bump_sequence)
+				btrfs_set_inode_sequence(ii, btrfs_inode_sequence(ii) + 1);
 		}
 	} else if (ret == 1) {
 		ret = -ENOENT;
@@ -379,6 +385,20 @@ int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
 	if (ret == 0)
 		ret = txn_track_root(&w->txn, &sv->root);
 	return ret;
+}
+
+/* Apply @fn to the inode item of @ino (COW). */
+int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
+			void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg)
+{
+	return change_inode_item(fs, sv, ino, fn, arg, 1);
+}
+
+/* The same, leaving the inode's sequence where it is (atime updates). */
+int modify_inode_keep_sequence(struct butter_fs *fs, struct subvol *sv, u64 ino,
+			       void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg)
+{
+	return change_inode_item(fs, sv, ino, fn, arg, 0);
 }
 
 int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out)
@@ -554,6 +574,28 @@ int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 }
 
 /*
+ * Insert @ii as the inode item of directory @objectid in @root, and the ".."
+ * INODE_REF that makes it its own parent (the top directory of a tree).
+ */
+int fs_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid,
+		      const struct btrfs_inode_item *ii)
+{
+	struct btrfs_key key = { objectid, BTRFS_INODE_ITEM_KEY, 0 };
+	u8 ref[sizeof(struct btrfs_inode_ref) + 2];
+	int ret;
+
+	ret = tree_insert_item(t, root, &key, ii, sizeof(*ii));
+	if (ret)
+		return ret;
+	memset(ref, 0, sizeof(ref));
+	btrfs_set_inode_ref_name_len((struct btrfs_inode_ref *)ref, 2);
+	memcpy(ref + sizeof(struct btrfs_inode_ref), "..", 2);
+	key.type = BTRFS_INODE_REF_KEY;
+	key.offset = objectid;
+	return tree_insert_item(t, root, &key, ref, sizeof(ref));
+}
+
+/*
  * The root directory (inode 256, its own parent) of a new subvolume tree,
  * made in @t. @nbytes goes into the inode (mkfs.btrfs uses the node size).
  * Used by subvolume creation and by mkfs.
@@ -561,9 +603,6 @@ int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes)
 {
 	struct btrfs_inode_item ii;
-	struct btrfs_key key = { BTRFS_FIRST_FREE_OBJECTID, BTRFS_INODE_ITEM_KEY, 0 };
-	u8 ref[sizeof(struct btrfs_inode_ref) + 2];
-	int ret;
 
 	memset(&ii, 0, sizeof(ii));
 	btrfs_set_inode_generation(&ii, t->transid);
@@ -573,15 +612,7 @@ int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes)
 	btrfs_set_inode_mode(&ii, S_IFDIR | 0755);
 	now_ts(&ii.atime);
 	ii.ctime = ii.mtime = ii.otime = ii.atime;
-	ret = tree_insert_item(t, root, &key, &ii, sizeof(ii));
-	if (ret)
-		return ret;
-	memset(ref, 0, sizeof(ref));
-	btrfs_set_inode_ref_name_len((struct btrfs_inode_ref *)ref, 2);
-	memcpy(ref + sizeof(struct btrfs_inode_ref), "..", 2);
-	key.type = BTRFS_INODE_REF_KEY;
-	key.offset = BTRFS_FIRST_FREE_OBJECTID;
-	return tree_insert_item(t, root, &key, ref, sizeof(ref));
+	return fs_insert_top_dir(t, root, BTRFS_FIRST_FREE_OBJECTID, &ii);
 }
 
 int fs_link_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, const char *name,
@@ -626,11 +657,43 @@ int fs_next_subvol_id(struct butter_fs *fs, u64 *id)
 	return *id > BTRFS_LAST_FREE_OBJECTID ? -ENOSPC : 0;
 }
 
+/*
+ * Phase-1 checks for a new subvolume or snapshot named @name in @dir: the
+ * name is free (its subvolume in *@parent); the new tree's id and the
+ * directory index of its name.
+ */
+int check_new_subvol(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		     struct subvol **parent, u64 *id, u64 *index)
+{
+	int ret = check_new_name(fs, dir, name, namelen, parent);
+
+	if (ret == 0)
+		ret = fs_next_subvol_id(fs, id);
+	if (ret == 0)
+		ret = next_dir_index(fs, *parent, dir.ino, index);
+	return ret;
+}
+
+/* Add @sv to the handle's subvolume records. */
+int fs_add_subvol_record(struct butter_fs *fs, struct subvol *sv)
+{
+	struct subvol **arr;
+
+	pthread_mutex_lock(&fs->subvol_lock);
+	arr = realloc(fs->subvols, (fs->nsubvols + 1) * sizeof(*arr));
+	if (arr) {
+		fs->subvols = arr;
+		fs->subvols[fs->nsubvols++] = sv;
+	}
+	pthread_mutex_unlock(&fs->subvol_lock);
+	return arr ? 0 : -ENOMEM;
+}
+
 int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name,
 			 size_t namelen, uint64_t *out_id)
 {
 	struct fs_write_state *w;
-	struct subvol *parent, *sv, **arr;
+	struct subvol *parent, *sv;
 	struct btrfs_root_item ri;
 	struct btrfs_key key;
 	u64 id, index;
@@ -639,22 +702,12 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 	ret = begin_change(fs, &w);
 	if (ret)
 		return ret;
-	ret = check_new_name(fs, dir, name, namelen, &parent);
-	if (ret == 0)
-		ret = fs_next_subvol_id(fs, &id);
-	if (ret == 0)
-		ret = next_dir_index(fs, parent, dir.ino, &index);
+	ret = check_new_subvol(fs, dir, name, namelen, &parent, &id, &index);
 	if (ret)
 		return end_change(w, ret, 0);
 	sv = calloc(1, sizeof(*sv));
-	arr = sv ? realloc(fs->subvols, (fs->nsubvols + 1) * sizeof(*arr)) : NULL;
-	if (!arr) {
-		free(sv);
+	if (!sv)
 		return end_change(w, -ENOMEM, 0);
-	}
-	pthread_mutex_lock(&fs->subvol_lock);
-	fs->subvols = arr;
-	pthread_mutex_unlock(&fs->subvol_lock);
 	sv->id = id;
 	sv->dirid = BTRFS_FIRST_FREE_OBJECTID;
 	ret = tree_create_root(&w->txn.tt, id, &sv->root);
@@ -693,10 +746,9 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 		ret = fs_link_subvol(fs, parent, dir.ino, name, namelen, id, index);
 	if (ret == 0)
 		ret = fs_uuid_tree_add(fs, ri.uuid, BTRFS_UUID_KEY_SUBVOL, id);
+	if (ret == 0)
+		ret = fs_add_subvol_record(fs, sv);
 	if (ret == 0) {
-		pthread_mutex_lock(&fs->subvol_lock);
-		fs->subvols[fs->nsubvols++] = sv;
-		pthread_mutex_unlock(&fs->subvol_lock);
 		if (out_id)
 			*out_id = id;
 	} else {

@@ -52,6 +52,9 @@ int insert_or_extend(struct tree_trans *t, struct tree_root *root, const struct 
 		     const void *data, u32 size);
 int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
 		 void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg);
+/* modify_inode() without the sequence bump (an atime is not a change, atime.c rule 2). */
+int modify_inode_keep_sequence(struct butter_fs *fs, struct subvol *sv, u64 ino,
+			       void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg);
 int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out);
 int next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out);
 u8 mode_to_ft(u32 mode);
@@ -66,6 +69,11 @@ int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_ne
 int insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data, u32 len);
 /* The next free subvolume id (largest root item id + 1, at least 256). */
 int fs_next_subvol_id(struct butter_fs *fs, u64 *id);
+/* Phase 1 of a new subvolume: check_new_name(), fs_next_subvol_id(), next_dir_index(). */
+int check_new_subvol(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		     struct subvol **parent, u64 *id, u64 *index);
+/* Add @sv to the handle's subvolume records (under subvol_lock); -ENOMEM. */
+int fs_add_subvol_record(struct butter_fs *fs, struct subvol *sv);
 /* Name subvolume @id as @name in @dir of @parent: ROOT_REF, ROOT_BACKREF, dir entries. */
 int fs_link_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, const char *name,
 		   size_t namelen, u64 id, u64 index);

@@ -142,16 +142,7 @@ static int make_root_tree_dir(struct mkfs_state *m, const struct timespec *now)
 	int ret;
 
 	fill_dir_inode(&ii, m->txn.tt.transid, m->vol.nodesize, now);
-	ret = tree_insert_item(&m->txn.tt, &m->root_tree, &key, &ii, sizeof(ii));
-	if (ret)
-		return ret;
-	memset(ref, 0, sizeof(ref));
-	btrfs_set_inode_ref_name_len((struct btrfs_inode_ref *)ref, 2);
-	memcpy(ref + sizeof(struct btrfs_inode_ref), "..", 2);
-	key.type = BTRFS_INODE_REF_KEY;
-	key.offset = BTRFS_ROOT_TREE_DIR_OBJECTID;
-	ret = tree_insert_item(&m->txn.tt, &m->root_tree, &key, ref,
-			       sizeof(struct btrfs_inode_ref) + 2);
+	ret = fs_insert_top_dir(&m->txn.tt, &m->root_tree, BTRFS_ROOT_TREE_DIR_OBJECTID, &ii);
 	if (ret)
 		return ret;
 	memset(buf, 0, sizeof(buf));

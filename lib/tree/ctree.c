@@ -101,6 +101,27 @@ int tree_search(struct node_cache *cache, const struct tree_root *root,
 }
 
 /*
+ * Read down from the child at path->slots[@level] of path->nodes[@level] to
+ * a leaf, entering each node at its first slot (or its last with @last),
+ * replacing the path's nodes below @level. 0 or a negative errno.
+ */
+static int descend(struct node_cache *cache, struct tree_path *path, int level, int last)
+{
+	while (level > 0) {
+		struct tree_node *child;
+		int ret = node_read_child(cache, path->nodes[level], path->slots[level], &child);
+
+		if (ret)
+			return ret;
+		level--;
+		node_put(cache, path->nodes[level]);
+		path->nodes[level] = child;
+		path->slots[level] = last && child->nritems ? child->nritems - 1 : 0;
+	}
+	return 0;
+}
+
+/*
  * Move to the first item of the next leaf. Returns 0, 1 at the end of the
  * tree, or a negative errno.
  */
@@ -119,18 +140,7 @@ static int next_leaf(struct node_cache *cache, struct tree_path *path)
 	if (level == BTRFS_MAX_LEVEL)
 		return 1;
 	path->slots[level]++;
-	while (level > 0) {
-		struct tree_node *child;
-		int ret = node_read_child(cache, path->nodes[level], path->slots[level], &child);
-
-		if (ret)
-			return ret;
-		level--;
-		node_put(cache, path->nodes[level]);
-		path->nodes[level] = child;
-		path->slots[level] = 0;
-	}
-	return 0;
+	return descend(cache, path, level, 0);
 }
 
 /* Move to the last item of the previous leaf; 0, 1 at the start, negative errno. */
@@ -147,18 +157,7 @@ static int prev_leaf(struct node_cache *cache, struct tree_path *path)
 	if (level == BTRFS_MAX_LEVEL)
 		return 1;
 	path->slots[level]--;
-	while (level > 0) {
-		struct tree_node *child;
-		int ret = node_read_child(cache, path->nodes[level], path->slots[level], &child);
-
-		if (ret)
-			return ret;
-		level--;
-		node_put(cache, path->nodes[level]);
-		path->nodes[level] = child;
-		path->slots[level] = child->nritems ? child->nritems - 1 : 0;
-	}
-	return 0;
+	return descend(cache, path, level, 1);
 }
 
 /*

@@ -49,14 +49,7 @@ struct walk {
 	uint8_t *buf;
 };
 
-#define CONTRACT(cond)                                                                \
-	do {                                                                          \
-		if (!(cond)) {                                                        \
-			fprintf(stderr, "fuzz_walk: API contract broken: %s (%s:%d)\n", \
-				#cond, __FILE__, __LINE__);                           \
-			abort();                                                      \
-		}                                                                     \
-	} while (0)
+#define CONTRACT(cond) FUZZ_CONTRACT("fuzz_walk", cond)
 
 static void (*extra_log)(void *arg, int level, const char *msg);
 static void *extra_log_arg;

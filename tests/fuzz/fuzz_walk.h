@@ -1,13 +1,29 @@
 /*
  * fuzz_walk.h — open an image from memory and exercise every read-side call
- * of the public API on everything reachable, within fixed budgets.
+ * of the public API on everything reachable, within fixed budgets; and the
+ * API-contract check the harness bodies share (FUZZ_CONTRACT).
  */
 #ifndef BUTTER_FUZZ_WALK_H
 #define BUTTER_FUZZ_WALK_H
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "butter/butter.h"
+
+/*
+ * Abort, naming harness @who and where, when @cond does not hold: a result
+ * the public API rules out (fuzz_walk.c, fuzz_writes.c).
+ */
+#define FUZZ_CONTRACT(who, cond)                                                      \
+	do {                                                                          \
+		if (!(cond)) {                                                        \
+			fprintf(stderr, "%s: API contract broken: %s (%s:%d)\n", (who), \
+				#cond, __FILE__, __LINE__);                           \
+			abort();                                                      \
+		}                                                                     \
+	} while (0)
 
 /*
  * Open @size bytes at @image with butter_open_memory() and walk it: info,

@@ -23,14 +23,7 @@
 #define MAX_EXISTING 12     /* entries of the top directory changed */
 #define BUF_BYTES (24u << 10)
 
-#define CONTRACT(cond)                                                                \
-	do {                                                                          \
-		if (!(cond)) {                                                        \
-			fprintf(stderr, "fuzz_writes: API contract broken: %s (%s:%d)\n", \
-				#cond, __FILE__, __LINE__);                           \
-			abort();                                                      \
-		}                                                                     \
-	} while (0)
+#define CONTRACT(cond) FUZZ_CONTRACT("fuzz_writes", cond)
 
 struct run {
 	struct butter_fs *fs;

@@ -7,6 +7,8 @@ Fixtures:
             clear message when the binary is missing (tests never hang waiting for it)
   workdir   (function) a fresh directory for one test's images, mounts and extracted
             trees; unmounted, detached and deleted afterwards (BUTTER_KEEP=1 keeps it)
+  fuse      (function) what `kernel` asks, plus /dev/fuse and fusermount3
+            (butter_it.fusemount.require_fuse); a test file may define its own
 
 Every test runs under a SIGALRM timeout covering its setup, call and teardown
 (BUTTER_TEST_TIMEOUT, default 600 s; a test can ask for more with
@@ -22,6 +24,7 @@ import pytest
 
 from butter_it import env, kfs
 from butter_it.butter import Butter
+from butter_it.fusemount import require_fuse
 
 
 class ButterTestTimeout(Exception):
@@ -74,6 +77,11 @@ def butter():
                     f"(meson setup build && ninja -C build) or point BUTTER_BIN at it",
                     pytrace=False)
     return Butter(path)
+
+
+@pytest.fixture
+def fuse(kernel):
+    require_fuse()
 
 
 @pytest.fixture

@@ -34,15 +34,10 @@ import time
 import pytest
 
 from butter_it import env, kfs, manifest, tree
-from butter_it.fusemount import FuseMount, is_mounted, require_fuse
+from butter_it.fusemount import FuseMount, is_mounted
 
 KiB = 1024
 MiB = 1 << 20
-
-
-@pytest.fixture
-def fuse(kernel):
-    require_fuse()
 
 
 def mkfs_image(workdir, name="img", size=2 << 30):

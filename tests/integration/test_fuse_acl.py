@@ -9,15 +9,8 @@ butter's ACLs.
 import os
 import subprocess
 
-import pytest
-
 from butter_it import kfs
-from butter_it.fusemount import FuseMount, require_fuse
-
-
-@pytest.fixture
-def fuse(kernel):
-    require_fuse()
+from butter_it.fusemount import FuseMount
 
 
 def sh(cmd, cwd):

@@ -30,7 +30,7 @@ import traceback
 import pytest
 
 from butter_it import manifest
-from butter_it.fusemount import FuseMount, require_fuse
+from butter_it.fusemount import FuseMount
 from test_fuse import KernelView, btrfs_check, mkfs_image
 
 WORKERS = 6
@@ -38,11 +38,6 @@ OPS = int(os.environ.get("BUTTER_CONCURRENCY_OPS", "1500"))
 DIRS = ["d0", "d1", "d2", "d3"]
 WORKER_TIMEOUT = 420
 INLINE_MAX = 2048                 # files this small may be inline extents
-
-
-@pytest.fixture
-def fuse(kernel):
-    require_fuse()
 
 
 def versioned(worker, seq, size):

@@ -11,12 +11,7 @@ import os
 import pytest
 
 from butter_it import kfs
-from butter_it.fusemount import FuseMount, require_fuse
-
-
-@pytest.fixture
-def fuse(kernel):
-    require_fuse()
+from butter_it.fusemount import FuseMount
 
 
 def check(image):

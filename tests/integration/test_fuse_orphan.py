@@ -41,12 +41,6 @@ ITEM_RE = re.compile(r"^\s*item \d+ key \((\S+) (\S+) (\S+)\)", re.M)
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-@pytest.fixture
-def fuse(kernel):
-    from butter_it.fusemount import require_fuse
-    require_fuse()
-
-
 def payload(tag, size):
     return hashlib.shake_128(tag.encode()).digest(size)
 

@@ -41,7 +41,7 @@ import time
 import pytest
 
 from butter_it import kfs, manifest
-from butter_it.fusemount import FuseMount, require_fuse
+from butter_it.fusemount import FuseMount
 
 GiB = 1 << 30
 MOUNT_OPTS = ["default_permissions", "allow_other"]
@@ -49,11 +49,6 @@ NOBODY, NOGROUP, OTHER_GROUP = 65534, 65533, 4321
 PAUSE = 0.05     # longer than the kernel's timestamp granularity
 
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-@pytest.fixture
-def fuse(kernel):
-    require_fuse()
 
 
 # ---------------------------------------------------------------------------------

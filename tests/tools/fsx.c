@@ -279,14 +279,18 @@ static void set_size(struct fsx *f, uint64_t size)
 	f->size = size;
 }
 
+/* The part of @d's range [off, off + len) before the model's end of file: its length. */
+static uint64_t len_to_eof(const struct fsx *f, const struct opdesc *d)
+{
+	if (d->off >= f->size)
+		return 0;
+	return d->off + d->len > f->size ? f->size - d->off : d->len;
+}
+
 static void do_read(struct fsx *f, const struct opdesc *d)
 {
-	uint64_t done = 0, len = d->len;
+	uint64_t done = 0, len = len_to_eof(f, d);
 
-	if (d->off >= f->size)
-		len = 0;
-	else if (d->off + len > f->size)
-		len = f->size - d->off;
 	while (done < len) {
 		ssize_t r = pread(f->fd, f->buf + done, len - done, (off_t)(d->off + done));
 
@@ -320,13 +324,11 @@ static void do_write(struct fsx *f, const struct opdesc *d)
 
 static void do_mapread(struct fsx *f, const struct opdesc *d)
 {
-	uint64_t len = d->len, start, span;
+	uint64_t len = len_to_eof(f, d), start, span;
 	uint8_t *p;
 
-	if (d->off >= f->size || len == 0)
+	if (len == 0)
 		return;
-	if (d->off + len > f->size)
-		len = f->size - d->off;
 	start = d->off / (uint64_t)f->pagesize * (uint64_t)f->pagesize;
 	span = d->off + len - start;
 	p = mmap(NULL, span, PROT_READ, MAP_SHARED, f->fd, (off_t)start);
@@ -419,13 +421,9 @@ static bool do_falloc(struct fsx *f, const struct opdesc *d)
 
 static bool do_copy(struct fsx *f, const struct opdesc *d)
 {
-	uint64_t done = 0, len = d->len;
-
 	/* copy_file_range copies up to the source's end of file */
-	if (d->off >= f->size)
-		len = 0;
-	else if (d->off + len > f->size)
-		len = f->size - d->off;
+	uint64_t done = 0, len = len_to_eof(f, d);
+
 	while (done < len) {
 		loff_t in = (loff_t)(d->off + done), out = (loff_t)(d->dst + done);
 		ssize_t r = copy_file_range(f->fd, &in, f->fd, &out, len - done, 0);
