@@ -1,6 +1,8 @@
 /*
- * cmd_device.c — `butter device add`: make another device (image file or
- * block device) a member of an image's filesystem (butter_device_add()).
+ * cmd_device.c — whole-filesystem maintenance commands: `butter device add`
+ * makes another device (image file or block device) a member of an image's
+ * filesystem (butter_device_add()); `butter check` runs butter_check() on an
+ * image opened read-only and exits 1 when it found a problem.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -47,4 +49,42 @@ int cmd_device_add(const struct cli_command *cmd, int argc, char **argv)
 	butter_close(fs);
 	printf("added %s as device %" PRIu64 "\n", newdev, devid);
 	return cli_finish_stdout(CLI_EXIT_OK);
+}
+
+/* `butter check`: butter_check() on an image opened read-only. */
+int cmd_check(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	struct butter_check_result res;
+	struct butter_fs *fs;
+	int c, ret;
+
+	while ((c = cli_getopt(&args, argc, argv, ":h", longopts)) != -1)
+		;
+	if (argc - optind != 1) {
+		free(args.devices);
+		return cli_usage_error(cmd, argc - optind < 1 ? "missing IMAGE" : "too many arguments");
+	}
+	const char *image = argv[optind];
+
+	ret = cli_open(&args, image, &fs);
+	free(args.devices);
+	if (ret < 0)
+		return CLI_EXIT_ERROR;
+	ret = butter_check(fs, &res);
+	butter_close(fs);
+	if (ret < 0) {
+		cli_error("%s: the check could not run: %s", image, strerror(-ret));
+		return CLI_EXIT_ERROR;
+	}
+	printf("checked %s: %" PRIu64 " trees, %" PRIu64 " tree blocks, %" PRIu64
+	       " data references, %" PRIu64 " extent items, %" PRIu64 " block groups%s\n",
+	       image, res.trees, res.tree_blocks, res.data_refs, res.extent_items, res.block_groups,
+	       res.refs_checked ? "" : " (reference counts not checked: a tree is being dropped)");
+	printf("%" PRIu64 " error(s) found\n", res.errors);
+	return cli_finish_stdout(res.errors ? CLI_EXIT_ERROR : CLI_EXIT_OK);
 }

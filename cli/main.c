@@ -154,6 +154,18 @@ static const struct cli_command commands[] = {
 			 "  -f, --force    overwrite a device that holds another btrfs filesystem\n",
 	},
 	{
+		.name = "check",
+		.main = cmd_check,
+		.summary = "check the trees and the extent tree's bookkeeping (read-only)",
+		.synopsis = "[--device DEV]... IMAGE",
+		.usage = "Read every tree and check that it hangs together, that the extent\n"
+			 "tree's reference counts match the pointers the trees hold, and that\n"
+			 "block group usage matches its extents. Each problem is printed on\n"
+			 "stderr. Exit status 1 when a problem was found. Not checked yet:\n"
+			 "inode link counts and directory entries, checksum coverage, the free\n"
+			 "space tree (btrfs check --readonly covers those).\n",
+	},
+	{
 		.name = "scrub",
 		.main = cmd_scrub,
 		.summary = "check every copy of the used blocks and repair bad ones",

@@ -446,6 +446,23 @@ int butter_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, u
 		       struct butter_scrub_stats *st);
 int butter_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st);
 
+/* ---- check ---------------------------------------------------------------- */
+/*
+ * A read-only consistency check (lib/ops/check.c says what it covers): every
+ * tree reads and hangs together, the extent tree's reference counts match
+ * the pointers the trees hold, block group usage matches its extents. Each
+ * problem is logged; the counts come back in @res. Returns 0 when the check
+ * ran (errors or not), a negative errno when it could not. On a writable
+ * handle, call it with no change running after butter_sync().
+ */
+struct butter_check_result {
+	uint64_t errors;
+	uint64_t trees, tree_blocks, data_refs, extent_items, block_groups;
+	int refs_checked;  /* 0: a tree being dropped made the counts unknowable */
+};
+
+int butter_check(struct butter_fs *fs, struct butter_check_result *res);
+
 /* ---- send ----------------------------------------------------------------- */
 /*
  * Write read-only subvolume @subvol as a btrfs send stream (version 1)
