@@ -21,8 +21,9 @@
  * Not checked yet (btrfs check does): inode link counts and directory
  * entries, data checksum coverage, the free space tree, the chunk/device
  * extent correspondence. A tree being dropped (a deleted subvolume the
- * kernel left half freed) makes the reference counts unknowable: they are
- * then skipped, and said so.
+ * kernel left half freed) is not walked and makes the reference counts
+ * unknowable: they are then skipped, and said so (what the other trees
+ * reach must still have extent items, and block groups are still checked).
  *
  * Errors are logged through the handle's log, one line each, and counted.
  */
@@ -242,15 +243,17 @@ static int walk_all(struct checker *c)
 			memset(&ri, 0, sizeof(ri));
 			memcpy(&ri, item, size < sizeof(ri) ? size : sizeof(ri));
 			if (ri.drop_level || get_le64(&ri.drop_progress.objectid)) {
+				/* part of it is freed already: its pointers prove nothing */
 				blog_warn(&fs->log, "check: tree %llu is being dropped: reference "
 					  "counts are not checked", (unsigned long long)key.objectid);
 				c->skip_refs = 1;
+			} else {
+				ret = walk_root(c, key.objectid, btrfs_root_bytenr(&ri),
+						btrfs_root_generation(&ri), ri.level,
+						is_data_tree(key.objectid));
+				if (ret)
+					break;
 			}
-			ret = walk_root(c, key.objectid, btrfs_root_bytenr(&ri),
-					btrfs_root_generation(&ri), ri.level,
-					is_data_tree(key.objectid));
-			if (ret)
-				break;
 		}
 		ret = tree_next_item(&fs->cache, &path);
 	}

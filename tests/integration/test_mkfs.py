@@ -26,7 +26,7 @@ import stat
 
 import pytest
 
-from butter_it import kfs, manifest, tree
+from butter_it import env, kfs, manifest, tree
 
 KiB = 1024
 MiB = 1 << 20
@@ -81,6 +81,15 @@ def btrfs_check(images):
            and not re.search(r"cannot scan /dev/\S+: ", line)]
     assert proc.returncode == 0 and not bad, (
         f"btrfs check --readonly {images} (exit {proc.returncode}):\n" + out[-6000:])
+    # butter's own check must agree that the image is clean (a second opinion on the
+    # reference counts of shared blocks and the block groups' used bytes)
+    argv = [env.butter_bin(), "check"]
+    for extra in images[1:]:
+        argv += ["--device", extra]
+    proc = kfs.run(argv + [images[0]], check=False, timeout=600)
+    assert proc.returncode == 0, (
+        f"btrfs check finds {images} clean, butter check does not:\n"
+        + (proc.stdout + proc.stderr)[-6000:])
 
 
 @contextlib.contextmanager

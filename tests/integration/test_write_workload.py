@@ -22,7 +22,7 @@ import re
 
 import pytest
 
-from butter_it import kfs, manifest, tree
+from butter_it import env, kfs, manifest, tree
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKLOAD = os.environ.get("BUTTER_WORKLOAD",
@@ -60,6 +60,9 @@ def _compare(ref, img):
 def _check(image):
     r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
     assert r.returncode == 0, f"btrfs check found errors:\n{r.stdout}\n{r.stderr}"
+    r = kfs.run([env.butter_bin(), "check", image], check=False, timeout=600)
+    assert r.returncode == 0, f"btrfs check finds it clean, butter check does not:\n" \
+        f"{r.stdout}\n{r.stderr[-4000:]}"
 
 
 SEEDS = int(os.environ.get("BUTTER_WORKLOAD_SEEDS", "24"))
