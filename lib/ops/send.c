@@ -533,6 +533,20 @@ static int list_dir(struct sender *s, butter_ino_t dir, struct entries *e)
 	return 0;
 }
 
+/* Both listings of a directory that stays: the parent's in @p, the child's in @c. */
+static int list_pair(struct sender *s, butter_ino_t pdir, butter_ino_t cdir, struct entries *p,
+		     struct entries *c)
+{
+	int ret = list_dir(s, pdir, p);
+
+	if (ret)
+		return ret;
+	ret = list_dir(s, cdir, c);
+	if (ret)
+		entries_free(p);
+	return ret;
+}
+
 static const struct entry *find_entry(const struct entries *e, const char *name)
 {
 	struct entry key = { .name = (char *)name };
@@ -551,15 +565,10 @@ static int note_kept(struct sender *s, butter_ino_t pdir, butter_ino_t cdir)
 {
 	struct entries p, c;
 	size_t i, saved, at;
-	int ret = list_dir(s, pdir, &p);
+	int ret = list_pair(s, pdir, cdir, &p, &c);
 
 	if (ret)
 		return ret;
-	ret = list_dir(s, cdir, &c);
-	if (ret) {
-		entries_free(&p);
-		return ret;
-	}
 	for (i = 0; i < c.n && ret == 0; i++) {
 		const struct entry *ce = &c.v[i], *pe = find_entry(&p, ce->name);
 
@@ -783,15 +792,10 @@ static int diff_dir(struct sender *s, butter_ino_t pdir, butter_ino_t cdir)
 {
 	struct entries p, c;
 	size_t i, saved;
-	int ret = list_dir(s, pdir, &p);
+	int ret = list_pair(s, pdir, cdir, &p, &c);
 
 	if (ret)
 		return ret;
-	ret = list_dir(s, cdir, &c);
-	if (ret) {
-		entries_free(&p);
-		return ret;
-	}
 	/* names that go (or whose inode changed) first */
 	for (i = 0; i < p.n && ret == 0; i++) {
 		const struct entry *ce = find_entry(&c, p.v[i].name);

@@ -28,7 +28,7 @@ static int stripe_io(const struct map_stripe *s, void *buf, size_t len, u64 phys
 	if (!s->dev || !s->dev->bdev)
 		return -EIO;
 	if (write)
-		return blockdev_write(s->dev->bdev, buf, len, physical) ? -EIO : 0;
+		return blockdev_write(s->dev->bdev, buf, len, physical); /* its errno, as is */
 	return blockdev_read(s->dev->bdev, buf, len, physical) ? -EIO : 0;
 }
 

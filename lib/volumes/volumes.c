@@ -726,28 +726,10 @@ int volumes_write(struct btrfs_volumes *vol, u64 logical, const void *buf, size_
 		return raid56_write(vol, map, logical - map->logical, buf, len);
 	copies = volumes_num_copies(vol, logical);
 	for (mirror = 1; mirror <= copies; mirror++) {
-		const unsigned char *p = buf;
-		u64 offset = logical - map->logical;
-		size_t left = len;
+		int ret = volumes_write_copy(vol, logical, buf, len, mirror);
 
-		while (left) {
-			u32 idx;
-			u64 physical, contiguous;
-			size_t piece;
-			int ret = chunk_map_position(map, offset, mirror, &idx, &physical, &contiguous);
-
-			if (ret)
-				return -EIO;
-			piece = contiguous < left ? (size_t)contiguous : left;
-			if (!map->stripes[idx].dev || !map->stripes[idx].dev->bdev)
-				return -EIO;
-			ret = blockdev_write(map->stripes[idx].dev->bdev, p, piece, physical);
-			if (ret)
-				return ret;
-			p += piece;
-			left -= piece;
-			offset += piece;
-		}
+		if (ret)
+			return ret;
 	}
 	return 0;
 }

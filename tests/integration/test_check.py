@@ -11,29 +11,10 @@ import re
 import struct
 
 from butter_it import kfs, tree
+from test_bad_input import crc32c  # noqa: E402
 
 HEADER = 101            # btrfs_header
 ITEM = 25               # btrfs_item: key (17) + offset (4) + size (4)
-
-
-def _crc32c_table():
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-CRC_TABLE = _crc32c_table()
-
-
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for b in data:
-        c = CRC_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
 
 
 def butter_check(butter, img):

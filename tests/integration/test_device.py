@@ -12,6 +12,7 @@ import os
 import re
 
 from butter_it import kfs
+from test_mkfs import attached  # noqa: E402
 
 
 def sha(path):
@@ -22,24 +23,8 @@ def sha(path):
     return h.hexdigest()
 
 
-class Attached:
-    def __init__(self, images):
-        self.images, self.devs = images, []
-
-    def __enter__(self):
-        for img in self.images:
-            self.devs.append(kfs.loop_attach(img))
-        kfs.run(["btrfs", "device", "scan"] + self.devs, check=False)
-        return self.devs
-
-    def __exit__(self, *exc):
-        for d in self.devs:
-            kfs.run(["btrfs", "device", "scan", "--forget", d], check=False)
-            kfs.loop_detach(d)
-
-
 def check(images):
-    with Attached(images) as devs:
+    with attached(images) as devs:
         r = kfs.run(["btrfs", "check", "--readonly", devs[0]], check=False, timeout=600)
     assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
 
@@ -81,7 +66,7 @@ def test_add_to_single_device(kernel, butter, workdir):
     kfs.run([butter.path, "put", "--device", b, a, big, "/big"], timeout=600)
     check([a, b])
     mnt = os.path.join(workdir, "mnt")
-    with Attached([a, b]) as devs:
+    with attached([a, b]) as devs:
         kfs.mount(devs[0], mnt, [f"device={devs[1]}"])
         try:
             usage = device_usage(mnt)
@@ -116,7 +101,7 @@ def test_add_to_kernel_raid1(kernel, butter, workdir):
     images.append(new)
     check(images)
     mnt = os.path.join(workdir, "mnt")
-    with Attached(images) as devs:
+    with attached(images) as devs:
         kfs.mount(devs[0], mnt, [f"device={d}" for d in devs[1:]])
         try:
             assert set(device_usage(mnt)) == {1, 2, 3}

@@ -22,6 +22,7 @@ import re
 import pytest
 
 from butter_it import kfs
+from test_mkfs import attached  # noqa: E402
 
 SECTOR = 4096
 DEV_SIZE = 512 * kfs.MiB
@@ -41,28 +42,10 @@ def snapshot(images):
     return [sha_file(p) for p in images]
 
 
-class Attached:
-    """The images on loop devices, scanned for btrfs; detached on exit."""
-
-    def __init__(self, images):
-        self.images, self.devs = images, []
-
-    def __enter__(self):
-        for img in self.images:
-            self.devs.append(kfs.loop_attach(img))
-        kfs.run(["btrfs", "device", "scan"] + self.devs, check=False)
-        return self.devs
-
-    def __exit__(self, *exc):
-        for d in self.devs:
-            kfs.run(["btrfs", "device", "scan", "--forget", d], check=False)
-            kfs.loop_detach(d)
-
-
 def kernel_scrub(workdir, images):
     """The kernel's read-only scrub on a read-only mount: {counter: value}."""
     mnt = os.path.join(workdir, "kmnt")
-    with Attached(images) as devs:
+    with attached(images) as devs:
         kfs.mount(devs[0], mnt, ["ro"] + [f"device={d}" for d in devs[1:]])
         try:
             r = kfs.run(["btrfs", "scrub", "start", "-B", "-R", "-r", mnt], check=False,
@@ -81,7 +64,7 @@ def kernel_errors(counts):
 
 
 def kernel_check_and_read(workdir, images, want):
-    with Attached(images) as devs:
+    with attached(images) as devs:
         r = kfs.run(["btrfs", "check", "--readonly", devs[0]], check=False, timeout=600)
         assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
         mnt = os.path.join(workdir, "rmnt")
