@@ -5,7 +5,7 @@
 #
 # 1. Power cuts: for each of SEEDS seeds (default 4) and each workload profile
 #    (mix with 16 KiB nodes, mix with 4 KiB nodes, large overwrites, ENOSPC on a
-#    small prefilled image), butter-crashload runs OPS operations (default 400;
+#    small prefilled image), butter-workload runs OPS operations (default 400;
 #    the ENOSPC and overwrite profiles a quarter and a half of that) with the
 #    recorder under it, then crashreplay replays every cut point (prefixes,
 #    torn writes, reorders between flushes) and checks each with butter, btrfs
@@ -20,7 +20,7 @@
 #
 # Prints one line per workload and scenario, then the totals. Needs root, loop
 # devices, kernel btrfs, btrfs-progs. BUILD (default build/) must hold
-# tests/tools/butter-crashload and tests/tools/crashreplay. The exit status is
+# tests/tools/butter-workload and tests/tools/crashreplay. The exit status is
 # 1 if anything was inconsistent, failed or found.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +42,7 @@ while getopts "b:s:o:k:f:w:h" opt; do
 	*) sed -n '2,27p' "$0"; exit 2 ;;
 	esac
 done
-W=$build/tests/tools/butter-crashload
+W=$build/tests/tools/butter-workload
 R=$build/tests/tools/crashreplay
 for t in "$W" "$R"; do
 	[ -x "$t" ] || { echo "reliability.sh: $t missing (ninja -C $build)" >&2; exit 2; }
@@ -115,8 +115,8 @@ crash_case() { # crash_case NAME SIZE NODESIZE SEED OPS SYNC_EVERY WORKLOAD-ARGS
 }
 
 for seed in $(seq 1 "$seeds"); do
-	crash_case mix $((128 << 20)) 16384 "$seed" "$ops" 20 --max-file $((1 << 20))
-	crash_case mix-4k $((128 << 20)) 4096 "$seed" "$ops" 7 --max-file $((1 << 20))
+	crash_case mix $((128 << 20)) 16384 "$seed" "$ops" 20 --profile mix --max-file $((1 << 20))
+	crash_case mix-4k $((128 << 20)) 4096 "$seed" "$ops" 7 --profile mix --max-file $((1 << 20))
 	crash_case overwrite $((128 << 20)) 16384 "$seed" $((ops / 4)) 4 --profile overwrite \
 		--max-file $((4 << 20))
 	crash_case enospc $((110 << 20)) 16384 "$seed" $((ops / 2)) 5 --profile fill \
@@ -152,7 +152,8 @@ fault_case() { # fault_case LABEL SPEC EXPECT OPS SYNC IMAGES...
 		i=$((i + 1))
 	done
 	local rc=0
-	"$W" "${extra[@]}" --fault "$spec" --manifest "$d/manifest" --max-file $((1 << 20)) \
+	"$W" "${extra[@]}" --profile mix --fault "$spec" --manifest "$d/manifest" \
+		--max-file $((1 << 20)) \
 		"${copies[0]}" "$d/ref" 3 "$n" "$sync_every" > "$d/out" 2> "$d/err" || rc=$?
 	if [ $rc -ne 3 ] || ! grep -q "stopped: .*$expect" "$d/out"; then
 		echo "fault $label ($spec): FAIL: the fault did not stop the workload as expected (exit $rc)"
@@ -180,8 +181,8 @@ for layout in single raid1; do
 	extra=()
 	[ $layout = raid1 ] && { cp --sparse=always "${imgs[1]}" "$dir/clean/b.img"; extra=(--device "$dir/clean/b.img"); }
 	cp --sparse=always "${imgs[0]}" "$dir/clean/a.img"
-	"$W" "${extra[@]}" --record "$dir/clean/log" --max-file $((1 << 20)) "$dir/clean/a.img" \
-		"$dir/clean/ref" 3 100 10 > /dev/null
+	"$W" "${extra[@]}" --profile mix --record "$dir/clean/log" --max-file $((1 << 20)) \
+		"$dir/clean/a.img" "$dir/clean/ref" 3 100 10 > /dev/null
 	writes=$(count "$dir/clean/log" $dev 2)
 	flushes=$(count "$dir/clean/log" $dev 3)
 	rm -rf "$dir/clean"
@@ -204,7 +205,7 @@ done
 # ENOSPC at every write and flush of one commit
 mkdir -p "$dir/one/ref"
 cp --sparse=always "$dir/single.img" "$dir/one/a.img"
-"$W" --record "$dir/one/log" --max-file $((1 << 20)) "$dir/one/a.img" "$dir/one/ref" 3 8 8 \
+"$W" --profile mix --record "$dir/one/log" --max-file $((1 << 20)) "$dir/one/a.img" "$dir/one/ref" 3 8 8 \
 	> /dev/null
 writes=$(count "$dir/one/log" 0 2)
 flushes=$(count "$dir/one/log" 0 3)

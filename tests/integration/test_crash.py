@@ -1,6 +1,6 @@
 """Power cuts at every instant of butter's write path.
 
-Each case runs a seeded workload (tests/tools/crashload.c) through libbutter with the
+Each case runs a seeded workload (tests/tools/workload.c) through libbutter with the
 recorder device under it (butter_open_opts.record_log): every write and flush that
 reached the image goes to a log, and the workload writes a manifest of what each
 commit holds and at which log position it was durable. Then tests/tools/crashreplay
@@ -59,7 +59,7 @@ def record_workload(workdir, start, args, seed, ops, sync_every):
     manifest = os.path.join(workdir, "manifest")
     os.mkdir(ref)
     kfs.run(["cp", "--sparse=always", start, image])
-    r = kfs.run([tool("butter-crashload"), "--record", log, "--manifest", manifest] + args +
+    r = kfs.run([tool("butter-workload"), "--record", log, "--manifest", manifest] + args +
                 [image, ref, str(seed), str(ops), str(sync_every)], check=False, timeout=900)
     assert r.returncode == 0, f"workload failed:\n{r.stdout}\n{r.stderr}"
     assert "AddressSanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr
@@ -77,8 +77,9 @@ def replay(workdir, log, manifest, start, extra=()):
 
 CASES = [
     # name, image size, nodesize, workload options, seed, operations, sync every
-    ("mix", 128 << 20, 16384, ["--max-file", str(1 << 20)], 3, 300, 20),
-    ("mix-4k-nodes", 128 << 20, 4096, ["--max-file", str(1 << 20)], 4, 300, 7),
+    ("mix", 128 << 20, 16384, ["--profile", "mix", "--max-file", str(1 << 20)], 3, 300, 20),
+    ("mix-4k-nodes", 128 << 20, 4096, ["--profile", "mix", "--max-file", str(1 << 20)], 4, 300,
+     7),
     ("overwrite", 128 << 20, 16384, ["--profile", "overwrite", "--max-file", str(4 << 20)],
      11, 80, 4),
     ("enospc", 110 << 20, 16384,
@@ -126,7 +127,8 @@ def test_replay_finds_missing_flushes(kernel, workdir):
     """Without its flushes a log lets the superblock land before the tree: damage must show."""
     start = os.path.join(workdir, "start.img")
     make_image(start, 128 << 20)
-    log, manifest, _ = record_workload(workdir, start, ["--max-file", str(1 << 19)], 5, 120, 30)
+    log, manifest, _ = record_workload(workdir, start, ["--profile", "mix", "--max-file",
+                                                        str(1 << 19)], 5, 120, 30)
     r, s = replay(workdir, log, manifest, start, ["--no-check", "--kernel", "0"])
     assert s["failed"] == 0, r.stderr[-4000:]
     broken = os.path.join(workdir, "log.noflush")
@@ -151,7 +153,7 @@ def test_enospc_never_aborts(kernel, workdir):
     make_image(start, 110 << 20)
     ref = os.path.join(workdir, "ref")
     os.mkdir(ref)
-    r = kfs.run([tool("butter-crashload"), "--profile", "fill", "--max-file", str(8 << 20),
+    r = kfs.run([tool("butter-workload"), "--profile", "fill", "--max-file", str(8 << 20),
                  "--enospc-ok", start, ref, "5", "300", "10"], check=False, timeout=600)
     check = kfs.run(["btrfs", "check", "--readonly", start], check=False)
     assert check.returncode == 0, check.stdout
