@@ -44,7 +44,13 @@
  *  e. --degraded (multi-device states): butter also opens it read-only and
  *     degraded with one device missing (device index % devices, in turn) and
  *     reads the manifest's state of the generation it finds, no older than
- *     the durable one;
+ *     the durable one. --degraded-commits requires that only of the states
+ *     a commit just completed (every write of it there, nothing of the next
+ *     one), and counts the other states' degraded failures as tolerated:
+ *     RAID5/6 rewrite the parity of stripe rows in place, so a cut between a
+ *     row's data and parity writes leaves that row's parity stale and a
+ *     block of it beyond rebuilding from the others (the write hole, as in
+ *     the kernel without a stripe tree);
  *  f. for a sample of states (--rw-check N, evenly spread; every state when N
  *     is at least their number): butter opens writable copies read-write (the
  *     open replays a tree log, finishes dropping deleted subvolumes, cleans
@@ -59,7 +65,7 @@
  *   crashreplay: records R (writes W, flushes F); states S (prefix P, torn T,
  *   reordered O); consistent C; failed X; btrfs-check B; kernel-mounted K,
  *   agreed A; durable-bytes-verified D; rw-opened W, agreed V, drops-finished
- *   P, logs-replayed L; degraded-opened G, agreed H
+ *   P, logs-replayed L; degraded-opened G, agreed H, tolerated T, at-commits M
  * Exit status 0 if every state was consistent, 1 if not, 2 on a usage or
  * setup error.
  */
@@ -134,7 +140,9 @@ struct ctx {
 	uint64_t seed;
 	unsigned torn, reorder, show, ksample, rwsample;
 	uint64_t sector, max_states;
-	int check, verbose, degraded;
+	int check, verbose;
+	int degraded;          /* 1: every state; 2: only where a commit completed */
+	int at_commit;         /* the state being checked holds exactly a completed commit */
 	const char *workdir, *save_failed;
 
 	/* the log and the manifest */
@@ -167,7 +175,8 @@ struct ctx {
 	uint64_t n_prefix, n_torn, n_reorder, consistent, failed, checked, kmounted, kagreed;
 	uint64_t durable_bytes;
 	uint64_t nwrites, nflushes;
-	uint64_t rw_opened, rw_agreed, rw_drops, rw_logs, deg_opened, deg_agreed;
+	uint64_t rw_opened, rw_agreed, rw_drops, rw_logs, deg_opened, deg_agreed, deg_tolerated,
+		 deg_commits;
 };
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -362,6 +371,15 @@ static uint64_t durable_gen(const struct ctx *c, uint64_t pos)
 		if (c->dur[i].pos <= pos && c->dur[i].gen > gen)
 			gen = c->dur[i].gen;
 	return gen;
+}
+
+/* Did a commit complete exactly when the log was @pos bytes long? */
+static int is_durable_pos(const struct ctx *c, uint64_t pos)
+{
+	for (size_t i = 0; i < c->ndur; i++)
+		if (c->dur[i].pos == pos)
+			return 1;
+	return 0;
 }
 
 /* ---- state files --------------------------------------------------------- */
@@ -952,8 +970,16 @@ static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what
 			goto out;
 		c->kagreed++;
 	}
-	if (c->degraded && c->ndev > 1 && !degraded_agrees(c, dgen, what, show))
-		goto out;
+	if (c->degraded && c->ndev > 1) {
+		int hard = c->degraded == 1 || c->at_commit;
+
+		c->deg_commits += (uint64_t)c->at_commit;
+		if (!degraded_agrees(c, dgen, what, show && hard)) {
+			if (hard)
+				goto out;
+			c->deg_tolerated++;
+		}
+	}
 	if (c->rw_every && c->index % c->rw_every == c->rw_every / 2 &&
 	    !rw_agrees(c, info.generation, what, show))
 		goto out;
@@ -1108,8 +1134,15 @@ static void walk(struct ctx *c)
 		uint64_t pos = n ? c->recs[n - 1].end : LOG_HEADER;
 
 		if (n == 0 || c->recs[n - 1].type == REC_WRITE) {
-			snprintf(what, sizeof(what), "prefix of %zu records", n);
+			size_t k = n;
+
+			while (k < c->nrec && c->recs[k].type == REC_FLUSH)
+				k++;
+			c->at_commit = n == 0 || (k > n && is_durable_pos(c, c->recs[k - 1].end));
+			snprintf(what, sizeof(what), "prefix of %zu records%s", n,
+				 c->at_commit ? " (a commit completed)" : "");
 			verify(c, ST_PREFIX, pos, what);
+			c->at_commit = 0;
 		}
 		while (p0 < n && !pending(c, p0, last_flush))
 			p0++;
@@ -1145,6 +1178,7 @@ static int usage(void)
 		"  --kernel N        mount about N states with the kernel (0)\n"
 		"  --rw-check N      open about N states read-write, on copies (0)\n"
 		"  --degraded        open multi-device states without one device too\n"
+		"  --degraded-commits  the same, required only where a commit completed\n"
 		"  --max-states N    stop after N states\n"
 		"  --show N          details for the first N failures (5)\n"
 		"  --save-failed DIR keep the images of the first failing state\n"
@@ -1194,6 +1228,8 @@ int main(int argc, char **argv)
 			c.rwsample = (unsigned)strtoul(argv[++a], NULL, 0);
 		else if (strcmp(o, "--degraded") == 0)
 			c.degraded = 1;
+		else if (strcmp(o, "--degraded-commits") == 0)
+			c.degraded = 2;
 		else if (strcmp(o, "--max-states") == 0 && has)
 			c.max_states = strtoull(argv[++a], NULL, 0);
 		else if (strcmp(o, "--show") == 0 && has)
@@ -1264,10 +1300,12 @@ int main(int argc, char **argv)
 	       "; failed %" PRIu64 "; btrfs-check %" PRIu64 "; kernel-mounted %" PRIu64
 	       ", agreed %" PRIu64 "; durable-bytes-verified %" PRIu64 "; rw-opened %" PRIu64
 	       ", agreed %" PRIu64 ", drops-finished %" PRIu64 ", logs-replayed %" PRIu64
-	       "; degraded-opened %" PRIu64 ", agreed %" PRIu64 "\n",
+	       "; degraded-opened %" PRIu64 ", agreed %" PRIu64 ", tolerated %" PRIu64
+	       ", at-commits %" PRIu64 "\n",
 	       c.nrec, c.nwrites, c.nflushes, c.index, c.n_prefix, c.n_torn, c.n_reorder,
 	       c.consistent, c.failed, c.checked, c.kmounted, c.kagreed, c.durable_bytes,
-	       c.rw_opened, c.rw_agreed, c.rw_drops, c.rw_logs, c.deg_opened, c.deg_agreed);
+	       c.rw_opened, c.rw_agreed, c.rw_drops, c.rw_logs, c.deg_opened, c.deg_agreed,
+	       c.deg_tolerated, c.deg_commits);
 
 	rollback(&c, &c.tmp_j, 0);
 	forget(&c.main_j, SIZE_MAX);

@@ -26,8 +26,9 @@ REC_DEVICE, REC_WRITE, REC_FLUSH = 1, 2, 3
 # the read-write and degraded checks (crashreplay --rw-check, --degraded)
 SUMMARY_RW = re.compile(
     r"rw-opened (\d+), agreed (\d+), drops-finished (\d+), logs-replayed (\d+); "
-    r"degraded-opened (\d+), agreed (\d+)")
-FIELDS_RW = ("rw_opened", "rw_agreed", "rw_drops", "rw_logs", "deg_opened", "deg_agreed")
+    r"degraded-opened (\d+), agreed (\d+), tolerated (\d+), at-commits (\d+)")
+FIELDS_RW = ("rw_opened", "rw_agreed", "rw_drops", "rw_logs", "deg_opened", "deg_agreed",
+             "deg_tolerated", "deg_commits")
 
 
 def tools_dir():
