@@ -57,7 +57,7 @@ done
 dir=$(mktemp -d "$work/butter-reliability-XXXXXX")
 loops=()
 cleanup() {
-	mountpoint -q "$dir/mnt" 2>/dev/null && umount "$dir/mnt"
+	findmnt -rn -o TARGET | grep "^$dir/" | sort -r | while read -r m; do umount "$m"; done
 	for l in "${loops[@]}"; do losetup -d "$l" 2>/dev/null || true; done
 	rm -rf "$dir"
 }
@@ -119,7 +119,7 @@ replay_case() {
 		head -n 20 "$d/replay.err"
 	fi
 	set -- $(echo "$line" | sed -E 's/[^0-9]+/ /g')
-	if [ $# -ge 24 ]; then
+	if [ $# -ge 21 ]; then
 		records=$((records + $1)); states=$((states + $4)); consistent=$((consistent + $8))
 		failed=$((failed + $9)); checked=$((checked + ${10})); kmounted=$((kmounted + ${11}))
 		kagreed=$((kagreed + ${12})); durable=$((durable + ${13}))
@@ -159,7 +159,8 @@ raid_case() { # raid_case PROFILE DEVICES DEGRADED-OPTION SEED OPS
 		truncate -s 256M "$d/start$i.img"
 		imgs+=("$d/start$i.img")
 	done
-	mkfs.btrfs -q -f -d "$profile" -m "$profile" "${imgs[@]}" > /dev/null
+	mkfs.btrfs -q -f -d "$profile" -m "$profile" "${imgs[@]}" > /dev/null 2>&1 ||
+		{ echo "mkfs.btrfs -d $profile failed" >&2; exit 2; }
 	wargs=(--profile mix --max-file $((1 << 20)))
 	rargs=("$3")
 	replay_case "$profile" "$4" "$5" 15
@@ -191,8 +192,8 @@ os.rename(os.path.join(mnt, "e", "f3"), os.path.join(mnt, "d", "f3moved"))
 put(os.path.join(mnt, "d", "f3moved"), b"renamed")
 for i in range(40):
     put(os.path.join(mnt, "d", f"new{i}"), rnd.randbytes(rnd.randrange(300000)))
-    if i % 7 == 0:
-        os.unlink(os.path.join(mnt, "e", f"f{i}"))
+    if i % 7 == 0 and i != 7:
+        os.unlink(os.path.join(mnt, "e", f"f{i // 2}"))
 PY
 	cp --sparse=always "$d/base.img" "$d/start0.img"
 	umount "$d/mnt"
