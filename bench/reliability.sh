@@ -11,8 +11,8 @@
 #    runs OPS operations (default 400; fewer for the heavier ones) with the
 #    recorder under it, then crashreplay replays every cut point (prefixes,
 #    torn writes, reorders between flushes) and checks each with butter, btrfs
-#    check, and the kernel for KERNEL states per workload (default 10); the
-#    snapshot and log-replay states are also opened read-write by butter on
+#    check, and the kernel for KERNEL states per workload (default 10); every
+#    snapshot and log-replay state is also opened read-write by butter on
 #    copies (drops finished, the log replayed) and checked again; RAID states
 #    are also read with one device missing (raid5: required only where a
 #    commit completed, the write hole is counted). A table per workload
@@ -46,7 +46,7 @@ while getopts "b:s:o:k:f:w:h" opt; do
 	k) ksample=$OPTARG ;;
 	f) fuzz_secs=$OPTARG ;;
 	w) work=$OPTARG ;;
-	*) sed -n '2,27p' "$0"; exit 2 ;;
+	*) sed -n '2,31p' "$0"; exit 2 ;;
 	esac
 done
 W=$build/tests/tools/butter-workload
@@ -147,7 +147,7 @@ crash_case() { # crash_case NAME SIZE NODESIZE SEED OPS SYNC_EVERY WORKLOAD-ARGS
 	[ "$name" = enospc ] && prefill "$d/start0.img" $((22 << 20))
 	wargs=("$@")
 	rargs=()
-	[ "$name" = snapshot ] && rargs=(--rw-check 200)
+	[ "$name" = snapshot ] && rargs=(--rw-check 100000)
 	replay_case "$name" "$seed" "$n" "$sync_every"
 }
 
