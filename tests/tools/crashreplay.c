@@ -641,7 +641,9 @@ static int kernel_agrees(struct ctx *c, const char *what)
 	}
 	want = state_for(c, gen);
 	for (d = 0; d < c->ndev; d++, nloops++) {
-		if (loop_attach(log ? copies[d] : c->paths[d], log, out, loops[d], sizeof(loops[d]))) {
+		const char *img = log ? copies[d] : c->paths[d];
+
+		if (loop_attach(img, log, out, loops[d], sizeof(loops[d]))) {
 			fprintf(stderr, "FAIL %s: losetup failed\n", what);
 			print_file_head(out, 5);
 			goto detach;
@@ -752,12 +754,13 @@ static int degraded_agrees(struct ctx *c, uint64_t dgen, const char *what, int s
 					" is not in the manifest\n", what, miss, info.generation);
 	} else if ((ret = treelist_butter(fs, &got)) != 0) {
 		if (show)
-			fprintf(stderr, "FAIL %s: without device %zu: reading the tree: %s\n%s", what,
-				miss, strerror(-ret), messages ? messages : "");
+			fprintf(stderr, "FAIL %s: without device %zu: reading the tree: %s\n%s",
+				what, miss, strerror(-ret), messages ? messages : "");
 	} else if (treelist_diff(&want->list, &got, "  degraded", show ? 10 : 0)) {
 		if (show)
-			fprintf(stderr, "FAIL %s: without device %zu: the tree differs from the "
-					"manifest's generation %" PRIu64 "\n", what, miss, want->gen);
+			fprintf(stderr, "FAIL %s: without device %zu: the tree differs from "
+					"the manifest's generation %" PRIu64 "\n", what, miss,
+				want->gen);
 	} else {
 		ok = 1;
 		c->deg_agreed++;
@@ -798,8 +801,8 @@ static int open_and_compare(struct ctx *c, char paths[][4400], unsigned flags,
 				strerror(-ret), messages ? messages : "");
 	} else if (treelist_diff(&want->list, &got, "  read-write", show ? 10 : 0)) {
 		if (show)
-			fprintf(stderr, "FAIL %s: %s: the tree differs from the manifest's generation %"
-					PRIu64 "\n", what, how, want->gen);
+			fprintf(stderr, "FAIL %s: %s: the tree differs from the manifest's "
+					"generation %" PRIu64 "\n", what, how, want->gen);
 	} else {
 		ok = 1;
 	}

@@ -257,7 +257,8 @@ static void compare(const char *what, const char *path, int ref_ret, int got)
 	}
 	if (ref_ret != got && !diverged) {
 		fprintf(stderr, "MISMATCH %s %s: reference %d (%s), butter %d (%s)\n", what, path,
-			ref_ret, ref_ret ? strerror(-ref_ret) : "ok", got, got ? strerror(-got) : "ok");
+			ref_ret, ref_ret ? strerror(-ref_ret) : "ok", got,
+			got ? strerror(-got) : "ok");
 		failures++;
 	}
 }
@@ -891,7 +892,8 @@ int main(int argc, char **argv)
 			ret = butter_set_compression(fs, !strcmp(compress_mode, "seed") ?
 						     algs[seed % 3] : compress_mode, 0);
 			if (ret) {
-				fprintf(stderr, "--compress %s: %s\n", compress_mode, strerror(-ret));
+				fprintf(stderr, "--compress %s: %s\n", compress_mode,
+					strerror(-ret));
 				return 2;
 			}
 		}
@@ -934,8 +936,8 @@ int main(int argc, char **argv)
 			struct stat lst;
 
 			if (lstat(rpath, &lst) == 0 && S_ISLNK(lst.st_mode) &&
-			    (op == OP_WRITE || op == OP_FALLOC || op == OP_CLONE || op == OP_TRUNC ||
-			     op == OP_SETXATTR || op == OP_RMXATTR))
+			    (op == OP_WRITE || op == OP_FALLOC || op == OP_CLONE ||
+			     op == OP_TRUNC || op == OP_SETXATTR || op == OP_RMXATTR))
 				continue;
 		}
 		if (op == OP_CREATE) { /* create + write */
