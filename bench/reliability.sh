@@ -201,7 +201,8 @@ PY
 	losetup -d "$l"
 	unset 'loops[-1]'
 	rm -f "$d/base.img"
-	if ! btrfs inspect-internal dump-super "$d/start0.img" | grep -Eq '^log_root[[:space:]]+[1-9]'; then
+	if ! btrfs inspect-internal dump-super "$d/start0.img" |
+		grep -Eq '^log_root[[:space:]]+[1-9]'; then
 		echo "crash logreplay seed $seed: skipped (the kernel committed instead of logging)"
 		rm -rf "$d"
 		return
@@ -359,8 +360,9 @@ printf '              %d fsynced bytes verified (%s MiB)\n' "$durable" \
 printf '              %d states opened read-write on copies, %d agreed (%d finished a subvolume\n' \
 	"$rw_opened" "$rw_agreed" "$rw_drops"
 printf '              drop, %d replayed a tree log)\n' "$rw_logs"
-printf '              %d states opened degraded, %d agreed, %d unreadable mid-commit (raid5 write hole)\n' \
+printf '              %d states opened degraded, %d agreed, %d unreadable mid-commit\n' \
 	"$deg_opened" "$deg_agreed" "$deg_tolerated"
+printf '              (raid5: the write hole)\n'
 printf '              %-20s %5s %10s %10s %6s\n' workload runs cut-points consistent failed
 for w in "${wl_order[@]}"; do
 	printf '              %-20s %5d %10d %10d %6d\n' "$w" "${wl_runs[$w]}" "${wl_states[$w]}" \
