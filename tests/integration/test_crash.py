@@ -323,6 +323,9 @@ def test_crash_raid(kernel, workdir, profile, ndev, degraded, seed):
         assert s["deg_tolerated"] == 0
     else:
         assert s["deg_commits"] >= 5, f"too few completed commits checked degraded: {s}"
+        # the degraded check can fail: mid-commit raid5 states with stale parity must show
+        # (if the write hole is ever closed, this fails: check raid5 with --degraded then)
+        assert s["deg_tolerated"] > 0, f"no raid5 state showed the write hole: {s}"
         print(f"{profile}: {s['deg_tolerated']} of {s['states']} states unreadable degraded "
               "in the middle of a commit (the write hole)")
 
