@@ -5,7 +5,8 @@
 #
 # 1. Power cuts: for each of SEEDS seeds (default 4) and each workload (mix with
 #    16 KiB nodes, mix with 4 KiB nodes, large overwrites, ENOSPC on a small
-#    prefilled image; snapshots and their deletion; compression (zlib, lzo, zstd
+#    prefilled image; fallocate and clone (the full profile, its reference on
+#    kernel btrfs); snapshots and their deletion; compression (zlib, lzo, zstd
 #    in turn) over the mix and the overwrites; raid1 over 2 devices, raid5 and
 #    raid6 over 3; butter's replay of a kernel-made tree log), butter-workload
 #    runs OPS operations (default 400; fewer for the heavier ones) with the
@@ -46,7 +47,7 @@ while getopts "b:s:o:k:f:w:h" opt; do
 	k) ksample=$OPTARG ;;
 	f) fuzz_secs=$OPTARG ;;
 	w) work=$OPTARG ;;
-	*) sed -n '2,31p' "$0"; exit 2 ;;
+	*) sed -n '2,32p' "$0"; exit 2 ;;
 	esac
 done
 W=$build/tests/tools/butter-workload
@@ -93,9 +94,11 @@ wl_order=()
 rw_opened=0 rw_agreed=0 rw_drops=0 rw_logs=0 deg_opened=0 deg_agreed=0 deg_tolerated=0
 
 # replay_case NAME SEED OPS SYNC_EVERY: the workload on copies of $d/start0.img...
-# (with "${wargs[@]}"), then crashreplay with "${rargs[@]}"; d, wargs, rargs set by the caller
+# (with "${wargs[@]}"), then crashreplay with "${rargs[@]}"; d, wargs, rargs set by the caller,
+# and refdir if the reference is not to be a new directory
 replay_case() {
 	local name=$1 seed=$2 n=$3 sync_every=$4 line i=0 starts=() copies=() extra=()
+	local ref=${refdir:-$d/ref}
 	for img in "$d"/start*.img; do
 		starts+=("$img")
 		copies+=("$d/dev$i.img")
@@ -105,7 +108,7 @@ replay_case() {
 	done
 	mkdir -p "$d/ref"
 	if ! "$W" "${extra[@]}" --record "$d/log" --manifest "$d/manifest" "${wargs[@]}" \
-		"${copies[0]}" "$d/ref" "$seed" "$n" "$sync_every" > "$d/workload.out" 2>&1; then
+		"${copies[0]}" "$ref" "$seed" "$n" "$sync_every" > "$d/workload.out" 2>&1; then
 		# still replay what it logged: every state up to the failure must be consistent
 		echo "crash $name seed $seed: the workload failed:"; tail -n 5 "$d/workload.out"
 		workload_failures=$((workload_failures + 1))
@@ -149,6 +152,25 @@ crash_case() { # crash_case NAME SIZE NODESIZE SEED OPS SYNC_EVERY WORKLOAD-ARGS
 	rargs=()
 	[ "$name" = snapshot ] && rargs=(--rw-check 100000)
 	replay_case "$name" "$seed" "$n" "$sync_every"
+}
+
+full_case() { # full_case SEED OPS: fallocate and clone too, the reference on kernel btrfs
+	local seed=$1 l m="$dir/refmnt-$1"
+	d="$dir/full-$seed"
+	mkdir -p "$d" "$m"
+	mkimage "$d/start0.img" $((128 << 20)) 16384
+	mkimage "$dir/ref-$seed.img" $((512 << 20)) 16384
+	l=$(losetup -f --show "$dir/ref-$seed.img")
+	loops+=("$l")
+	mount "$l" "$m"
+	wargs=(--profile full --max-file $((1 << 20)))
+	rargs=()
+	refdir=$m replay_case full "$seed" "$2" 10
+	umount "$m"
+	btrfs device scan --forget "$l" 2>/dev/null || true
+	losetup -d "$l"
+	unset 'loops[-1]'
+	rm -rf "$m" "$dir/ref-$seed.img"
 }
 
 raid_case() { # raid_case PROFILE DEVICES DEGRADED-OPTION SEED OPS
@@ -219,6 +241,7 @@ for seed in $(seq 1 "$seeds"); do
 		--max-file $((4 << 20))
 	crash_case enospc $((110 << 20)) 16384 "$seed" $((ops / 2)) 5 --profile fill \
 		--max-file $((2 << 20)) --enospc-ok
+	full_case "$seed" "$ops"
 	crash_case snapshot $((128 << 20)) 16384 "$seed" $((ops / 2)) 10 --profile snapshot \
 		--max-file $((1 << 18))
 	crash_case compress-mix $((128 << 20)) 16384 "$seed" "$ops" 20 --profile mix \

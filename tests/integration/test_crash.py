@@ -28,6 +28,9 @@ the operations for a longer soak; bench/reliability.sh runs bigger ones).
 
 Later features, each its own case (runtimes: sanitizer build, this loaded 2-core machine):
 
+  - fallocate and clone: the full profile (every fallocate mode, FICLONERANGE within and
+    across files, and the mix), its reference directory on a kernel btrfs mount. About 800
+    states, 16 s.
   - snapshots: the mix inside subvolume "vol", with read-only and writable snapshots of
     it (and of snapshots), operations inside the writable ones, snapshot deletions and
     rollbacks ("vol" deleted, a snapshot of a snapshot in its place); the manifest holds
@@ -193,11 +196,13 @@ def test_enospc_never_aborts(kernel, workdir):
 
 # ---- later features: snapshots, compression, RAID, log replay ------------------------
 
-def run_recorded(workdir, starts, args, seed, ops, sync_every, tag="run"):
+def run_recorded(workdir, starts, args, seed, ops, sync_every, tag="run", ref=None):
     """Run the workload with the recorder on copies of the images `starts` (device 0
-    first); return (log, manifest, stdout, copies)."""
+    first), the reference in `ref` (default: a new directory); return (log, manifest,
+    stdout, copies)."""
     d = os.path.join(workdir, tag)
     os.makedirs(os.path.join(d, "ref"))
+    ref = ref or os.path.join(d, "ref")
     copies = []
     for i, img in enumerate(starts):
         copies.append(os.path.join(d, f"dev{i}.img"))
@@ -206,8 +211,8 @@ def run_recorded(workdir, starts, args, seed, ops, sync_every, tag="run"):
     cmd = [tool("butter-workload"), "--record", log, "--manifest", manifest]
     for extra in copies[1:]:
         cmd += ["--device", extra]
-    r = kfs.run(cmd + args + [copies[0], os.path.join(d, "ref"), str(seed), str(ops),
-                              str(sync_every)], check=False, timeout=900)
+    r = kfs.run(cmd + args + [copies[0], ref, str(seed), str(ops), str(sync_every)],
+                check=False, timeout=900)
     assert r.returncode == 0, f"workload failed:\n{r.stdout}\n{r.stderr}"
     assert "AddressSanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr
     return log, manifest, r.stdout, copies
@@ -266,6 +271,23 @@ def test_crash_snapshots(kernel, workdir):
     assert s["checked"] == s["states"] and s["torn"] > 0 and s["reordered"] > 0
     assert s["rw_opened"] >= 450 and s["rw_agreed"] == s["rw_opened"], s
     assert s["rw_drops"] > 0, f"no sampled state was cut in the middle of a drop: {s}"
+
+
+@pytest.mark.butter_timeout(1200)
+def test_crash_fallocate_clone(kernel, workdir):
+    """The full profile (fallocate in every mode, FICLONERANGE clones, and the rest) at every
+    write point; its reference directory is on kernel btrfs, whose answers are btrfs's own."""
+    start = os.path.join(workdir, "start.img")
+    make_image(start, 128 << 20)
+    with kfs.kernel_fs(workdir, size=512 << 20, name="reference") as reffs:
+        log, manifest, out, _ = run_recorded(workdir, [start], ["--max-file", str(1 << 20)],
+                                             9, 250 * SCALE, 10, ref=reffs.mnt)
+    t = tally(out)
+    for op in ("fallocate", "clone"):
+        assert t.get(op, (0, 0))[1] > 0, f"no {op} succeeded: {out}"
+    s = replay_states(workdir, log, manifest, [start])
+    assert s["states"] >= 500 and s["checked"] == s["states"], s
+    assert s["torn"] > 0 and s["reordered"] > 0
 
 
 COMPRESS_CASES = [
