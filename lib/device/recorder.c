@@ -38,6 +38,14 @@
  *     record ends).
  *  3. A failure to append to the log fails the operation (-EIO or the
  *     write(2) error): an incomplete log would make replays lie.
+ *  4. The devices of one filesystem share the log, so it is one order over
+ *     all of them, and that order never contradicts what happened: a record
+ *     is appended before its operation returns, so whatever was issued after
+ *     an operation returned (on any device, from any thread) is logged after
+ *     it. Only operations in flight at the same time may be logged in either
+ *     order, and the device could have completed those in either order too.
+ *     A prefix of the log is therefore a state all the devices could have
+ *     been in together at one instant (tests/tools/crashreplay.c cuts there).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -46,6 +46,13 @@ struct butter_fs {
 	pthread_mutex_t subvol_lock;
 	struct subvol **subvols;    /* protected by subvol_lock; entries never move */
 	size_t nsubvols;
+	/*
+	 * The highest subvolume id handed out by this handle: ids never repeat
+	 * within it (a deleted subvolume's record stays in the cache, and its id
+	 * would find it), as the kernel never reuses one within a mount.
+	 * Protected by the write lock.
+	 */
+	u64 last_subvol_id;
 
 	/* write side (NULL/0 when opened read-only); see write.c */
 	struct fs_write_state *w;

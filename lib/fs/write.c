@@ -643,7 +643,10 @@ int fs_link_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, const c
 	return ret;
 }
 
-/* The next free subvolume id (largest root item id + 1, at least 256). */
+/*
+ * The next free subvolume id: the largest root item id + 1, at least 256, and
+ * above every id this handle handed out before.
+ */
 int fs_next_subvol_id(struct butter_fs *fs, u64 *id)
 {
 	struct btrfs_key key = { BTRFS_LAST_FREE_OBJECTID, 0xff, (u64)-1 };
@@ -654,7 +657,12 @@ int fs_next_subvol_id(struct butter_fs *fs, u64 *id)
 	*id = BTRFS_FIRST_FREE_OBJECTID;
 	if (ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID)
 		*id = key.objectid + 1;
-	return *id > BTRFS_LAST_FREE_OBJECTID ? -ENOSPC : 0;
+	if (*id <= fs->last_subvol_id)
+		*id = fs->last_subvol_id + 1; /* the newest was deleted: not its id again */
+	if (*id > BTRFS_LAST_FREE_OBJECTID)
+		return -ENOSPC;
+	fs->last_subvol_id = *id;
+	return 0;
 }
 
 /*

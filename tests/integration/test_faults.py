@@ -1,14 +1,14 @@
 """A failing disk: reads fall back to good copies, failing writes never corrupt.
 
 The fault-injection device (lib/device/fault.c, reached through `butter --fault SPEC`
-and `butter-crashload --fault SPEC`) makes chosen device operations fail:
+and `butter-workload --fault SPEC`) makes chosen device operations fail:
 
 1. Reads: on a raid1 filesystem the kernel wrote, every read of one device past its
    first MiB fails (its superblock stays readable, every chunk copy on it does not).
    `butter extract` must still give every file exactly, from the other copy; with both
    devices failing it must fail with the path named, never hand out bad bytes.
 2. Writes, flushes, torn writes, a vanishing device (single device and raid1): a seeded
-   workload (tests/tools/crashload.c) runs until the fault stops it; the library must
+   workload (tests/tools/workload.c) runs until the fault stops it; the library must
    say the transaction aborted and the filesystem is read-only, refuse further changes
    and commits with EROFS, and leave on disk the last committed state: crashreplay
    --verify checks that butter reads exactly the manifest's state for the image's
@@ -108,7 +108,8 @@ def run_workload(workdir, images, tag, fault=None, record=None, ops=100, sync_ev
         copies.append(os.path.join(d, f"dev{i}.img"))
         kfs.run(["cp", "--sparse=always", img, copies[-1]])
     manifest = os.path.join(d, "manifest")
-    args = [tool("butter-crashload"), "--manifest", manifest, "--max-file", str(1 << 20)]
+    args = [tool("butter-workload"), "--profile", "mix", "--manifest", manifest, "--max-file",
+            str(1 << 20)]
     for extra in copies[1:]:
         args += ["--device", extra]
     if fault:

@@ -8,7 +8,7 @@
  * LOG is a record log (lib/device/recorder.c) of a workload that started on
  * the images IMAGE... (device 0, 1, ... in the log's order; they are only
  * read); MANIFEST is the workload's account of what each commit held and
- * when it was durable (tests/tools/crashload.c). --verify checks the images
+ * when it was durable (tests/tools/workload.c). --verify checks the images
  * themselves as they are now (after a fault test) against the manifest.
  *
  * States (cut points), each built on copies of the images (sparse files in
@@ -37,14 +37,35 @@
  *  d. for a sample of states (--kernel N, evenly spread; every --verify): the
  *     kernel mounts the image(s) read-only and shows the manifest's state for
  *     the generation of the newest primary superblock (the kernel reads only
- *     primary copies).
+ *     primary copies). A state whose superblock holds a tree log is mounted
+ *     from writable copies (the kernel replays the log even for a read-only
+ *     mount, and refuses read-only media) and must show the manifest's state
+ *     for the generation the log replays to ("replays GEN0 GEN1" lines);
+ *  e. --degraded (multi-device states): butter also opens it read-only and
+ *     degraded with one device missing (device index % devices, in turn) and
+ *     reads the manifest's state of the generation it finds, no older than
+ *     the durable one. --degraded-commits requires that only of the states
+ *     a commit just completed (every write of it there, nothing of the next
+ *     one), and counts the other states' degraded failures as tolerated:
+ *     RAID5/6 rewrite the parity of stripe rows in place, so a cut between a
+ *     row's data and parity writes leaves that row's parity stale and a
+ *     block of it beyond rebuilding from the others (the write hole, as in
+ *     the kernel without a stripe tree);
+ *  f. for a sample of states (--rw-check N, evenly spread; every state when N
+ *     is at least their number): butter opens writable copies read-write (the
+ *     open replays a tree log, finishes dropping deleted subvolumes, cleans
+ *     orphans), must show the tree of the generation it opened (or the one
+ *     its log replays to), closes them (a commit), and `btrfs check
+ *     --readonly` must still be clean (single device), and a read-only open
+ *     must show the same tree again.
  *
  * Output: a FAIL line per inconsistent state (the first --show of them with
  * details; --save-failed DIR keeps the images of the first), then one summary
  * line:
  *   crashreplay: records R (writes W, flushes F); states S (prefix P, torn T,
  *   reordered O); consistent C; failed X; btrfs-check B; kernel-mounted K,
- *   agreed A; durable-bytes-verified D
+ *   agreed A; durable-bytes-verified D; rw-opened W, agreed V, drops-finished
+ *   P, logs-replayed L; degraded-opened G, agreed H, tolerated T, at-commits M
  * Exit status 0 if every state was consistent, 1 if not, 2 on a usage or
  * setup error.
  */
@@ -75,6 +96,7 @@ extern char **environ;
 #define LOG_HEADER 16u
 #define SUPER_OFFSET 65536u
 #define SUPER_GEN_FIELD 72u /* csum 32, fsid 16, bytenr 8, flags 8, magic 8 */
+#define SUPER_LOG_ROOT_FIELD 96u /* then generation 8, root 8, chunk_root 8 */
 #define MAX_DEVS 16
 
 struct rec {
@@ -95,6 +117,10 @@ struct durable {
 	uint64_t gen, pos;
 };
 
+struct replays {
+	uint64_t from, to; /* an image at @from with a tree log shows @to's tree after replay */
+};
+
 struct undo {
 	size_t rec;            /* record it undoes */
 	uint32_t dev;
@@ -112,9 +138,11 @@ enum kind { ST_PREFIX, ST_TORN, ST_REORDER, ST_VERIFY };
 struct ctx {
 	/* options */
 	uint64_t seed;
-	unsigned torn, reorder, show, ksample;
+	unsigned torn, reorder, show, ksample, rwsample;
 	uint64_t sector, max_states;
 	int check, verbose;
+	int degraded;          /* 1: every state; 2: only where a commit completed */
+	int at_commit;         /* the state being checked holds exactly a completed commit */
 	const char *workdir, *save_failed;
 
 	/* the log and the manifest */
@@ -124,6 +152,8 @@ struct ctx {
 	size_t nstates;
 	struct durable *dur;
 	size_t ndur;
+	struct replays *rep;
+	size_t nrep;
 
 	/* state files */
 	size_t ndev;
@@ -138,13 +168,15 @@ struct ctx {
 	int dry;               /* count states only */
 	uint64_t index;        /* states seen so far */
 	uint64_t total;        /* from the dry pass */
-	uint64_t kernel_every;
+	uint64_t kernel_every, rw_every;
 	int saved;
 
 	/* figures */
 	uint64_t n_prefix, n_torn, n_reorder, consistent, failed, checked, kmounted, kagreed;
 	uint64_t durable_bytes;
 	uint64_t nwrites, nflushes;
+	uint64_t rw_opened, rw_agreed, rw_drops, rw_logs, deg_opened, deg_agreed, deg_tolerated,
+		 deg_commits;
 };
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -294,6 +326,12 @@ static void load_manifest(struct ctx *c, const char *path)
 			}
 			c->dur[c->ndur].gen = a;
 			c->dur[c->ndur++].pos = b;
+		} else if (sscanf(line, "replays %llu %llu", &a, &b) == 2) {
+			c->rep = realloc(c->rep, (c->nrep + 1) * sizeof(*c->rep));
+			if (!c->rep)
+				die("out of memory");
+			c->rep[c->nrep].from = a;
+			c->rep[c->nrep++].to = b;
 		} else if (*line) {
 			die("%s: unexpected line: %s", path, line);
 		}
@@ -315,6 +353,15 @@ static const struct mstate *state_for(const struct ctx *c, uint64_t gen)
 	return NULL;
 }
 
+/* The generation an image at @gen shows once its tree log is replayed. */
+static uint64_t replayed_gen(const struct ctx *c, uint64_t gen)
+{
+	for (size_t i = 0; i < c->nrep; i++)
+		if (c->rep[i].from == gen)
+			return c->rep[i].to;
+	return gen;
+}
+
 /* The newest generation durable once the log was @pos bytes long (0: none). */
 static uint64_t durable_gen(const struct ctx *c, uint64_t pos)
 {
@@ -324,6 +371,15 @@ static uint64_t durable_gen(const struct ctx *c, uint64_t pos)
 		if (c->dur[i].pos <= pos && c->dur[i].gen > gen)
 			gen = c->dur[i].gen;
 	return gen;
+}
+
+/* Did a commit complete exactly when the log was @pos bytes long? */
+static int is_durable_pos(const struct ctx *c, uint64_t pos)
+{
+	for (size_t i = 0; i < c->ndur; i++)
+		if (c->dur[i].pos == pos)
+			return 1;
+	return 0;
 }
 
 /* ---- state files --------------------------------------------------------- */
@@ -354,8 +410,14 @@ static void copy_image(const char *src, const char *dst, uint64_t want_size)
 	if (!buf)
 		die("out of memory");
 	while (off < (uint64_t)st.st_size) {
-		ssize_t n = pread(in, buf, 1 << 20, (off_t)off), k;
+		off_t data = lseek(in, (off_t)off, SEEK_DATA);
+		ssize_t n, k;
 
+		if (data < 0 && errno == ENXIO)
+			break; /* only a hole is left */
+		if (data > (off_t)off)
+			off = (uint64_t)data & ~(uint64_t)4095;
+		n = pread(in, buf, 1 << 20, (off_t)off);
 		if (n <= 0)
 			die("%s: read error", src);
 		for (k = 0; k < n && !buf[k]; k++)
@@ -490,13 +552,17 @@ static void print_file_head(const char *path, int lines)
 	fclose(f);
 }
 
-/* Attach @path read-only to a free loop device; its name goes to @loopdev. */
-static int loop_attach(const char *path, const char *out, char *loopdev, size_t cap)
+/* Attach @path (read-only unless @writable) to a free loop device; its name goes to @loopdev. */
+static int loop_attach(const char *path, int writable, const char *out, char *loopdev, size_t cap)
 {
 	char *argv[] = { "losetup", "--find", "--show", "--read-only", (char *)path, NULL };
 	FILE *f;
 	int ok;
 
+	if (writable) {
+		argv[3] = (char *)path;
+		argv[4] = NULL;
+	}
 	if (run(argv, out) != 0)
 		return -1;
 	f = fopen(out, "r");
@@ -520,20 +586,46 @@ static void loop_detach(char *loopdev, const char *out)
 		die("cannot detach %s", loopdev);
 }
 
+/* Does device 0's primary superblock point at a tree log? */
+static int has_tree_log(const struct ctx *c)
+{
+	uint8_t v[8];
+
+	xpread(c->fds[0], v, 8, SUPER_OFFSET + SUPER_LOG_ROOT_FIELD);
+	return get_le(v, 8) != 0;
+}
+
+/* Copy every state image to WORKDIR/TAG-N.img; the paths go to @paths. */
+static void copy_state(struct ctx *c, const char *tag, char paths[][4400])
+{
+	for (size_t d = 0; d < c->ndev; d++) {
+		snprintf(paths[d], 4400, "%s/%s-%zu.img", c->workdir, tag, d);
+		copy_image(c->paths[d], paths[d], 0);
+	}
+}
+
+static void remove_copies(const struct ctx *c, char paths[][4400])
+{
+	for (size_t d = 0; d < c->ndev; d++)
+		unlink(paths[d]);
+}
+
 /*
  * Mount the state read-only with the kernel and compare with the manifest's
  * state for the newest primary superblock's generation (the kernel reads
  * only primary copies). A multi-device state is also checked here with
- * btrfs check, which needs the devices as block devices.
+ * btrfs check, which needs the devices as block devices. A state with a
+ * tree log is mounted from writable copies: the kernel replays the log.
  */
 static int kernel_agrees(struct ctx *c, const char *what)
 {
 	char out[4200], loops[MAX_DEVS][128], opts[4096], *argv[8];
+	static char copies[MAX_DEVS][4400];
 	uint64_t gen = 0;
 	const struct mstate *want;
 	struct treelist got;
 	size_t d, nloops = 0;
-	int ret, ok = 0;
+	int ret, ok = 0, log = has_tree_log(c);
 
 	snprintf(out, sizeof(out), "%s/cmd.out", c->workdir);
 	for (d = 0; d < c->ndev; d++) {
@@ -543,9 +635,15 @@ static int kernel_agrees(struct ctx *c, const char *what)
 		if (get_le(g, 8) > gen)
 			gen = get_le(g, 8);
 	}
+	if (log) {
+		gen = replayed_gen(c, gen);
+		copy_state(c, "kernel", copies);
+	}
 	want = state_for(c, gen);
 	for (d = 0; d < c->ndev; d++, nloops++) {
-		if (loop_attach(c->paths[d], out, loops[d], sizeof(loops[d]))) {
+		const char *img = log ? copies[d] : c->paths[d];
+
+		if (loop_attach(img, log, out, loops[d], sizeof(loops[d]))) {
 			fprintf(stderr, "FAIL %s: losetup failed\n", what);
 			print_file_head(out, 5);
 			goto detach;
@@ -600,6 +698,168 @@ static int kernel_agrees(struct ctx *c, const char *what)
 detach:
 	while (nloops-- > 0)
 		loop_detach(loops[nloops], out);
+	if (log)
+		remove_copies(c, copies);
+	return ok;
+}
+
+/*
+ * --degraded: open the state read-only without device (index % devices) and
+ * compare with the manifest's state for the generation found. 1 if it agrees.
+ */
+static int degraded_agrees(struct ctx *c, uint64_t dgen, const char *what, int show)
+{
+	struct butter_open_opts o = { 0 };
+	const char *devs[MAX_DEVS], *first = NULL;
+	size_t miss = (size_t)(c->index % c->ndev), nd = 0, d;
+	struct butter_fs *fs = NULL;
+	struct butter_info info;
+	const struct mstate *want;
+	struct treelist got = { 0 };
+	int ret, ok = 0;
+
+	for (d = 0; d < c->ndev; d++) {
+		if (d == miss)
+			continue;
+		if (!first)
+			first = c->paths[d];
+		else
+			devs[nd++] = c->paths[d];
+	}
+	o.devices = devs;
+	o.ndevices = nd;
+	o.flags = BUTTER_OPEN_RDONLY | BUTTER_OPEN_DEGRADED;
+	o.log = collect_message;
+	o.log_level = BUTTER_LOG_WARNING;
+	messages_len = 0;
+	if (messages)
+		messages[0] = '\0';
+	c->deg_opened++;
+	ret = butter_open(first, &o, &fs);
+	if (ret) {
+		if (show)
+			fprintf(stderr, "FAIL %s: butter cannot open it without device %zu: %s\n%s",
+				what, miss, strerror(-ret), messages ? messages : "");
+		return 0;
+	}
+	butter_get_info(fs, &info);
+	want = state_for(c, info.generation);
+	if (info.generation < dgen) {
+		if (show)
+			fprintf(stderr, "FAIL %s: without device %zu: generation %" PRIu64 " but %"
+					PRIu64 " was durable\n", what, miss, info.generation, dgen);
+	} else if (!want) {
+		if (show)
+			fprintf(stderr, "FAIL %s: without device %zu: generation %" PRIu64
+					" is not in the manifest\n", what, miss, info.generation);
+	} else if ((ret = treelist_butter(fs, &got)) != 0) {
+		if (show)
+			fprintf(stderr, "FAIL %s: without device %zu: reading the tree: %s\n%s",
+				what, miss, strerror(-ret), messages ? messages : "");
+	} else if (treelist_diff(&want->list, &got, "  degraded", show ? 10 : 0)) {
+		if (show)
+			fprintf(stderr, "FAIL %s: without device %zu: the tree differs from "
+					"the manifest's generation %" PRIu64 "\n", what, miss,
+				want->gen);
+	} else {
+		ok = 1;
+		c->deg_agreed++;
+	}
+	treelist_free(&got);
+	butter_close(fs);
+	return ok;
+}
+
+/* Open @paths (read-only with @flags) and compare with @want; 1 if equal. */
+static int open_and_compare(struct ctx *c, char paths[][4400], unsigned flags,
+			    const struct mstate *want, const char *what, const char *how, int show)
+{
+	struct butter_open_opts o = { 0 };
+	const char *devs[MAX_DEVS];
+	struct butter_fs *fs = NULL;
+	struct treelist got = { 0 };
+	int ret, ok = 0;
+
+	for (size_t d = 1; d < c->ndev; d++)
+		devs[d - 1] = paths[d];
+	o.devices = devs;
+	o.ndevices = c->ndev - 1;
+	o.flags = flags;
+	o.log = collect_message;
+	o.log_level = BUTTER_LOG_INFO;
+	ret = butter_open(paths[0], &o, &fs);
+	if (ret) {
+		if (show)
+			fprintf(stderr, "FAIL %s: %s: butter cannot open it: %s\n%s", what, how,
+				strerror(-ret), messages ? messages : "");
+		return 0;
+	}
+	ret = treelist_butter(fs, &got);
+	if (ret) {
+		if (show)
+			fprintf(stderr, "FAIL %s: %s: reading the tree: %s\n%s", what, how,
+				strerror(-ret), messages ? messages : "");
+	} else if (treelist_diff(&want->list, &got, "  read-write", show ? 10 : 0)) {
+		if (show)
+			fprintf(stderr, "FAIL %s: %s: the tree differs from the manifest's "
+					"generation %" PRIu64 "\n", what, how, want->gen);
+	} else {
+		ok = 1;
+	}
+	treelist_free(&got);
+	butter_close(fs);
+	return ok;
+}
+
+/*
+ * --rw-check: open writable copies of the state read-write (log replay,
+ * unfinished subvolume drops, orphans), compare, close, btrfs check, and
+ * compare once more read-only. @gen: the generation the read-only open saw.
+ */
+static int rw_agrees(struct ctx *c, uint64_t gen, const char *what, int show)
+{
+	static char copies[MAX_DEVS][4400];
+	int log = has_tree_log(c), ok = 0;
+	const struct mstate *want = state_for(c, log ? replayed_gen(c, gen) : gen);
+
+	c->rw_opened++;
+	if (!want) {
+		if (show)
+			fprintf(stderr, "FAIL %s: its log replays to generation %" PRIu64
+					", which the manifest does not know\n", what,
+				replayed_gen(c, gen));
+		return 0;
+	}
+	copy_state(c, "rw", copies);
+	messages_len = 0;
+	if (messages)
+		messages[0] = '\0';
+	if (!open_and_compare(c, copies, 0, want, what, "read-write", show))
+		goto out;
+	if (messages && strstr(messages, "dropping deleted subvolume"))
+		c->rw_drops++;
+	if (log)
+		c->rw_logs++;
+	if (c->check && c->ndev == 1) {
+		char out[4200], *argv[] = { "btrfs", "check", "--readonly", copies[0], NULL };
+
+		snprintf(out, sizeof(out), "%s/check.out", c->workdir);
+		if (run(argv, out) != 0) {
+			if (show) {
+				fprintf(stderr, "FAIL %s: after a read-write open, btrfs check "
+						"--readonly fails:\n", what);
+				print_file_head(out, 25);
+			}
+			goto out;
+		}
+	}
+	if (!open_and_compare(c, copies, BUTTER_OPEN_RDONLY, want, what,
+			      "read-only after the read-write open", show))
+		goto out;
+	ok = 1;
+	c->rw_agreed++;
+out:
+	remove_copies(c, copies);
 	return ok;
 }
 
@@ -713,6 +973,19 @@ static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what
 			goto out;
 		c->kagreed++;
 	}
+	if (c->degraded && c->ndev > 1) {
+		int hard = c->degraded == 1 || c->at_commit;
+
+		c->deg_commits += (uint64_t)c->at_commit;
+		if (!degraded_agrees(c, dgen, what, show && hard)) {
+			if (hard)
+				goto out;
+			c->deg_tolerated++;
+		}
+	}
+	if (c->rw_every && c->index % c->rw_every == c->rw_every / 2 &&
+	    !rw_agrees(c, info.generation, what, show))
+		goto out;
 	ok = 1;
 	if (info.generation == dgen)
 		c->durable_bytes += want->list.file_bytes;
@@ -864,8 +1137,15 @@ static void walk(struct ctx *c)
 		uint64_t pos = n ? c->recs[n - 1].end : LOG_HEADER;
 
 		if (n == 0 || c->recs[n - 1].type == REC_WRITE) {
-			snprintf(what, sizeof(what), "prefix of %zu records", n);
+			size_t k = n;
+
+			while (k < c->nrec && c->recs[k].type == REC_FLUSH)
+				k++;
+			c->at_commit = n == 0 || (k > n && is_durable_pos(c, c->recs[k - 1].end));
+			snprintf(what, sizeof(what), "prefix of %zu records%s", n,
+				 c->at_commit ? " (a commit completed)" : "");
 			verify(c, ST_PREFIX, pos, what);
+			c->at_commit = 0;
 		}
 		while (p0 < n && !pending(c, p0, last_flush))
 			p0++;
@@ -899,6 +1179,9 @@ static int usage(void)
 		"  --sector BYTES    tear granularity (4096)\n"
 		"  --no-check        skip btrfs check\n"
 		"  --kernel N        mount about N states with the kernel (0)\n"
+		"  --rw-check N      open about N states read-write, on copies (0)\n"
+		"  --degraded        open multi-device states without one device too\n"
+		"  --degraded-commits  the same, required only where a commit completed\n"
 		"  --max-states N    stop after N states\n"
 		"  --show N          details for the first N failures (5)\n"
 		"  --save-failed DIR keep the images of the first failing state\n"
@@ -944,6 +1227,12 @@ int main(int argc, char **argv)
 			c.sector = strtoull(argv[++a], NULL, 0);
 		else if (strcmp(o, "--kernel") == 0 && has)
 			c.ksample = (unsigned)strtoul(argv[++a], NULL, 0);
+		else if (strcmp(o, "--rw-check") == 0 && has)
+			c.rwsample = (unsigned)strtoul(argv[++a], NULL, 0);
+		else if (strcmp(o, "--degraded") == 0)
+			c.degraded = 1;
+		else if (strcmp(o, "--degraded-commits") == 0)
+			c.degraded = 2;
 		else if (strcmp(o, "--max-states") == 0 && has)
 			c.max_states = strtoull(argv[++a], NULL, 0);
 		else if (strcmp(o, "--show") == 0 && has)
@@ -1004,15 +1293,22 @@ int main(int argc, char **argv)
 		c.dry = 0;
 		if (c.ksample)
 			c.kernel_every = c.total / c.ksample ? c.total / c.ksample : 1;
+		if (c.rwsample)
+			c.rw_every = c.total / c.rwsample ? c.total / c.rwsample : 1;
 		walk(&c);
 	}
 
 	printf("crashreplay: records %zu (writes %" PRIu64 ", flushes %" PRIu64 "); states %" PRIu64
 	       " (prefix %" PRIu64 ", torn %" PRIu64 ", reordered %" PRIu64 "); consistent %" PRIu64
 	       "; failed %" PRIu64 "; btrfs-check %" PRIu64 "; kernel-mounted %" PRIu64
-	       ", agreed %" PRIu64 "; durable-bytes-verified %" PRIu64 "\n",
+	       ", agreed %" PRIu64 "; durable-bytes-verified %" PRIu64 "; rw-opened %" PRIu64
+	       ", agreed %" PRIu64 ", drops-finished %" PRIu64 ", logs-replayed %" PRIu64
+	       "; degraded-opened %" PRIu64 ", agreed %" PRIu64 ", tolerated %" PRIu64
+	       ", at-commits %" PRIu64 "\n",
 	       c.nrec, c.nwrites, c.nflushes, c.index, c.n_prefix, c.n_torn, c.n_reorder,
-	       c.consistent, c.failed, c.checked, c.kmounted, c.kagreed, c.durable_bytes);
+	       c.consistent, c.failed, c.checked, c.kmounted, c.kagreed, c.durable_bytes,
+	       c.rw_opened, c.rw_agreed, c.rw_drops, c.rw_logs, c.deg_opened, c.deg_agreed,
+	       c.deg_tolerated, c.deg_commits);
 
 	rollback(&c, &c.tmp_j, 0);
 	forget(&c.main_j, SIZE_MAX);
@@ -1038,6 +1334,7 @@ int main(int argc, char **argv)
 		treelist_free(&c.states[i].list);
 	free(c.states);
 	free(c.dur);
+	free(c.rep);
 	free(c.recs);
 	free(messages);
 	return c.failed ? 1 : 0;

@@ -3,7 +3,8 @@
   tool(name)            path of butter-workload / crashreplay; fails the test if missing
                         (BUTTER_TOOLS overrides the directory)
   make_image(path, ...) a sparse image file made by mkfs.btrfs
-  parse_summary(text)   the figures of crashreplay's summary line, as a dict
+  parse_summary(text)   the figures of crashreplay's summary line, as a dict (rw_* and
+                        deg_* too when it has them)
   log_records(log)      (type, device, offset, length) of each record of a record log
                         (format: lib/device/recorder.c)
 """
@@ -22,6 +23,12 @@ SUMMARY = re.compile(
 FIELDS = ("records", "writes", "flushes", "states", "prefix", "torn", "reordered",
           "consistent", "failed", "checked", "kmounted", "kagreed", "durable_bytes")
 REC_DEVICE, REC_WRITE, REC_FLUSH = 1, 2, 3
+# the read-write and degraded checks (crashreplay --rw-check, --degraded)
+SUMMARY_RW = re.compile(
+    r"rw-opened (\d+), agreed (\d+), drops-finished (\d+), logs-replayed (\d+); "
+    r"degraded-opened (\d+), agreed (\d+), tolerated (\d+), at-commits (\d+)")
+FIELDS_RW = ("rw_opened", "rw_agreed", "rw_drops", "rw_logs", "deg_opened", "deg_agreed",
+             "deg_tolerated", "deg_commits")
 
 
 def tools_dir():
@@ -47,7 +54,11 @@ def make_image(path, size, nodesize=16384, mkfs_args=()):
 def parse_summary(out):
     m = SUMMARY.search(out)
     assert m, f"no summary line from crashreplay:\n{out[-3000:]}"
-    return dict(zip(FIELDS, (int(g) for g in m.groups())))
+    figures = dict(zip(FIELDS, (int(g) for g in m.groups())))
+    m = SUMMARY_RW.search(out)
+    if m:
+        figures.update(zip(FIELDS_RW, (int(g) for g in m.groups())))
+    return figures
 
 
 def log_records(log):
