@@ -38,6 +38,13 @@ struct txn_ctx {
 	int super_dirty;               /* the superblock alone changed (label): commit anyway */
 	int aborted;                   /* an error poisoned the filesystem: no more commits */
 	struct tree_trans tt;
+	/*
+	 * Called first by every commit (NULL: none): the tree log
+	 * (lib/fs/tree_log.c) pins its blocks and clears the superblock's log
+	 * root, since the commit holds everything the log held.
+	 */
+	int (*pre_commit)(void *arg);
+	void *pre_commit_arg;
 };
 
 /* Register a tree whose root item must follow its root at commit. */
