@@ -112,6 +112,7 @@ struct inode_plan {
 	struct subvol *sv;
 	u64 ino;
 	int skip;                    /* unchanged since the commit: nothing to log */
+	const char *why;             /* why it cannot be logged (a commit instead) */
 	struct item_vec items;       /* items to copy, holes included */
 	struct range_set csums;      /* data ranges whose checksums to log */
 	u8 *names;                   /* serialised name items (logged_inode.names) */
@@ -187,13 +188,16 @@ static int serialise(const struct item_vec *l, u8 **out, size_t *len)
 	u8 *buf;
 
 	for (i = 0; i < l->n; i++)
-		total += sizeof(struct btrfs_key) + sizeof(u32) + l->v[i].size;
+		total += sizeof(struct btrfs_disk_key) + sizeof(u32) + l->v[i].size;
 	buf = malloc(total ? total : 1);
 	if (!buf)
 		return -ENOMEM;
 	for (i = 0; i < l->n; i++) {
-		memcpy(buf + pos, &l->v[i].key, sizeof(struct btrfs_key));
-		pos += sizeof(struct btrfs_key);
+		struct btrfs_disk_key dk;
+
+		btrfs_cpu_to_disk_key(&dk, &l->v[i].key); /* packed: no padding to compare */
+		memcpy(buf + pos, &dk, sizeof(dk));
+		pos += sizeof(dk);
 		memcpy(buf + pos, &l->v[i].size, sizeof(u32));
 		pos += sizeof(u32);
 		memcpy(buf + pos, l->v[i].data, l->v[i].size);
@@ -462,11 +466,13 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, struct i
 	p->sv = sv;
 	p->ino = ino;
 	range_set_init(&p->csums);
+	p->why = "a subvolume made or deleted since the commit";
 	if (sv->deleted)
 		return 0;
 	ret = committed_root(fs, sv->id, &croot);
 	if (ret)
 		return ret == -ENOENT ? 0 : ret;
+	p->why = "not a regular file with links";
 	ret = tree_lookup_item(&fs->cache, &sv->root, &key, &ii, sizeof(ii));
 	if (ret < 0)
 		return ret;
@@ -480,6 +486,7 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, struct i
 			p->skip = 1; /* nothing changed since the commit */
 			return 1;
 		}
+		p->why = "the inode number was reused since the commit";
 		if (btrfs_inode_generation(&cii) != btrfs_inode_generation(&ii) ||
 		    !S_ISREG(btrfs_inode_mode(&cii)))
 			return 0;
@@ -510,7 +517,8 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, struct i
 		case BTRFS_EXTENT_DATA_KEY:
 			break;
 		default:
-			ret = 2; /* an item the log does not carry (verity...) */
+			p->why = "an item the log does not carry (verity...)";
+			ret = 2;
 			continue;
 		}
 		if (c->size < BTRFS_FILE_EXTENT_INLINE_DATA_START ||
@@ -549,11 +557,15 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, struct i
 
 		while ((ret = ref_at(&refs, n, &r)) == 1)
 			n++;
-		if (ret == 0 && n != btrfs_inode_nlink(&ii))
-			ret = 2; /* a count the names do not explain */
+		if (ret == 0 && n != btrfs_inode_nlink(&ii)) {
+			p->why = "a link count its names do not explain";
+			ret = 2;
+		}
 	}
 	if (ret == 0) {
 		ret = names_expressible(fs, &croot, ino, &refs);
+		if (ret == 0)
+			p->why = "a name changed since the commit (rename, unlink, new directory)";
 		ret = ret == 1 ? 0 : ret == 0 ? 2 : ret;
 	}
 	if (ret == 0)
@@ -1007,6 +1019,7 @@ int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, 
 		goto out;
 	}
 	if (!log_possible(w) || n == 0) {
+		blog_debug(&fs->log, "fsync commits: a block group was made since the commit");
 		ret = full_commit(w, l);
 		goto out;
 	}
@@ -1031,11 +1044,18 @@ int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, 
 			break;
 		ok = ret == 1;
 		ret = 0;
+		if (!ok)
+			blog_debug(&fs->log, "fsync of inode %llu in subvolume %llu commits: %s",
+				   (unsigned long long)inos[i].ino, (unsigned long long)inos[i].subvol,
+				   plans[i].why);
 	}
 	for (i = 0; ret == 0 && ok && i < l->ninodes; i++) {
 		ret = still_named(fs, &l->inodes[i]);
 		ok = ret == 1;
 		ret = ret < 0 ? ret : 0;
+		if (!ok)
+			blog_debug(&fs->log, "fsync commits: inode %llu, logged before, lost or "
+					     "changed a name", (unsigned long long)l->inodes[i].ino);
 	}
 	if (ret)
 		goto out;

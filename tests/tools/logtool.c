@@ -8,6 +8,7 @@
  * One command per line; paths are from the top-level subvolume's root:
  *   create PATH | mkdir PATH | unlink PATH
  *   write PATH OFF LEN SEED          LEN bytes made from SEED (see fill())
+ *   writec PATH OFF LEN SEED         LEN compressible bytes (see fill_pattern())
  *   truncate PATH SIZE
  *   falloc PATH MODE OFF LEN         MODE: Linux FALLOC_FL_* bits
  *   setxattr PATH NAME VALUE | rmxattr PATH NAME
@@ -59,6 +60,15 @@ static void fill(unsigned char *buf, uint64_t len, uint64_t seed)
 	}
 }
 
+/* Compressible bytes: runs of 64 equal bytes (test_tree_log.py: pattern()). */
+static void fill_pattern(unsigned char *buf, uint64_t len, uint64_t seed)
+{
+	uint64_t i;
+
+	for (i = 0; i < len; i++)
+		buf[i] = (unsigned char)((i / 64) * 7 + seed);
+}
+
 static int do_new(struct butter_fs *fs, const char *path, uint32_t mode)
 {
 	struct butter_new_inode a = { 0 };
@@ -107,13 +117,17 @@ static int run(struct butter_fs *fs, char *line)
 		ret = parent_of(fs, a, &dir, &name);
 		return ret ? ret : butter_unlink(fs, dir, name, strlen(name));
 	}
-	if (!strcmp(cmd, "write") && sscanf(line, "%*s %4095s %lli %lli %lli", a, &x, &y, &z) == 4) {
+	if ((!strcmp(cmd, "write") || !strcmp(cmd, "writec")) &&
+	    sscanf(line, "%*s %4095s %lli %lli %lli", a, &x, &y, &z) == 4) {
 		unsigned char *buf = malloc(y ? (size_t)y : 1);
 		ssize_t n;
 
 		if (!buf)
 			return -ENOMEM;
-		fill(buf, (uint64_t)y, (uint64_t)z);
+		if (cmd[5] == 'c')
+			fill_pattern(buf, (uint64_t)y, (uint64_t)z);
+		else
+			fill(buf, (uint64_t)y, (uint64_t)z);
 		ret = butter_resolve(fs, a, &ino);
 		n = ret ? ret : butter_write(fs, ino, buf, (size_t)y, (uint64_t)x);
 		free(buf);
@@ -171,6 +185,7 @@ static int run(struct butter_fs *fs, char *line)
 
 int main(int argc, char **argv)
 {
+	struct butter_open_opts opts = { 0 };
 	struct butter_fs *fs;
 	char line[16384];
 	int ret;
@@ -179,7 +194,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s IMAGE < COMMANDS\n", argv[0]);
 		return 2;
 	}
-	ret = butter_open(argv[1], NULL, &fs);
+	/* BUTTER_LOG_LEVEL=3: the library's debug messages (why an fsync committed) */
+	if (getenv("BUTTER_LOG_LEVEL"))
+		opts.log_level = atoi(getenv("BUTTER_LOG_LEVEL"));
+	ret = butter_open(argv[1], &opts, &fs);
 	if (ret) {
 		fprintf(stderr, "%s: %s\n", argv[1], strerror(-ret));
 		return 2;

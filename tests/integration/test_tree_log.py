@@ -1,0 +1,353 @@
+"""Tree log, write side: butter_fsync() logs instead of committing, and what it logged
+survives a power cut in the eyes of the kernel, btrfs check and butter itself.
+
+Each case runs file operations through libbutter (tests/tools/logtool.c: butter-logtool),
+fsyncs, and then "loses power" (`crash`: _exit without a commit or a close), so the
+image holds exactly what a power cut right after the fsync leaves. Then:
+  (a) btrfs check --readonly is clean on that image (it reads the log tree), and the
+      superblock names a log (or, for the cases that must fall back to a commit, none);
+  (b) the kernel mounts a copy (replaying our log) and shows the fsynced files exactly
+      (bytes, size, xattrs, link count, names), and btrfs check is clean after unmount;
+  (c) butter opens another copy read-write (lib/fs/log_replay.c replays the log and
+      commits), btrfs check is clean, the log root is gone, and the kernel shows the
+      same files.
+FUSE cases (a `butter mount` killed with SIGKILL right after fsync returned, and the
+`butter fsync` command) are at the end.
+
+Runtime: about 1.5 s per case (two kernel mounts, four btrfs checks); the file about 40 s.
+"""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from butter_it import env, kfs, tools
+
+IMAGE_SIZE = 1 << 30
+SECTOR = 4096
+
+
+def data(seed, length):
+    """The bytes butter-logtool's `write PATH OFF LEN SEED` writes (its fill())."""
+    mask = (1 << 64) - 1
+    x = (seed * 2654435761 + 1) & mask
+    out = bytearray(length)
+    for i in range(length):
+        x ^= (x << 13) & mask
+        x ^= x >> 7
+        x ^= (x << 17) & mask
+        out[i] = x & 0xFF
+    return bytes(out)
+
+
+def pattern(seed, length):
+    """The compressible bytes of `writec PATH OFF LEN SEED`."""
+    return bytes(((i // 64) * 7 + seed) & 0xFF for i in range(length))
+
+
+class Model:
+    """What the fsynced files must hold: path -> bytearray, xattrs, links."""
+
+    def __init__(self):
+        self.files = {}
+        self.xattrs = {}
+
+    def write(self, path, off, buf):
+        f = self.files.setdefault(path, bytearray())
+        if len(f) < off:
+            f.extend(b"\0" * (off - len(f)))
+        f[off:off + len(buf)] = buf
+
+    def truncate(self, path, size):
+        f = self.files.setdefault(path, bytearray())
+        if len(f) > size:
+            del f[size:]
+        else:
+            f.extend(b"\0" * (size - len(f)))
+
+
+@pytest.fixture(scope="module")
+def logtool():
+    env.require_kernel()
+    return tools.tool("butter-logtool")
+
+
+@pytest.fixture
+def workdir(request):
+    path = kfs.make_workdir(request.node.name)
+    yield path
+    kfs.cleanup_all()
+    kfs.remove_workdir(path)
+
+
+def run_tool(logtool, image, lines, expect_fail=()):
+    """Run butter-logtool on `image` with `lines`; every command must answer 0."""
+    script = "".join(line + "\n" for line in lines)
+    r = subprocess.run([logtool, image], input=script.encode(), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=600)
+    assert r.returncode == 0, f"butter-logtool exited {r.returncode}:\n{r.stderr.decode()[-3000:]}"
+    answers = r.stdout.decode().split()
+    sent = [line for line in lines if line.split()[0] != "crash"]
+    assert len(answers) == len(sent), f"answers {answers} for {lines}\n{r.stderr.decode()}"
+    for line, ans in zip(sent, answers):
+        if line in expect_fail:
+            assert ans != "0", f"{line!r} should have failed"
+        else:
+            assert ans == "0", f"{line!r} answered {ans}\n{r.stderr.decode()[-3000:]}"
+    return r.stderr.decode()
+
+
+def super_fields(image):
+    out = kfs.run(["btrfs", "inspect-internal", "dump-super", image]).stdout
+    fields = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            fields[parts[0]] = parts[-1]
+    return fields
+
+
+def check(image):
+    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
+    assert r.returncode == 0, f"btrfs check found errors:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+
+
+def compare(mnt, model, absent=(), nlinks=None):
+    for path, content in model.files.items():
+        full = os.path.join(mnt, path)
+        assert os.path.isfile(full), f"{path} missing"
+        with open(full, "rb") as f:
+            got = f.read()
+        assert len(got) == len(content), f"{path}: size {len(got)}, expected {len(content)}"
+        assert got == bytes(content), f"{path}: content differs"
+        want = model.xattrs.get(path)
+        if want is not None:
+            names = [n for n in os.listxattr(full) if n.startswith("user.")]
+            got_x = {n: os.getxattr(full, n) for n in names}
+            assert got_x == want, f"{path}: xattrs {got_x}, expected {want}"
+    for path in absent:
+        assert not os.path.lexists(os.path.join(mnt, path)), f"{path} should not exist"
+    for path, n in (nlinks or {}).items():
+        assert os.stat(os.path.join(mnt, path)).st_nlink == n, f"{path}: link count"
+
+
+def kernel_view(image, mnt, model, absent=(), nlinks=None):
+    dev = kfs.loop_attach(image)
+    try:
+        kfs.mount(dev, mnt, [])
+        try:
+            compare(mnt, model, absent, nlinks)
+        finally:
+            kfs.umount(mnt)
+    finally:
+        kfs.loop_detach(dev)
+
+
+def verify(logtool, workdir, image, model, logged=True, absent=(), nlinks=None):
+    """The three oracles (a), (b), (c) of the module docstring."""
+    sb = super_fields(image)
+    if logged:
+        assert sb["log_root"] != "0", "the fsync committed instead of logging"
+    else:
+        assert sb["log_root"] == "0", "expected a full commit, found a log"
+    check(image)
+    mnt = os.path.join(workdir, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    # (b) the kernel replays our log
+    kimg = os.path.join(workdir, "kernel.img")
+    kfs.run(["cp", "--sparse=always", image, kimg])
+    kernel_view(kimg, mnt, model, absent, nlinks)
+    check(kimg)
+    # (c) butter replays it at a read-write open
+    bimg = os.path.join(workdir, "butter.img")
+    kfs.run(["cp", "--sparse=always", image, bimg])
+    run_tool(logtool, bimg, [])
+    assert super_fields(bimg)["log_root"] == "0"
+    check(bimg)
+    kernel_view(bimg, mnt, model, absent, nlinks)
+    os.unlink(kimg)
+    os.unlink(bimg)
+
+
+def fresh_image(workdir, mkfs_args=()):
+    image = os.path.join(workdir, "fs.img")
+    with open(image, "wb") as f:
+        f.truncate(IMAGE_SIZE)
+    kfs.run(["mkfs.btrfs", "-q", *mkfs_args, image])
+    return image
+
+
+# ---------------------------------------------------------------------------------
+
+def test_new_file_in_committed_dir(logtool, workdir):
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("d/f", 0, data(7, 100000))
+    m.write("small", 0, data(8, 300))          # inline
+    run_tool(logtool, image, ["mkdir d", "sync", "create d/f", "write d/f 0 100000 7",
+                              "create small", "write small 0 300 8",
+                              "create notsynced", "write notsynced 0 5000 9",
+                              "fsync d/f", "fsync small", "crash"])
+    verify(logtool, workdir, image, m, absent=["notsynced"])
+
+
+def test_overwrite_append_truncate(logtool, workdir):
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("f", 0, data(1, 300000))
+    m.write("f", 4096 * 3 + 100, data(2, 9000))
+    m.write("f", 300000, data(3, 50000))
+    m.write("g", 0, data(4, 200000))
+    m.truncate("g", 10001)
+    m.write("h", 0, data(5, 20000))
+    m.truncate("h", 1 << 20)                  # grown: a hole to the new size
+    run_tool(logtool, image, ["create f", "write f 0 300000 1", "create g",
+                              "write g 0 200000 4", "create h", "write h 0 20000 5", "sync",
+                              f"write f {4096 * 3 + 100} 9000 2", "write f 300000 50000 3",
+                              "truncate g 10001", f"truncate h {1 << 20}",
+                              "fsync f", "fsync g", "fsync h", "crash"])
+    verify(logtool, workdir, image, m)
+
+
+def test_holes_prealloc_punch(logtool, workdir):
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("f", 0, data(1, 1 << 20))
+    # punch 64K..192K of the committed data, write far out past a hole
+    m.files["f"][65536:196608] = b"\0" * 131072
+    m.write("f", 4 << 20, data(2, 10000))
+    m.write("p", 0, b"\0" * (256 << 10))       # preallocated: reads as zeros
+    m.write("p", 8192, data(3, 4096))
+    run_tool(logtool, image, ["create f", "write f 0 1048576 1", "create p", "sync",
+                              "falloc f 3 65536 131072", f"write f {4 << 20} 10000 2",
+                              f"falloc p 0 0 {256 << 10}", "falloc p 1 1048576 65536",
+                              "write p 8192 4096 3", "fsync f p", "crash"])
+    verify(logtool, workdir, image, m)
+
+
+def test_xattrs(logtool, workdir):
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("f", 0, data(1, 5000))
+    m.xattrs["f"] = {"user.b": b"bee", "user.c": b"sea"}
+    run_tool(logtool, image, ["create f", "write f 0 5000 1", "setxattr f user.a aaa",
+                              "setxattr f user.b b0", "sync", "rmxattr f user.a",
+                              "setxattr f user.b bee", "setxattr f user.c sea",
+                              "fsync f", "crash"])
+    verify(logtool, workdir, image, m)
+
+
+@pytest.mark.parametrize("algo", ["zlib", "lzo", "zstd"])
+def test_compressed(logtool, workdir, algo):
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("c", 0, pattern(3, 600000))
+    m.write("c", 200000, data(4, 30000))
+    run_tool(logtool, image, ["create c", "sync", f"compress {algo}",
+                              "writec c 0 600000 3", "write c 200000 30000 4",
+                              "fsync c", "crash"])
+    verify(logtool, workdir, image, m)
+
+
+def test_hard_links(logtool, workdir):
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("d1/f", 0, data(1, 20000))
+    m.write("d2/g", 0, data(1, 20000))
+    m.write("d2/n1", 0, data(2, 7000))
+    m.write("d1/n2", 0, data(2, 7000))
+    run_tool(logtool, image, ["mkdir d1", "mkdir d2", "create d1/f", "write d1/f 0 20000 1",
+                              "sync", "link d1/f d2/g",
+                              "create d2/n1", "write d2/n1 0 7000 2", "link d2/n1 d1/n2",
+                              "fsync d1/f d2/n1", "crash"])
+    verify(logtool, workdir, image, m, nlinks={"d1/f": 2, "d2/n1": 2})
+
+
+def test_many_files_one_fsync(logtool, workdir):
+    image = fresh_image(workdir)
+    m = Model()
+    lines = ["mkdir d", "sync"]
+    names = []
+    for i in range(150):
+        name = f"d/file{i:03d}"
+        size = 1000 + i * 97
+        lines += [f"create {name}", f"write {name} 0 {size} {i}"]
+        m.write(name, 0, data(i, size))
+        names.append(name)
+    lines += ["fsync " + " ".join(names), "crash"]
+    run_tool(logtool, image, lines)
+    verify(logtool, workdir, image, m)
+
+
+def test_repeated_fsyncs(logtool, workdir):
+    image = fresh_image(workdir)
+    m = Model()
+    lines = ["create a", "create b", "sync"]
+    for i in range(12):
+        lines += [f"write a {i * 70000} 70000 {i}", "fsync a"]
+        m.write("a", i * 70000, data(i, 70000))
+        if i % 3 == 0:
+            lines += [f"write b {i * 5000} 5000 {100 + i}", "fdatasync b"]
+            m.write("b", i * 5000, data(100 + i, 5000))
+    lines += ["write a 0 100 77", "fsync a", "crash"]
+    m.write("a", 0, data(77, 100))
+    run_tool(logtool, image, lines)
+    verify(logtool, workdir, image, m)
+
+
+def test_fsync_after_rename_commits(logtool, workdir):
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("g", 0, data(1, 8000))
+    m.write("g", 8000, data(2, 3000))
+    run_tool(logtool, image, ["create f", "write f 0 8000 1", "sync", "rename f g",
+                              "write g 8000 3000 2", "fsync g", "crash"])
+    verify(logtool, workdir, image, m, logged=False, absent=["f"])
+
+
+def test_new_dir_commits(logtool, workdir):
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("nd/f", 0, data(1, 8000))
+    run_tool(logtool, image, ["mkdir nd", "create nd/f", "write nd/f 0 8000 1",
+                              "fsync nd/f", "crash"])
+    verify(logtool, workdir, image, m, logged=False)
+
+
+def test_unlink_of_logged_file_commits(logtool, workdir):
+    """A file logged, then unlinked: the next log sync must not leave its name behind."""
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("b", 0, data(2, 3000))
+    run_tool(logtool, image, ["mkdir d", "sync", "create a", "write a 0 3000 1", "fsync a",
+                              "unlink a", "create b", "write b 0 3000 2", "fsync b", "crash"])
+    verify(logtool, workdir, image, m, logged=False, absent=["a"])
+
+
+def test_commit_after_log(logtool, workdir):
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("f", 0, data(1, 50000))
+    m.write("f", 50000, data(2, 50000))
+    m.write("g", 0, data(3, 1000))
+    run_tool(logtool, image, ["create f", "write f 0 50000 1", "sync", "fsync f",
+                              "write f 50000 50000 2", "fsync f", "sync",
+                              "create g", "write g 0 1000 3", "fsync g", "sync", "crash"])
+    verify(logtool, workdir, image, m, logged=False)
+    # and after a normal close, the log blocks freed by the commit are reusable
+    run_tool(logtool, image, ["create h", "write h 0 100000 4", "fsync h", "sync",
+                              "write h 0 100000 5", "fsync h"])
+    m.write("h", 0, data(5, 100000))
+    verify(logtool, workdir, image, m, logged=False)
+
+
+def test_new_chunk_commits(logtool, workdir):
+    """Data in a block group made after the commit: the committed state cannot name it."""
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("big", 0, data(1, 24 << 20))
+    run_tool(logtool, image, ["create big", "sync", f"write big 0 {24 << 20} 1",
+                              "fsync big", "crash"])
+    verify(logtool, workdir, image, m, logged=False)
