@@ -24,6 +24,7 @@ import time
 import pytest
 
 from butter_it import env, kfs, tools
+from butter_it.fusemount import FuseMount, require_fuse
 
 IMAGE_SIZE = 1 << 30
 SECTOR = 4096
@@ -43,8 +44,9 @@ def data(seed, length):
 
 
 def pattern(seed, length):
-    """The compressible bytes of `writec PATH OFF LEN SEED`."""
-    return bytes(((i // 64) * 7 + seed) & 0xFF for i in range(length))
+    """The compressible bytes of `writec PATH OFF LEN SEED`: runs of 64 equal bytes."""
+    runs = b"".join(bytes([(k * 7 + seed) & 0xFF]) * 64 for k in range(length // 64 + 1))
+    return runs[:length]
 
 
 class Model:
@@ -347,7 +349,78 @@ def test_new_chunk_commits(logtool, workdir):
     """Data in a block group made after the commit: the committed state cannot name it."""
     image = fresh_image(workdir)
     m = Model()
-    m.write("big", 0, data(1, 24 << 20))
-    run_tool(logtool, image, ["create big", "sync", f"write big 0 {24 << 20} 1",
+    m.write("big", 0, pattern(1, 24 << 20))
+    run_tool(logtool, image, ["create big", "sync", f"writec big 0 {24 << 20} 1",
                               "fsync big", "crash"])
     verify(logtool, workdir, image, m, logged=False)
+
+
+# ---------------------------------------------------------------------------------
+# Through `butter mount`: fsync(2), and `butter fsync` (one ioctl for many files)
+
+def _fuse_case(logtool, workdir, body, logged=True, mount_opts=()):
+    """Mount, commit a setup, run body(mnt, model) (it fsyncs), then SIGKILL the daemon."""
+    require_fuse()
+    image = fresh_image(workdir)
+    mnt = os.path.join(workdir, "fmnt")
+    m = Model()
+    fm = FuseMount(env.butter_bin(), [image], mnt, options=["commit=300", *mount_opts])
+    with fm:
+        os.makedirs(os.path.join(mnt, "d"))
+        with open(os.path.join(mnt, "d", "old"), "wb") as f:
+            f.write(data(99, 30000))
+        kfs.run([env.butter_bin(), "filesystem", "sync", mnt])
+        body(mnt, m)
+        fm.signal(signal.SIGKILL)
+    verify(logtool, workdir, image, m, logged=logged)
+
+
+def test_fuse_fsync_then_kill9(logtool, workdir):
+    def body(mnt, m):
+        with open(os.path.join(mnt, "d", "new"), "wb") as f:
+            f.write(data(1, 123456))
+            os.fsync(f.fileno())
+        m.write("d/new", 0, data(1, 123456))
+        with open(os.path.join(mnt, "d", "old"), "r+b") as f:
+            f.seek(5000)
+            f.write(data(2, 70000))
+            os.fdatasync(f.fileno())
+        m.write("d/old", 0, data(99, 30000))
+        m.write("d/old", 5000, data(2, 70000))
+    _fuse_case(logtool, workdir, body)
+
+
+def test_fuse_fsync_writeback_cache(logtool, workdir):
+    def body(mnt, m):
+        with open(os.path.join(mnt, "d", "wb"), "wb") as f:
+            f.write(data(3, 200000))
+            os.fsync(f.fileno())
+        m.write("d/wb", 0, data(3, 200000))
+    _fuse_case(logtool, workdir, body, mount_opts=["writeback_cache"])
+
+
+def test_cli_fsync_many(logtool, workdir):
+    names = [f"d/m{i:03d}" for i in range(200)]    # two ioctl batches
+
+    def body(mnt, m):
+        for i, name in enumerate(names):
+            with open(os.path.join(mnt, name), "wb") as f:
+                f.write(data(i, 2000 + 31 * i))
+            m.write(name, 0, data(i, 2000 + 31 * i))
+        outside = os.path.join(workdir, "outside")
+        with open(outside, "wb") as f:
+            f.write(b"x")
+        r = kfs.run([env.butter_bin(), "fsync", "--data", outside] +
+                    [os.path.join(mnt, n) for n in names], check=False)
+        assert r.returncode == 0, r.stderr
+    _fuse_case(logtool, workdir, body)
+
+
+def test_cli_fsync_outside_butter(workdir):
+    path = os.path.join(workdir, "plain")
+    with open(path, "wb") as f:
+        f.write(b"abc")
+    r = kfs.run([env.butter_bin(), "fsync", path], check=False)
+    assert r.returncode == 0, r.stderr
+    r = kfs.run([env.butter_bin(), "fsync", os.path.join(workdir, "missing")], check=False)
+    assert r.returncode == 1 and "missing" in r.stderr
