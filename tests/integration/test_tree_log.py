@@ -195,8 +195,11 @@ def test_new_file_in_committed_dir(logtool, workdir):
     verify(logtool, workdir, image, m, absent=["notsynced"])
 
 
-def test_overwrite_append_truncate(logtool, workdir):
-    image = fresh_image(workdir)
+@pytest.mark.parametrize("mkfs_args", [(), ("-O", "^no-holes", "--csum", "xxhash"),
+                                       ("-n", "4096", "--csum", "sha256")],
+                         ids=["default", "holes-xxhash", "node4k-sha256"])
+def test_overwrite_append_truncate(logtool, workdir, mkfs_args):
+    image = fresh_image(workdir, mkfs_args)
     m = Model()
     m.write("f", 0, data(1, 300000))
     m.write("f", 4096 * 3 + 100, data(2, 9000))
@@ -267,8 +270,10 @@ def test_hard_links(logtool, workdir):
     verify(logtool, workdir, image, m, nlinks={"d1/f": 2, "d2/n1": 2})
 
 
-def test_many_files_one_fsync(logtool, workdir):
-    image = fresh_image(workdir)
+@pytest.mark.parametrize("mkfs_args", [(), ("-n", "4096")], ids=["default", "node4k"])
+def test_many_files_one_fsync(logtool, workdir, mkfs_args):
+    """Enough inodes for a log tree of several levels (with 4 KiB nodes)."""
+    image = fresh_image(workdir, mkfs_args)
     m = Model()
     lines = ["mkdir d", "sync"]
     names = []
@@ -296,6 +301,16 @@ def test_repeated_fsyncs(logtool, workdir):
     lines += ["write a 0 100 77", "fsync a", "crash"]
     m.write("a", 0, data(77, 100))
     run_tool(logtool, image, lines)
+    verify(logtool, workdir, image, m)
+
+
+def test_subvolume(logtool, workdir):
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("sv/f", 0, data(1, 40000))
+    m.write("top", 0, data(2, 5000))
+    run_tool(logtool, image, ["subvol sv", "sync", "create sv/f", "write sv/f 0 40000 1",
+                              "create top", "write top 0 5000 2", "fsync sv/f top", "crash"])
     verify(logtool, workdir, image, m)
 
 

@@ -13,6 +13,7 @@
  *   falloc PATH MODE OFF LEN         MODE: Linux FALLOC_FL_* bits
  *   setxattr PATH NAME VALUE | rmxattr PATH NAME
  *   link SRC DST | rename SRC DST
+ *   subvol PATH                      a new subvolume
  *   compress SPEC                    butter_set_compression(SPEC, force)
  *   fsync PATH...                    butter_fsync() (one) or butter_fsync_many()
  *   fdatasync PATH
@@ -167,6 +168,12 @@ static int run(struct butter_fs *fs, char *line)
 			ret = parent_of(fs, b, &dir, &name);
 		return ret ? ret : butter_rename(fs, odir, oname, strlen(oname), dir, name,
 						 strlen(name), 0);
+	}
+	if (!strcmp(cmd, "subvol") && sscanf(line, "%*s %4095s", a) == 1) {
+		uint64_t id;
+
+		ret = parent_of(fs, a, &dir, &name);
+		return ret ? ret : butter_subvol_create(fs, dir, name, strlen(name), &id);
 	}
 	if (!strcmp(cmd, "compress") && sscanf(line, "%*s %4095s", a) == 1)
 		return butter_set_compression(fs, a, 1);
