@@ -21,6 +21,12 @@
  *   crash                            _exit(0) at once: no commit, no close
  * For each command one line goes to stdout: "0" or the negative errno. At the
  * end of input the handle is closed (a commit). Exit status 2 on usage errors.
+ *
+ * Environment: BUTTER_RECORD=LOG records every device write and flush
+ * (lib/device/recorder.c); then after each command "POS" (the log's size
+ * when the command returned: every record before it reached the disk) is
+ * added to its output line, for the power-cut test. BUTTER_LOG_LEVEL=N: the
+ * library's messages up to level N (3: why an fsync committed).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -201,9 +207,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s IMAGE < COMMANDS\n", argv[0]);
 		return 2;
 	}
-	/* BUTTER_LOG_LEVEL=3: the library's debug messages (why an fsync committed) */
 	if (getenv("BUTTER_LOG_LEVEL"))
 		opts.log_level = atoi(getenv("BUTTER_LOG_LEVEL"));
+	opts.record_log = getenv("BUTTER_RECORD");
 	ret = butter_open(argv[1], &opts, &fs);
 	if (ret) {
 		fprintf(stderr, "%s: %s\n", argv[1], strerror(-ret));
@@ -217,7 +223,17 @@ int main(int argc, char **argv)
 			butter_close(fs);
 			return 2;
 		}
-		printf("%d\n", ret);
+		if (opts.record_log) {
+			struct stat st;
+
+			if (stat(opts.record_log, &st) < 0) {
+				perror(opts.record_log);
+				return 2;
+			}
+			printf("%d %lld\n", ret, (long long)st.st_size);
+		} else {
+			printf("%d\n", ret);
+		}
 	}
 	butter_close(fs);
 	return 0;
