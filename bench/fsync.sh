@@ -10,7 +10,8 @@
 #   many     N files written and closed, then `butter fsync FILE...` (one tree log sync
 #            per 128 files on butter; fsync(2) file by file on the kernel targets)
 #
-# Prints files/s per target and the ratios butter/btrfs and butter/ext4.
+# Prints files/s per target and the ratios butter/btrfs and butter/ext4, and the bytes the
+# butter daemon wrote per file (wchar of /proc/PID/io: data, tree blocks, superblocks).
 #
 # Usage: sudo bench/fsync.sh [-n FILES] [--keep]
 #   -n FILES    files per workload (default 1000)
@@ -116,13 +117,21 @@ teardown() {
 
 # files/s of workload $2 in directory $1 (target $3)
 run_workload() {
-	python3 - "$1" "$NFILES" "$2" "$3" "$BUTTER" <<'EOF'
+	python3 - "$1" "$NFILES" "$2" "$3" "$BUTTER" "${DAEMON_PID:-0}" <<'EOF'
 import fcntl, os, subprocess, sys, time
 d, n, mode, target, butter = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+pid = int(sys.argv[6])
+
+def wchar():
+    if target != "butter":
+        return 0
+    with open(f"/proc/{pid}/io") as f:
+        return int(next(l for l in f if l.startswith("wchar")).split()[1])
 BUTTER_IOC_SYNC = 0xB706  # _IO(0xB7, 6), include/butter/control.h
 os.makedirs(d)
 buf = os.urandom(4096)
 names = [os.path.join(d, f"f{i:06d}") for i in range(n)]
+w0 = wchar()
 t0 = time.monotonic()
 for name in names:
     fd = os.open(name, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
@@ -134,7 +143,7 @@ for name in names:
     os.close(fd)
 if mode == "many":
     subprocess.run([butter, "fsync"] + names, check=True)
-print(f"{n / (time.monotonic() - t0):.1f}")
+print(f"{n / (time.monotonic() - t0):.1f}:{(wchar() - w0) / n:.0f}")
 EOF
 }
 
@@ -142,18 +151,21 @@ for t in "${TARGETS[@]}"; do
 	setup "$t"
 	sync
 	for w in "${WORKLOADS[@]}"; do
-		RES[$t.$w]=$(run_workload "${MNT[$t]}/$w" "$w" "$t")
+		r=$(run_workload "${MNT[$t]}/$w" "$w" "$t")
+		RES[$t.$w]=${r%%:*}
+		[[ $t == butter ]] && RES[wchar.$w]=${r##*:}
 		sync
 	done
 	teardown "$t"
 done
 
 echo "fsync.sh: $NFILES files of 4 KiB per workload, files/s (higher is better)"
-printf "%-8s %10s %10s %10s %14s %14s\n" workload butter btrfs ext4 butter/btrfs butter/ext4
+printf "%-8s %10s %10s %10s %14s %14s %18s\n" workload butter btrfs ext4 butter/btrfs butter/ext4 \
+	"butter bytes/file"
 for w in "${WORKLOADS[@]}"; do
-	python3 - "$w" "${RES[butter.$w]}" "${RES[btrfs.$w]}" "${RES[ext4.$w]}" <<'EOF'
+	python3 - "$w" "${RES[butter.$w]}" "${RES[btrfs.$w]}" "${RES[ext4.$w]}" "${RES[wchar.$w]}" <<'EOF'
 import sys
-w, b, k, e = sys.argv[1], *map(float, sys.argv[2:])
-print(f"{w:<8} {b:10.1f} {k:10.1f} {e:10.1f} {b / k:13.2f}x {b / e:13.2f}x")
+w, b, k, e, wc = sys.argv[1], *map(float, sys.argv[2:])
+print(f"{w:<8} {b:10.1f} {k:10.1f} {e:10.1f} {b / k:13.2f}x {b / e:13.2f}x {wc:18.0f}")
 EOF
 done

@@ -54,7 +54,8 @@
  *     commits.
  *  4. Only regular files are logged; directories, symlinks, special files,
  *     files without links and subvolumes without a committed root item
- *     commit.
+ *     commit. So does a log sync that would hold more than LOG_MAX_INODES
+ *     inodes (the checks of invariant 3 grow with them).
  *
  * @datasync is accepted and treated as a full fsync (allowed: fdatasync may
  * do more): the log always carries the inode item.
@@ -66,6 +67,13 @@
 
 #include "format/checksum.h"
 #include "fs/write.h"
+
+/*
+ * Inodes one transaction's log holds at most: every log sync checks the names
+ * of all of them again (invariant 3), so past this many the next fsync
+ * commits and the log starts over, keeping a log sync's cost bounded.
+ */
+#define LOG_MAX_INODES 1024
 
 struct log_subvol {
 	u64 subvol;
@@ -1018,8 +1026,9 @@ int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, 
 		ret = -EUCLEAN; /* a commit always drops the log */
 		goto out;
 	}
-	if (!log_possible(w) || n == 0) {
-		blog_debug(&fs->log, "fsync commits: a block group was made since the commit");
+	if (!log_possible(w) || n == 0 || l->ninodes + n > LOG_MAX_INODES) {
+		blog_debug(&fs->log, "fsync commits: %s", n && l->ninodes + n > LOG_MAX_INODES
+				   ? "the log holds enough inodes" : "a block group was made since the commit");
 		ret = full_commit(w, l);
 		goto out;
 	}

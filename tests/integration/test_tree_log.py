@@ -304,6 +304,21 @@ def test_repeated_fsyncs(logtool, workdir):
     verify(logtool, workdir, image, m)
 
 
+def test_relog_shrinks_and_converts(logtool, workdir):
+    """A file logged, then cut down (to inline size and below), logged again: the newer
+    log items replace the older ones."""
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("f", 0, data(1, 100000))
+    m.truncate("f", 500)
+    m.write("g", 0, data(2, 700))
+    m.write("g", 700, data(3, 60000))
+    run_tool(logtool, image, ["create f", "create g", "sync", "write f 0 100000 1", "fsync f",
+                              "truncate f 500", "fsync f", "write g 0 700 2", "fsync g",
+                              "write g 700 60000 3", "fsync g", "crash"])
+    verify(logtool, workdir, image, m)
+
+
 def test_subvolume(logtool, workdir):
     image = fresh_image(workdir)
     m = Model()
