@@ -511,8 +511,9 @@ int butter_touch_atime(struct butter_fs *fs, butter_ino_t ino, unsigned policy);
  * replays after a crash. Where the log cannot say what changed (directories,
  * renames or unlinks since the last commit, names in new directories, new
  * chunks...), a full commit is made instead, as butter_sync(). @datasync
- * (fdatasync) is accepted; the file is then logged the same way. 0 or
- * negative errno; -EROFS after a failed commit.
+ * (fdatasync): nothing is written when only times, modes, owners or xattrs
+ * changed since the last commit. 0 or negative errno; -EROFS after a failed
+ * commit.
  */
 int butter_fsync(struct butter_fs *fs, butter_ino_t ino, int datasync);
 

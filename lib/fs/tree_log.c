@@ -57,8 +57,10 @@
  *     commit. So does a log sync that would hold more than LOG_MAX_INODES
  *     inodes (the checks of invariant 3 grow with them).
  *
- * @datasync is accepted and treated as a full fsync (allowed: fdatasync may
- * do more): the log always carries the inode item.
+ * @datasync (fdatasync): an inode not logged yet in this transaction whose
+ * size, names and file extents are as committed is skipped (only times,
+ * modes, owners or xattrs changed); otherwise it is logged whole, as for
+ * fsync.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -458,7 +460,30 @@ static int push_hole(struct inode_plan *p, u64 transid, u64 start, u64 end)
  * Decide what @ino of @sv puts in the log. 1: planned (or p->skip),
  * 0: the log cannot express it (commit instead), negative errno.
  */
-static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, struct inode_plan *p)
+/* Do @a and @b hold the same names and file extents (inode items and xattrs aside)? */
+static int same_names_and_data(const struct item_vec *a, const struct item_vec *b)
+{
+	size_t i = 0, j = 0;
+
+	for (;;) {
+		while (i < a->n && (a->v[i].key.type == BTRFS_INODE_ITEM_KEY ||
+				    a->v[i].key.type == BTRFS_XATTR_ITEM_KEY))
+			i++;
+		while (j < b->n && (b->v[j].key.type == BTRFS_INODE_ITEM_KEY ||
+				    b->v[j].key.type == BTRFS_XATTR_ITEM_KEY))
+			j++;
+		if (i == a->n || j == b->n)
+			return i == a->n && j == b->n;
+		if (btrfs_comp_keys(&a->v[i].key, &b->v[j].key) || a->v[i].size != b->v[j].size ||
+		    memcmp(a->v[i].data, b->v[j].data, a->v[i].size))
+			return 0;
+		i++;
+		j++;
+	}
+}
+
+static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, int datasync,
+		      int logged_before, struct inode_plan *p)
 {
 	u64 transid = fs->w->txn.tt.transid;
 	u32 ss = fs->vol.sectorsize;
@@ -467,7 +492,7 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, struct i
 	struct btrfs_key key = { ino, BTRFS_INODE_ITEM_KEY, 0 };
 	struct item_vec refs = { 0 };
 	u64 covered = 0, isize;
-	int ret, nodatasum;
+	int ret, nodatasum, in_commit = 0;
 	size_t i;
 
 	memset(p, 0, sizeof(*p));
@@ -490,6 +515,7 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, struct i
 		return 0;
 	ret = tree_lookup_item(&fs->cache, &croot, &key, &cii, sizeof(cii));
 	if (ret >= 0 && (u32)ret >= sizeof(cii)) {
+		in_commit = 1;
 		if (!memcmp(&cii, &ii, sizeof(ii))) {
 			p->skip = 1; /* nothing changed since the commit */
 			return 1;
@@ -507,6 +533,18 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, struct i
 	ret = collect(fs, &sv->root, ino, 0, 255, &p->items);
 	if (ret)
 		return ret;
+	if (datasync && !logged_before && in_commit &&
+	    btrfs_inode_size(&cii) == btrfs_inode_size(&ii) &&
+	    btrfs_inode_nbytes(&cii) == btrfs_inode_nbytes(&ii)) {
+		struct item_vec then = { 0 };
+
+		ret = collect(fs, &croot, ino, 0, 255, &then);
+		if (ret == 0 && same_names_and_data(&p->items, &then))
+			p->skip = 1; /* only metadata fdatasync need not keep */
+		items_free(&then);
+		if (ret || p->skip)
+			return ret ? ret : 1;
+	}
 	nodatasum = !!(btrfs_inode_flags(&ii) & BTRFS_INODE_NODATASUM_FLAG);
 	isize = (btrfs_inode_size(&ii) + ss - 1) / ss * ss;
 	for (i = 0; i < p->items.n && ret == 0; i++) {
@@ -1004,10 +1042,9 @@ int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, 
 	struct inode_plan *plans = NULL;
 	struct tree_trans t;
 	struct tree_log *l;
-	size_t i, nlog = 0;
+	size_t i, j, nlog = 0;
 	int ret = 0, ok = 1;
 
-	(void)datasync;
 	if (!w)
 		return 0;
 	pthread_mutex_lock(&w->lock);
@@ -1047,7 +1084,10 @@ int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, 
 			ret = err;
 			break;
 		}
-		ret = plan_inode(fs, sv, inos[i].ino, &plans[i]);
+		for (j = 0; j < l->ninodes; j++)
+			if (l->inodes[j].subvol == inos[i].subvol && l->inodes[j].ino == inos[i].ino)
+				break;
+		ret = plan_inode(fs, sv, inos[i].ino, datasync, j < l->ninodes, &plans[i]);
 		nlog = i + 1;
 		if (ret < 0)
 			break;

@@ -319,6 +319,19 @@ def test_relog_shrinks_and_converts(logtool, workdir):
     verify(logtool, workdir, image, m)
 
 
+def test_fdatasync(logtool, workdir):
+    """fdatasync logs a same-size overwrite, and skips a change of metadata alone."""
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("f", 0, data(1, 50000))
+    run_tool(logtool, image, ["create f", "write f 0 50000 1", "sync",
+                              "setxattr f user.x y", "fdatasync f", "crash"])
+    verify(logtool, workdir, image, m, logged=False)
+    m.write("f", 4096, data(2, 8192))
+    run_tool(logtool, image, ["write f 4096 8192 2", "fdatasync f", "crash"])
+    verify(logtool, workdir, image, m)
+
+
 def test_subvolume(logtool, workdir):
     image = fresh_image(workdir)
     m = Model()
