@@ -236,10 +236,10 @@ static int ref_at(const struct item_vec *refs, size_t i, struct name_ref *r)
 		u32 pos = 0;
 
 		while (pos < c->size) {
-			u32 hdr = c->key.type == BTRFS_INODE_REF_KEY ? sizeof(struct btrfs_inode_ref)
-								     : sizeof(struct btrfs_inode_extref);
-			u32 len;
+			u32 hdr = sizeof(struct btrfs_inode_extref), len;
 
+			if (c->key.type == BTRFS_INODE_REF_KEY)
+				hdr = sizeof(struct btrfs_inode_ref);
 			if (c->size - pos < hdr)
 				return -EUCLEAN;
 			if (c->key.type == BTRFS_INODE_REF_KEY) {
@@ -710,8 +710,11 @@ static int log_drop_at_commit(void *arg)
 	int ret = 0;
 
 	if (l->transid) {
-		for (i = 0; i < l->blocks.n && ret == 0; i++)
-			ret = extent_pin(&fs->w->es, l->blocks.r[i].start, l->blocks.r[i].end - l->blocks.r[i].start);
+		for (i = 0; i < l->blocks.n && ret == 0; i++) {
+			const struct range *r = &l->blocks.r[i];
+
+			ret = extent_pin(&fs->w->es, r->start, r->end - r->start);
+		}
 		log_reset(l);
 	}
 	if (btrfs_super_log_root(sb)) {
@@ -839,7 +842,8 @@ static int log_csum_range(struct tree_log *l, struct tree_trans *t, struct tree_
 		u32 size;
 
 		path_key(&path, &key);
-		if (key.objectid == BTRFS_EXTENT_CSUM_OBJECTID && key.type == BTRFS_EXTENT_CSUM_KEY) {
+		if (key.objectid == BTRFS_EXTENT_CSUM_OBJECTID &&
+		    key.type == BTRFS_EXTENT_CSUM_KEY) {
 			if (key.offset >= end)
 				break;
 			p = path_item(&path, &size);
@@ -1064,8 +1068,10 @@ int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, 
 		goto out;
 	}
 	if (!log_possible(w) || n == 0 || l->ninodes + n > LOG_MAX_INODES) {
-		blog_debug(&fs->log, "fsync commits: %s", n && l->ninodes + n > LOG_MAX_INODES
-				   ? "the log holds enough inodes" : "a block group was made since the commit");
+		blog_debug(&fs->log, "fsync commits: %s",
+			   n && l->ninodes + n > LOG_MAX_INODES
+				   ? "the log holds enough inodes"
+				   : "a block group was made since the commit");
 		ret = full_commit(w, l);
 		goto out;
 	}
@@ -1085,7 +1091,8 @@ int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, 
 			break;
 		}
 		for (j = 0; j < l->ninodes; j++)
-			if (l->inodes[j].subvol == inos[i].subvol && l->inodes[j].ino == inos[i].ino)
+			if (l->inodes[j].subvol == inos[i].subvol &&
+			    l->inodes[j].ino == inos[i].ino)
 				break;
 		ret = plan_inode(fs, sv, inos[i].ino, datasync, j < l->ninodes, &plans[i]);
 		nlog = i + 1;
@@ -1095,16 +1102,16 @@ int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, 
 		ret = 0;
 		if (!ok)
 			blog_debug(&fs->log, "fsync of inode %llu in subvolume %llu commits: %s",
-				   (unsigned long long)inos[i].ino, (unsigned long long)inos[i].subvol,
-				   plans[i].why);
+				   (unsigned long long)inos[i].ino,
+				   (unsigned long long)inos[i].subvol, plans[i].why);
 	}
 	for (i = 0; ret == 0 && ok && i < l->ninodes; i++) {
 		ret = still_named(fs, &l->inodes[i]);
 		ok = ret == 1;
 		ret = ret < 0 ? ret : 0;
 		if (!ok)
-			blog_debug(&fs->log, "fsync commits: inode %llu, logged before, lost or "
-					     "changed a name", (unsigned long long)l->inodes[i].ino);
+			blog_debug(&fs->log, "fsync commits: inode %llu, logged before, "
+				   "lost or changed a name", (unsigned long long)l->inodes[i].ino);
 	}
 	if (ret)
 		goto out;

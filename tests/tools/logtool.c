@@ -147,7 +147,8 @@ static int run(struct butter_fs *fs, char *line)
 		ret = butter_resolve(fs, a, &ino);
 		return ret ? ret : butter_setattr(fs, ino, &st, BUTTER_SET_SIZE);
 	}
-	if (!strcmp(cmd, "falloc") && sscanf(line, "%*s %4095s %lli %lli %lli", a, &x, &y, &z) == 4) {
+	if (!strcmp(cmd, "falloc") &&
+	    sscanf(line, "%*s %4095s %lli %lli %lli", a, &x, &y, &z) == 4) {
 		ret = butter_resolve(fs, a, &ino);
 		return ret ? ret : butter_fallocate(fs, ino, (int)x, (uint64_t)y, (uint64_t)z);
 	}
