@@ -13,16 +13,27 @@
  *     (ino, INODE_ITEM, 0)           the inode item as it is now
  *     (ino, INODE_REF / EXTREF, ..)  every name it has
  *     (ino, XATTR_ITEM, hash)        every xattr (replay deletes the others)
- *     (ino, EXTENT_DATA, off)        every file extent item, plus a hole item
- *                                    (disk_bytenr 0) for each gap below
- *                                    i_size, so replay drops what the
- *                                    committed tree holds there
+ *     (ino, EXTENT_DATA, off)        the file extent items that may differ
+ *                                    from the committed ones, plus a hole
+ *                                    item (disk_bytenr 0) for each gap
+ *                                    below i_size where the committed tree
+ *                                    may hold an extent (replay drops it)
  *   and (EXTENT_CSUM, EXTENT_CSUM, logical) items with the checksums of the
  *   data extents written in T that logged items point at (older extents have
  *   theirs in the committed csum tree).
  *   superblock: the committed one with log_root / log_root_level set; its
  *   generation stays that of the last commit (the log root block has
  *   generation + 1, as every reader of a log expects).
+ *
+ * Which extents (the kernel's fast fsync logs its modified extent maps; this
+ * finds the same from the trees): a leaf of the subvolume tree older than the
+ * running transaction is a block the committed tree holds too, so the
+ * extent items in it are committed ones, and between two items that sit
+ * next to each other in such a leaf the committed tree has nothing either.
+ * Every other extent item is logged, and every other gap between extents
+ * (up to i_size) gets a hole item. Replay starts from the committed tree and
+ * so ends with exactly the current extents; a log sync costs the leaves the
+ * file changed in this transaction, not the file's size.
  *
  * Order of one log sync (butter_fsync_many()):
  *   1. check every inode (below); any that the log cannot express makes the
@@ -460,8 +471,8 @@ static int push_hole(struct inode_plan *p, u64 transid, u64 start, u64 end)
  * Decide what @ino of @sv puts in the log. 1: planned (or p->skip),
  * 0: the log cannot express it (commit instead), negative errno.
  */
-/* Do @a and @b hold the same names and file extents (inode items and xattrs aside)? */
-static int same_names_and_data(const struct item_vec *a, const struct item_vec *b)
+/* Do @a and @b hold the same items (inode items and xattrs aside)? */
+static int same_items(const struct item_vec *a, const struct item_vec *b)
 {
 	size_t i = 0, j = 0;
 
@@ -482,17 +493,153 @@ static int same_names_and_data(const struct item_vec *a, const struct item_vec *
 	}
 }
 
-static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, int datasync,
-		      int logged_before, struct inode_plan *p)
+/*
+ * Add to @p the extent items of its inode that may differ from the committed
+ * tree, and hole items for the gaps where the committed tree may hold more
+ * (the rule in the header comment); note the data ranges whose checksums go
+ * to the log. 0 or negative errno.
+ */
+static int plan_extents(struct butter_fs *fs, struct inode_plan *p, u64 iflags, u64 size)
 {
 	u64 transid = fs->w->txn.tt.transid;
 	u32 ss = fs->vol.sectorsize;
+	u64 isize = (size + ss - 1) / ss * ss, covered = 0;
+	int nodatasum = !!(iflags & BTRFS_INODE_NODATASUM_FLAG);
+	int next_in_old_leaf = 0;   /* the last item has a successor in the same old leaf */
+	struct btrfs_key key = { p->ino, BTRFS_EXTENT_DATA_KEY, 0 };
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_forward(&fs->cache, &p->sv->root, &key, &path);
+	while (ret == 0) {
+		const struct tree_node *leaf = path.nodes[0];
+		u32 slot = path.slots[0], size_now;
+		const struct btrfs_file_extent_item *fi;
+		int old = leaf->generation < transid; /* shared with the committed tree */
+		u64 end;
+
+		path_key(&path, &key);
+		if (key.objectid != p->ino || key.type != BTRFS_EXTENT_DATA_KEY)
+			break;
+		fi = (const void *)path_item(&path, &size_now);
+		if (size_now < BTRFS_FILE_EXTENT_INLINE_DATA_START ||
+		    (fi->type != BTRFS_FILE_EXTENT_INLINE && size_now < sizeof(*fi))) {
+			ret = BLOG_CORRUPT(&fs->log, "inode %llu: short extent item",
+					   (unsigned long long)p->ino);
+			break;
+		}
+		if (fi->type == BTRFS_FILE_EXTENT_INLINE)
+			end = key.offset + (btrfs_file_extent_ram_bytes(fi) + ss - 1) / ss * ss;
+		else
+			end = key.offset + btrfs_file_extent_num_bytes(fi);
+		/* the gap before: the committed tree has nothing there only inside an old leaf */
+		if (key.offset > covered && covered < isize && !(old && slot > 0))
+			ret = push_hole(p, transid, covered, key.offset < isize ? key.offset : isize);
+		if (ret == 0 && !old) {
+			ret = items_push(&p->items, &key, fi, size_now);
+			if (ret == 0 && fi->type == BTRFS_FILE_EXTENT_REG && !nodatasum &&
+			    btrfs_file_extent_disk_bytenr(fi) &&
+			    btrfs_file_extent_generation(fi) >= transid) {
+				u64 s = btrfs_file_extent_disk_bytenr(fi);
+				u64 len = btrfs_file_extent_disk_num_bytes(fi);
+
+				if (!fi->compression) {
+					s += btrfs_file_extent_offset(fi);
+					len = btrfs_file_extent_num_bytes(fi);
+				}
+				ret = range_add(&p->csums, s, s + len);
+			}
+		}
+		if (end > covered)
+			covered = end;
+		next_in_old_leaf = old && slot + 1 < leaf->nritems;
+		if (ret == 0)
+			ret = tree_next_item(&fs->cache, &path);
+	}
+	tree_path_release(&fs->cache, &path);
+	if (ret < 0)
+		return ret;
+	ret = 0;
+	if (covered < isize && !next_in_old_leaf)
+		ret = push_hole(p, transid, covered, isize);
+	return ret;
+}
+
+/*
+ * Would the extent items planned in @p change nothing in the committed tree
+ * @croot? Each is the committed item with that key, or a hole over a range
+ * where the committed tree has no extent. 1 yes, 0 no, negative errno.
+ */
+static int extents_as_committed(struct butter_fs *fs, const struct tree_root *croot,
+				const struct inode_plan *p)
+{
+	size_t i;
+	int ret;
+
+	for (i = 0; i < p->items.n; i++) {
+		const struct item_copy *c = &p->items.v[i];
+		const struct btrfs_file_extent_item *fi = (const void *)c->data;
+		struct btrfs_key key = c->key;
+		struct tree_path path;
+		u8 *buf;
+		u64 end;
+
+		if (c->key.type != BTRFS_EXTENT_DATA_KEY)
+			continue;
+		ret = tree_lookup_item(&fs->cache, croot, &c->key, NULL, 0);
+		if (ret >= 0 && (u32)ret == c->size) {
+			buf = malloc(c->size);
+			if (!buf)
+				return -ENOMEM;
+			ret = tree_lookup_item(&fs->cache, croot, &c->key, buf, c->size);
+			if (ret >= 0)
+				ret = !memcmp(buf, c->data, c->size);
+			free(buf);
+			if (ret < 0)
+				return ret;
+			if (ret)
+				continue;
+		} else if (ret < 0 && ret != -ENOENT) {
+			return ret;
+		}
+		if (fi->type != BTRFS_FILE_EXTENT_REG || btrfs_file_extent_disk_bytenr(fi))
+			return 0; /* data the committed tree does not have */
+		/* a hole: no committed extent may reach into it */
+		end = key.offset + btrfs_file_extent_num_bytes(fi);
+		key.offset = end - 1;
+		tree_path_init(&path);
+		ret = tree_search_backward(&fs->cache, croot, &key, &path);
+		if (ret == 0) {
+			const struct btrfs_file_extent_item *cf;
+			u32 size;
+
+			path_key(&path, &key);
+			cf = (const void *)path_item(&path, &size);
+			if (key.objectid == p->ino && key.type == BTRFS_EXTENT_DATA_KEY &&
+			    size >= BTRFS_FILE_EXTENT_INLINE_DATA_START &&
+			    (cf->type == BTRFS_FILE_EXTENT_INLINE ||
+			     (size >= sizeof(*cf) && btrfs_file_extent_disk_bytenr(cf) &&
+			      key.offset + btrfs_file_extent_num_bytes(cf) > c->key.offset)))
+				ret = 2;
+		}
+		tree_path_release(&fs->cache, &path);
+		if (ret < 0)
+			return ret;
+		if (ret == 2)
+			return 0;
+	}
+	return 1;
+}
+
+static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, int datasync,
+		      int logged_before, struct inode_plan *p)
+{
 	struct tree_root croot;
 	struct btrfs_inode_item ii, cii;
 	struct btrfs_key key = { ino, BTRFS_INODE_ITEM_KEY, 0 };
 	struct item_vec refs = { 0 };
-	u64 covered = 0, isize;
-	int ret, nodatasum, in_commit = 0;
+	int ret, in_commit = 0;
 	size_t i;
 
 	memset(p, 0, sizeof(*p));
@@ -530,73 +677,46 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, int data
 		return ret;
 	}
 
-	ret = collect(fs, &sv->root, ino, 0, 255, &p->items);
+	ret = collect(fs, &sv->root, ino, 0, BTRFS_EXTENT_DATA_KEY - 1, &p->items);
 	if (ret)
 		return ret;
-	if (datasync && !logged_before && in_commit &&
-	    btrfs_inode_size(&cii) == btrfs_inode_size(&ii) &&
-	    btrfs_inode_nbytes(&cii) == btrfs_inode_nbytes(&ii)) {
-		struct item_vec then = { 0 };
-
-		ret = collect(fs, &croot, ino, 0, 255, &then);
-		if (ret == 0 && same_names_and_data(&p->items, &then))
-			p->skip = 1; /* only metadata fdatasync need not keep */
-		items_free(&then);
-		if (ret || p->skip)
-			return ret ? ret : 1;
-	}
-	nodatasum = !!(btrfs_inode_flags(&ii) & BTRFS_INODE_NODATASUM_FLAG);
-	isize = (btrfs_inode_size(&ii) + ss - 1) / ss * ss;
 	for (i = 0; i < p->items.n && ret == 0; i++) {
 		const struct item_copy *c = &p->items.v[i];
-		const struct btrfs_file_extent_item *fi = (const void *)c->data;
-		u64 end, disk;
 
 		switch (c->key.type) {
 		case BTRFS_INODE_ITEM_KEY:
 		case BTRFS_XATTR_ITEM_KEY:
-			continue;
+			break;
 		case BTRFS_INODE_REF_KEY:
 		case BTRFS_INODE_EXTREF_KEY:
 			ret = items_push(&refs, &c->key, c->data, c->size);
-			continue;
-		case BTRFS_EXTENT_DATA_KEY:
 			break;
 		default:
 			p->why = "an item the log does not carry (verity...)";
 			ret = 2;
-			continue;
 		}
-		if (c->size < BTRFS_FILE_EXTENT_INLINE_DATA_START ||
-		    (fi->type != BTRFS_FILE_EXTENT_INLINE && c->size < sizeof(*fi))) {
-			ret = BLOG_CORRUPT(&fs->log, "inode %llu: short extent item",
-					   (unsigned long long)ino);
-			break;
-		}
-		if (fi->type == BTRFS_FILE_EXTENT_INLINE) {
-			end = c->key.offset + (btrfs_file_extent_ram_bytes(fi) + ss - 1) / ss * ss;
-		} else {
-			end = c->key.offset + btrfs_file_extent_num_bytes(fi);
-			disk = btrfs_file_extent_disk_bytenr(fi);
-			if (disk && fi->type == BTRFS_FILE_EXTENT_REG && !nodatasum &&
-			    btrfs_file_extent_generation(fi) >= transid) {
-				u64 s = disk, len = btrfs_file_extent_disk_num_bytes(fi);
-
-				if (!fi->compression) {
-					s += btrfs_file_extent_offset(fi);
-					len = btrfs_file_extent_num_bytes(fi);
-				}
-				ret = range_add(&p->csums, s, s + len);
-			}
-		}
-		if (ret == 0 && c->key.offset > covered && covered < isize)
-			ret = push_hole(p, transid, covered,
-					c->key.offset < isize ? c->key.offset : isize);
-		if (end > covered)
-			covered = end;
 	}
-	if (ret == 0 && covered < isize)
-		ret = push_hole(p, transid, covered, isize);
+	if (ret == 0)
+		ret = plan_extents(fs, p, btrfs_inode_flags(&ii), btrfs_inode_size(&ii));
+	if (ret == 0 && datasync && !logged_before && in_commit &&
+	    btrfs_inode_size(&cii) == btrfs_inode_size(&ii) &&
+	    btrfs_inode_nbytes(&cii) == btrfs_inode_nbytes(&ii)) {
+		struct item_vec then = { 0 };
+
+		/* only times, modes, owners or xattrs changed: fdatasync need not keep them */
+		ret = collect(fs, &croot, ino, BTRFS_INODE_REF_KEY, BTRFS_INODE_EXTREF_KEY, &then);
+		if (ret == 0 && same_items(&refs, &then))
+			ret = extents_as_committed(fs, &croot, p);
+		if (ret == 1) {
+			p->skip = 1;
+			ret = 0;
+		}
+		items_free(&then);
+		if (ret == 0 && p->skip) {
+			items_free(&refs);
+			return 1;
+		}
+	}
 	if (ret == 0) {
 		u32 n = 0;
 		struct name_ref r;

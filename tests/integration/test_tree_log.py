@@ -332,6 +332,42 @@ def test_fdatasync(logtool, workdir):
     verify(logtool, workdir, image, m)
 
 
+@pytest.mark.parametrize("change", ["punch-leaf", "overwrite-middle", "append", "shrink-grow",
+                                    "punch-all"])
+def test_fragmented_file(logtool, workdir, change):
+    """A file of 600 extents over a dozen leaves (4 KiB nodes): only the leaves a change
+    touched are logged, and holes stand for committed extents the change removed,
+    including a whole leaf of them (its neighbours, old leaves, now sit side by side)."""
+    image = fresh_image(workdir, ("-n", "4096"))
+    m = Model()
+    lines = ["create f"]
+    for i in range(600):
+        lines.append(f"write f {i * 4096} 4096 {i}")
+        m.write("f", i * 4096, data(i, 4096))
+    lines += ["create g", "write g 0 4096 7", "sync"]
+    m.write("g", 0, data(7, 4096))
+    if change == "punch-leaf":
+        lines.append(f"falloc f 3 {200 * 4096} {120 * 4096}")
+        m.files["f"][200 * 4096:320 * 4096] = b"\0" * (120 * 4096)
+    elif change == "overwrite-middle":
+        lines.append(f"write f {300 * 4096 + 100} 10000 1000")
+        m.write("f", 300 * 4096 + 100, data(1000, 10000))
+    elif change == "append":
+        lines.append(f"write f {600 * 4096} 5000 1001")
+        m.write("f", 600 * 4096, data(1001, 5000))
+    elif change == "shrink-grow":
+        lines += [f"truncate f {100 * 4096 + 10}", f"truncate f {400 * 4096}"]
+        m.truncate("f", 100 * 4096 + 10)
+        m.truncate("f", 400 * 4096)
+    elif change == "punch-all":
+        lines.append(f"falloc f 3 0 {600 * 4096}")
+        m.files["f"][:] = b"\0" * (600 * 4096)
+    lines += ["fsync f", "write g 0 100 8", "fsync g", "crash"]
+    m.write("g", 0, data(8, 100))
+    run_tool(logtool, image, lines)
+    verify(logtool, workdir, image, m)
+
+
 def test_subvolume(logtool, workdir):
     image = fresh_image(workdir)
     m = Model()
@@ -591,7 +627,7 @@ def _random_script(rng):
     by_name, inodes = {}, []
     if rng.random() < 0.3:
         lines.append("compress zstd")
-    for _ in range(rng.randint(30, 70)):
+    for _ in range(rng.randint(30, 120)):
         free = [n for n in names if n not in by_name]
         used = sorted(by_name)
         op = rng.choice(["create", "write", "write", "write", "truncate", "falloc", "xattr",
@@ -610,7 +646,7 @@ def _random_script(rng):
         ino = by_name[n]
         if op == "write":
             off = rng.choice([0, rng.randrange(0, 400000), len(ino.content)])
-            length = rng.choice([1, 100, 3000, 4096, 70000, 200000])
+            length = rng.choice([1, 100, 3000, 4096, 4096, 8192, 70000, 200000])
             seed = rng.randrange(1 << 30)
             if rng.random() < 0.5:
                 lines.append(f"write {n} {off} {length} {seed}")
@@ -695,7 +731,7 @@ def test_random_fsyncs(logtool, workdir, seed):
     """
     import random
     rng = random.Random(seed)
-    image = fresh_image(workdir)
+    image = fresh_image(workdir, ("-n", "4096") if seed % 2 else ())
     lines, clean = _random_script(rng)
     run_tool(logtool, image, lines)
     m = Model()
