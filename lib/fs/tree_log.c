@@ -49,8 +49,10 @@
  * Invariants:
  *  1. Log tree blocks have no extent items and stay out of the committed free
  *     space tree; in memory they are taken out of free space (extent_alloc)
- *     and kept out until the commit that drops the log, which pins them
- *     (free again once its superblock is written) and clears log_root.
+ *     and kept out while a log on disk may point at them: a block a log sync
+ *     replaces (COW) is free again once that sync's superblock is written;
+ *     the commit that drops the log pins the rest (free again once its
+ *     superblock is written) and clears log_root.
  *  2. Data extents the log points at are allocated in T and their delayed
  *     references run only at T's commit, so nothing reuses them before it
  *     (a reference dropped in T pins them at the commit).
@@ -66,7 +68,8 @@
  *  4. Only regular files are logged; directories, symlinks, special files,
  *     files without links and subvolumes without a committed root item
  *     commit. So does a log sync that would hold more than LOG_MAX_INODES
- *     inodes (the checks of invariant 3 grow with them).
+ *     inodes (the checks of invariant 3 grow with them) or copy more than
+ *     LOG_MAX_ITEMS items.
  *
  * @datasync (fdatasync): an inode not logged yet in this transaction whose
  * size, names and file extents are as committed is skipped (only times,
@@ -87,6 +90,12 @@
  * commits and the log starts over, keeping a log sync's cost bounded.
  */
 #define LOG_MAX_INODES 1024
+/*
+ * Items one log sync copies at most: the changed leaves of a file add up over
+ * a transaction (random overwrites of a big file touch a new leaf each), and
+ * past this a commit, which starts the count over, costs less than the log.
+ */
+#define LOG_MAX_ITEMS 1024
 
 struct log_subvol {
 	u64 subvol;
@@ -112,7 +121,8 @@ struct tree_log {
 	size_t nsubvols;
 	struct logged_inode *inodes;
 	size_t ninodes;
-	struct range_set blocks;     /* every log block allocated in transid (invariant 1) */
+	struct range_set blocks;     /* log blocks allocated and not released (invariant 1) */
+	struct range_set replaced;   /* of those, replaced in the log sync under way */
 	struct range_set csummed;    /* data ranges whose checksums the log holds */
 	u64 syncs, fallbacks;        /* statistics, for messages */
 };
@@ -781,13 +791,45 @@ static int log_alloc_block(void *arg, struct tree_root *root, int level, u64 *by
 	return ret;
 }
 
-/* A log block copied or emptied stays reserved until the commit (invariant 1). */
+/*
+ * A log block copied or emptied: the log on disk may still point at it, so it
+ * stays reserved until this log sync's superblock is written (log_release()).
+ */
 static int log_free_block(void *arg, struct tree_root *root, struct tree_node *node)
 {
-	(void)arg;
+	struct tree_log *l = arg;
+
 	(void)root;
-	(void)node;
-	return 0;
+	return range_add(&l->replaced, node->bytenr, node->bytenr + l->fs->vol.nodesize);
+}
+
+/*
+ * After a log sync's superblock is durable: the blocks it replaced belong to
+ * no log on disk any more and return to free space (invariant 1 keeps only
+ * the live log reserved, so a long run of fsyncs does not eat metadata space).
+ */
+static int log_release(struct tree_log *l)
+{
+	struct extent_state *es = &l->fs->w->es;
+	size_t i;
+	int ret = 0;
+
+	for (i = 0; i < l->replaced.n && ret == 0; i++) {
+		u64 start = l->replaced.r[i].start, end = l->replaced.r[i].end;
+		struct block_group *bg = extent_find_bg(es, start);
+
+		if (!bg || end > bg->start + bg->length) {
+			ret = -EUCLEAN;
+			break;
+		}
+		ret = range_remove(&l->blocks, start, end);
+		if (ret == 0)
+			ret = range_add(&bg->free, start, end);
+		bg->fst_dirty = 1;
+	}
+	range_set_free(&l->replaced);
+	range_set_init(&l->replaced);
+	return ret;
 }
 
 static const struct tree_block_ops log_block_ops = {
@@ -809,8 +851,10 @@ static void log_reset(struct tree_log *l)
 	l->subvols = NULL;
 	l->ninodes = l->nsubvols = 0;
 	range_set_free(&l->blocks);
+	range_set_free(&l->replaced);
 	range_set_free(&l->csummed);
 	range_set_init(&l->blocks);
+	range_set_init(&l->replaced);
 	range_set_init(&l->csummed);
 	memset(&l->root_tree, 0, sizeof(l->root_tree));
 	l->transid = 0;
@@ -857,6 +901,7 @@ static struct tree_log *log_get(struct butter_fs *fs)
 		return NULL;
 	l->fs = fs;
 	range_set_init(&l->blocks);
+	range_set_init(&l->replaced);
 	range_set_init(&l->csummed);
 	w->tlog = l;
 	w->txn.pre_commit = log_drop_at_commit;
@@ -900,40 +945,75 @@ static struct log_subvol *log_subvol(struct tree_log *l, struct tree_trans *t, u
 	return ls;
 }
 
-/* Delete every item with objectid @objectid from log tree @root. */
-static int delete_objectid(struct tree_trans *t, struct tree_root *root, u64 objectid)
+static int cmp_items(const void *a, const void *b)
 {
-	struct node_cache *cache = t->cache;
+	return btrfs_comp_keys(&((const struct item_copy *)a)->key,
+			       &((const struct item_copy *)b)->key);
+}
 
-	for (;;) {
-		struct btrfs_key key = { objectid, 0, 0 };
-		struct tree_path path;
-		u32 slot, nr = 0;
-		int ret;
+/* Make the item at @key of log tree @root @data (@size bytes), or delete it (NULL). */
+static int log_set_item(struct tree_trans *t, struct tree_root *root, const struct btrfs_key *key,
+			const void *data, u32 size)
+{
+	struct tree_path path;
+	int ret;
 
-		ret = tree_find_key(cache, root, &key, 0, &key);
-		if (ret)
-			return ret < 0 ? ret : 0;
-		if (key.objectid != objectid)
+	tree_path_init(&path);
+	ret = tree_search_slot(t, root, key, &path, 0, 1);
+	if (ret == 0) {
+		u32 have;
+		u8 *p = path_item_mut(&path, &have);
+
+		if (data && have == size) {
+			memcpy(p, data, size);
+			tree_path_release(t->cache, &path);
 			return 0;
-		tree_path_init(&path);
-		ret = tree_search_slot(t, root, &key, &path, 0, 1);
-		if (ret) {
-			tree_path_release(cache, &path);
-			return ret < 0 ? ret : -EUCLEAN;
 		}
-		slot = path.slots[0];
-		while (slot + nr < path.nodes[0]->nritems) {
-			node_key(path.nodes[0], slot + nr, &key);
-			if (key.objectid != objectid)
-				break;
-			nr++;
-		}
-		ret = tree_del_items(t, root, &path, nr);
-		tree_path_release(cache, &path);
-		if (ret)
-			return ret;
+		ret = tree_del_items(t, root, &path, 1);
+	} else if (ret == 1) {
+		ret = 0;
 	}
+	tree_path_release(t->cache, &path);
+	if (ret == 0 && data)
+		ret = tree_insert_item(t, root, key, data, size);
+	return ret;
+}
+
+/*
+ * Bring the items of inode @ino in log tree @root to @want (sorted here),
+ * touching only those that differ: a file logged again in the same
+ * transaction costs what changed since its last log sync.
+ */
+static int log_put_items(struct butter_fs *fs, struct tree_trans *t, struct tree_root *root,
+			 u64 ino, struct item_vec *want)
+{
+	struct item_vec have = { 0 };
+	size_t i = 0, j = 0;
+	int ret;
+
+	if (want->n > 1)
+		qsort(want->v, want->n, sizeof(want->v[0]), cmp_items);
+	ret = collect(fs, root, ino, 0, 255, &have);
+	while (ret == 0 && (i < want->n || j < have.n)) {
+		const struct item_copy *w = i < want->n ? &want->v[i] : NULL;
+		const struct item_copy *h = j < have.n ? &have.v[j] : NULL;
+		int c = !w ? 1 : !h ? -1 : btrfs_comp_keys(&w->key, &h->key);
+
+		if (c > 0) {
+			ret = log_set_item(t, root, &h->key, NULL, 0);
+			j++;
+		} else if (c < 0) {
+			ret = tree_insert_item(t, root, &w->key, w->data, w->size);
+			i++;
+		} else {
+			if (w->size != h->size || memcmp(w->data, h->data, w->size))
+				ret = log_set_item(t, root, &w->key, w->data, w->size);
+			i++;
+			j++;
+		}
+	}
+	items_free(&have);
+	return ret;
 }
 
 /* Log the checksums of data range [start, end) that the log does not hold yet. */
@@ -1034,10 +1114,7 @@ static int log_inode(struct tree_log *l, struct tree_trans *t, struct inode_plan
 	ls = log_subvol(l, t, p->sv->id, &ret);
 	if (!ls)
 		return ret;
-	ret = delete_objectid(t, &ls->root, p->ino);
-	for (i = 0; i < p->items.n && ret == 0; i++)
-		ret = tree_insert_item(t, &ls->root, &p->items.v[i].key, p->items.v[i].data,
-				       p->items.v[i].size);
+	ret = log_put_items(l->fs, t, &ls->root, p->ino, &p->items);
 	for (i = 0; i < p->csums.n && ret == 0; i++)
 		ret = log_csum_range(l, t, &ls->root, p->csums.r[i].start, p->csums.r[i].end);
 	if (ret)
@@ -1239,10 +1316,15 @@ int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, 
 		ret = full_commit(w, l);
 		goto out;
 	}
-	for (i = 0; i < n && plans[i].skip; i++)
-		;
-	if (i == n)
+	for (i = 0, j = 0; i < n; i++)
+		j += plans[i].skip ? 0 : plans[i].items.n;
+	if (j == 0)
 		goto out; /* nothing changed since the commit */
+	if (j > LOG_MAX_ITEMS) {
+		blog_debug(&fs->log, "fsync commits: %zu items to log", j);
+		ret = full_commit(w, l);
+		goto out;
+	}
 
 	/* 2. into the log trees */
 	memset(&t, 0, sizeof(t));
@@ -1261,6 +1343,8 @@ int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, 
 	if (ret == 0)
 		ret = write_log(l, &t);
 	tree_trans_release_dirty(&t);
+	if (ret == 0)
+		ret = log_release(l);
 	if (ret == 0) {
 		l->syncs++;
 	} else if (ret == -ENOSPC) {
