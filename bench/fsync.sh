@@ -9,6 +9,8 @@
 #            what butter's fsync did before the tree log); the kernel targets fsync
 #   many     N files written and closed, then `butter fsync FILE...` (one tree log sync
 #            per 128 files on butter; fsync(2) file by file on the kernel targets)
+#   overwrite  a 64 MiB file (written and committed first, not timed), then N random
+#            4 KiB overwrites, each followed by fdatasync(2) (a database's pattern)
 #
 # Prints files/s per target and the ratios butter/btrfs and butter/ext4, and the bytes the
 # butter daemon wrote per file (wchar of /proc/PID/io: data, tree blocks, superblocks).
@@ -61,7 +63,7 @@ fi
 declare -A MNT LOOP RES
 DAEMON_PID=
 TARGETS=(butter btrfs ext4)
-WORKLOADS=(fsync commit many)
+WORKLOADS=(fsync commit many overwrite)
 
 cleanup() {
 	set +e
@@ -131,6 +133,24 @@ BUTTER_IOC_SYNC = 0xB706  # _IO(0xB7, 6), include/butter/control.h
 os.makedirs(d)
 buf = os.urandom(4096)
 names = [os.path.join(d, f"f{i:06d}") for i in range(n)]
+if mode == "overwrite":
+    import random
+    big = os.path.join(d, "big")
+    fd = os.open(big, os.O_CREAT | os.O_WRONLY, 0o644)
+    for i in range(64 * 256):
+        os.write(fd, buf)
+    os.fsync(fd)
+    if target == "butter":
+        fcntl.ioctl(fd, BUTTER_IOC_SYNC)
+    rng = random.Random(1)
+    w0 = wchar()
+    t0 = time.monotonic()
+    for i in range(n):
+        os.pwrite(fd, buf, rng.randrange(64 * 256) * 4096)
+        os.fdatasync(fd)
+    os.close(fd)
+    print(f"{n / (time.monotonic() - t0):.1f}:{(wchar() - w0) / n:.0f}")
+    sys.exit(0)
 w0 = wchar()
 t0 = time.monotonic()
 for name in names:
@@ -159,7 +179,7 @@ for t in "${TARGETS[@]}"; do
 	teardown "$t"
 done
 
-echo "fsync.sh: $NFILES files of 4 KiB per workload, files/s (higher is better)"
+echo "fsync.sh: $NFILES files of 4 KiB (overwrite: $NFILES writes) per workload, per second (higher is better)"
 printf "%-8s %10s %10s %10s %14s %14s %18s\n" workload butter btrfs ext4 butter/btrfs butter/ext4 \
 	"butter bytes/file"
 for w in "${WORKLOADS[@]}"; do
