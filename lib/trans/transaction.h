@@ -10,6 +10,8 @@
  *                            +--error anywhere------> ABORTED (read-only for good)
  *
  * Commit order (written once, here and in txn_commit()):
+ *   0. the pre_commit hook: the tree log's blocks are pinned and the
+ *      superblock's log root is cleared (this commit holds what it held);
  *   1. until nothing changes: run delayed refs (extent tree), write block
  *      group items, write free space tree entries, update root items;
  *   2. write every dirty tree block (checksummed) to every copy;
