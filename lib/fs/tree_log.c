@@ -38,8 +38,9 @@
  * Order of one log sync (butter_fsync_many()):
  *   1. check every inode (below); any that the log cannot express makes the
  *      whole call a full commit instead (the kernel's "log full commit");
- *   2. copy its items into the log tree (COW: blocks a previous log sync
- *      wrote are copied, never rewritten), update the log root tree;
+ *   2. bring its items in the log tree to what step 1 planned, changing only
+ *      those that differ from the previous log sync's (COW: blocks a previous
+ *      log sync wrote are copied, never rewritten); update the log root tree;
  *   3. write the new log blocks, flush (the file data was written by
  *      butter_write() already: this flush makes it durable too);
  *   4. write the superblocks naming the new log root tree, flush.
@@ -53,9 +54,10 @@
  *     replaces (COW) is free again once that sync's superblock is written;
  *     the commit that drops the log pins the rest (free again once its
  *     superblock is written) and clears log_root.
- *  2. Data extents the log points at are allocated in T and their delayed
- *     references run only at T's commit, so nothing reuses them before it
- *     (a reference dropped in T pins them at the commit).
+ *  2. Data extents the log points at are committed ones or allocated in T;
+ *     references to either change only when T's delayed references run at
+ *     its commit, so nothing reuses them before it (an extent whose last
+ *     reference went in T is pinned at the commit).
  *  3. The log describes inodes only relative to the last committed state: an
  *     inode is logged only if each of its committed names is still there
  *     (same directory, name and index) and each new name goes into a
@@ -913,6 +915,8 @@ void fs_tree_log_destroy(struct fs_write_state *w)
 {
 	if (!w->tlog)
 		return;
+	blog_debug(&w->tlog->fs->log, "tree log: %llu log syncs, %llu fsyncs committed instead",
+		   (unsigned long long)w->tlog->syncs, (unsigned long long)w->tlog->fallbacks);
 	log_reset(w->tlog);
 	free(w->tlog);
 	w->tlog = NULL;
