@@ -103,6 +103,8 @@ int cmd_fsync(const struct cli_command *cmd, int argc, char **argv)
 
 		f->path = argv[optind + (int)i];
 		f->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+		if (f->fd < 0 && errno == EACCES) /* a file one may write but not read */
+			f->fd = open(f->path, O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 		if (f->fd < 0) {
 			cli_error("%s: %s", f->path, strerror(errno));
 			status = CLI_EXIT_ERROR;
