@@ -120,7 +120,8 @@ teardown() {
 # files/s of workload $2 in directory $1 (target $3)
 run_workload() {
 	python3 - "$1" "$NFILES" "$2" "$3" "$BUTTER" "${DAEMON_PID:-0}" <<'EOF'
-import fcntl, os, subprocess, sys, time
+import ctypes, fcntl, os, subprocess, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
 d, n, mode, target, butter = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 pid = int(sys.argv[6])
 
@@ -159,6 +160,8 @@ for name in names:
     if mode == "fsync" or (mode == "commit" and target != "butter"):
         os.fsync(fd)
     elif mode == "commit":
+        # the kernel's dirty pages (writeback cache) reach the daemon first, as fsync sends them
+        libc.sync_file_range(fd, ctypes.c_longlong(0), ctypes.c_longlong(0), 7)  # wait, write, wait
         fcntl.ioctl(fd, BUTTER_IOC_SYNC)
     os.close(fd)
 if mode == "many":
