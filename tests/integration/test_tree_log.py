@@ -14,8 +14,9 @@ image holds exactly what a power cut right after the fsync leaves. Then:
 FUSE cases (a `butter mount` killed with SIGKILL right after fsync returned, and the
 `butter fsync` command) are at the end.
 
-Runtime: under a second per case (two kernel mounts, four btrfs checks); the file (37 cases,
-the power-cut case with 16 states included) about 25 s on this 2-core machine.
+Runtime: under a second per case (two kernel mounts, four btrfs checks); the file (38 cases,
+the power-cut case with 16 states and the 1100-file limits case included) about 35 s on this
+2-core machine.
 """
 import os
 import signal
@@ -367,6 +368,27 @@ def test_fragmented_file(logtool, workdir, change):
     m.write("g", 0, data(8, 100))
     run_tool(logtool, image, lines)
     verify(logtool, workdir, image, m)
+
+
+def test_log_limits(logtool, workdir):
+    """Past LOG_MAX_INODES (1024) logged inodes the next fsync commits and the log starts
+    over; a log sync of more than LOG_MAX_ITEMS (1024) items commits instead."""
+    image = fresh_image(workdir)
+    m = Model()
+    lines = ["mkdir d", "sync"]
+    for i in range(1100):
+        lines += [f"create d/s{i}", f"write d/s{i} 0 100 {i}", f"fsync d/s{i}"]
+        m.write(f"d/s{i}", 0, data(i, 100))
+    lines.append("crash")
+    run_tool(logtool, image, lines)
+    verify(logtool, workdir, image, m)       # the last 76 are in a log
+    lines = ["create big"]
+    for i in range(1500):                     # 1500 extents: more items than one log sync takes
+        lines.append(f"write big {i * 8192} 4096 {i}")
+        m.write("big", i * 8192, data(i, 4096))
+    lines += ["fsync big", "crash"]
+    run_tool(logtool, image, lines)
+    verify(logtool, workdir, image, m, logged=False)
 
 
 def test_subvolume(logtool, workdir):
