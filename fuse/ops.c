@@ -730,26 +730,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_err(req, 0);
 }
 
-/*
- * fsync and fsyncdir: the tree log (butter_fsync(): a regular file is logged,
- * anything the log cannot express is a full commit).
- */
+/* fsync and fsyncdir: the tree log, requests grouped (fsync.c). */
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	struct daemon *d = D(req);
-	butter_ino_t id;
-	int ret;
-
 	(void)fi;
-	if (d->readonly) {
-		reply_err(req, 0);
-		return;
-	}
-	ret = nodes_resolve(&d->nodes, ino, &id);
-	write_lock(d);
-	ret = ret ? butter_sync(d->fs) : butter_fsync(d->fs, id, datasync);
-	unlock(d);
-	reply_err(req, ret);
+	butter_fuse_fsync(req, ino, datasync);
 }
 
 static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,

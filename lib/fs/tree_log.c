@@ -915,7 +915,7 @@ void fs_tree_log_destroy(struct fs_write_state *w)
 {
 	if (!w->tlog)
 		return;
-	blog_debug(&w->tlog->fs->log, "tree log: %llu log syncs, %llu fsyncs committed instead",
+	blog_info(&w->tlog->fs->log, "tree log: %llu log syncs, %llu fsyncs committed instead",
 		   (unsigned long long)w->tlog->syncs, (unsigned long long)w->tlog->fallbacks);
 	log_reset(w->tlog);
 	free(w->tlog);
