@@ -401,6 +401,21 @@ def test_subvolume(logtool, workdir):
     verify(logtool, workdir, image, m)
 
 
+def test_after_snapshot(logtool, workdir):
+    """A file changed and fsynced in a subvolume whose blocks a snapshot shares: replay
+    copies the shared leaves; the snapshot keeps the old bytes."""
+    image = fresh_image(workdir)
+    m = Model()
+    m.write("sv/f", 0, data(1, 300000))
+    m.write("snap/f", 0, data(1, 300000))
+    m.write("sv/f", 100000, data(2, 5000))
+    m.write("sv/g", 0, data(3, 7000))
+    run_tool(logtool, image, ["subvol sv", "create sv/f", "write sv/f 0 300000 1",
+                              "snapshot sv snap", "write sv/f 100000 5000 2", "create sv/g",
+                              "write sv/g 0 7000 3", "fsync sv/f sv/g", "crash"])
+    verify(logtool, workdir, image, m)
+
+
 def test_fsync_after_rename_commits(logtool, workdir):
     image = fresh_image(workdir)
     m = Model()

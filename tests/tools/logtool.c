@@ -14,6 +14,7 @@
  *   setxattr PATH NAME VALUE | rmxattr PATH NAME
  *   link SRC DST | rename SRC DST
  *   subvol PATH                      a new subvolume
+ *   snapshot SRC PATH                a snapshot of the subvolume SRC (committed)
  *   compress SPEC                    butter_set_compression(SPEC, force)
  *   fsync PATH...                    butter_fsync() (one) or butter_fsync_many()
  *   fdatasync PATH
@@ -181,6 +182,14 @@ static int run(struct butter_fs *fs, char *line)
 
 		ret = parent_of(fs, a, &dir, &name);
 		return ret ? ret : butter_subvol_create(fs, dir, name, strlen(name), &id);
+	}
+	if (!strcmp(cmd, "snapshot") && sscanf(line, "%*s %4095s %4095s", a, b) == 2) {
+		uint64_t id;
+
+		ret = butter_resolve(fs, a, &ino);
+		if (ret == 0)
+			ret = parent_of(fs, b, &dir, &name);
+		return ret ? ret : butter_snapshot(fs, ino.subvol, dir, name, strlen(name), 0, &id);
 	}
 	if (!strcmp(cmd, "compress") && sscanf(line, "%*s %4095s", a) == 1)
 		return butter_set_compression(fs, a, 1);
