@@ -180,4 +180,7 @@ int cmd_put(const struct cli_command *cmd, int argc, char **argv);
 int cmd_mkdir(const struct cli_command *cmd, int argc, char **argv);
 int cmd_ln(const struct cli_command *cmd, int argc, char **argv);
 
+/* cmd_fsync.c */
+int cmd_fsync(const struct cli_command *cmd, int argc, char **argv);
+
 #endif /* BUTTER_CLI_H */

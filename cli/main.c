@@ -313,6 +313,17 @@ static const struct cli_command commands[] = {
 		.usage = butter_mount_usage,
 	},
 #endif
+	{
+		.name = "fsync",
+		.main = cmd_fsync,
+		.summary = "make files durable, many in one flush",
+		.synopsis = "[--data] FILE...",
+		.usage = "fsync(2) every FILE. Files inside a live `butter mount` are written\n"
+			 "to its tree log together (one flush sequence per batch of up to 128\n"
+			 "files), not one commit each; other files get fsync(2) one by one.\n"
+			 "\n"
+			 "  -d, --data     fdatasync(2) instead\n",
+	},
 	/*
 	 * Commands still to come take a row here: mkfs, mount, check, scrub,
 	 * balance, device add/remove/replace, resize, subvolume create/delete/

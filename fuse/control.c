@@ -130,6 +130,27 @@ static int do_scrub_step(struct daemon *d, struct butter_ioc_scrub *s)
 	return ret < 0 ? ret : 0;
 }
 
+/* BUTTER_IOC_FSYNC: the files as (subvolume, inode) pairs, logged in one go. */
+static int do_fsync_many(struct daemon *d, const struct butter_ioc_fsync *f)
+{
+	butter_ino_t inos[BUTTER_IOC_FSYNC_MAX];
+	uint32_t i;
+	int ret;
+
+	if (f->count == 0 || f->count > BUTTER_IOC_FSYNC_MAX || (f->flags & ~BUTTER_FSYNC_DATA))
+		return -EINVAL;
+	if (d->readonly)
+		return 0;
+	for (i = 0; i < f->count; i++) {
+		inos[i].subvol = f->inos[i].subvol;
+		inos[i].ino = f->inos[i].ino;
+	}
+	pthread_rwlock_wrlock(&d->fs_lock);
+	ret = butter_fsync_many(d->fs, inos, f->count, !!(f->flags & BUTTER_FSYNC_DATA));
+	pthread_rwlock_unlock(&d->fs_lock);
+	return ret;
+}
+
 void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		       struct fuse_file_info *fi, unsigned flags, const void *in_buf,
 		       size_t in_bufsz, size_t out_bufsz)
@@ -143,6 +164,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_ioc_space space;
 		struct butter_ioc_label label;
 		struct butter_ioc_scrub scrub;
+		struct butter_ioc_fsync fsync;
 	} u;
 	size_t size = _IOC_SIZE(cmd), out = 0;
 	int ret = 0, inval = 0;
@@ -241,6 +263,9 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		pthread_rwlock_wrlock(&d->fs_lock);
 		ret = d->readonly ? -EROFS : butter_set_label(d->fs, u.label.label);
 		pthread_rwlock_unlock(&d->fs_lock);
+		break;
+	case BUTTER_IOC_FSYNC:
+		ret = do_fsync_many(d, &u.fsync);
 		break;
 	default:
 		fuse_reply_err(req, ENOTTY);

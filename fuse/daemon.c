@@ -451,6 +451,7 @@ static int run(const struct mount_opts *o)
 	pthread_rwlockattr_setkind_np(&rwattr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 	pthread_rwlock_init(&d.fs_lock, &rwattr);
 	pthread_rwlockattr_destroy(&rwattr);
+	fsync_queue_init(&d.fsyncq);
 
 	fuse_opts = fuse_option_string(o);
 	char *fuse_argv[] = { "butter", "-o", fuse_opts, o->debug ? "-d" : NULL, NULL };
@@ -514,6 +515,7 @@ out:
 	butter_close(d.fs);
 	nodes_destroy(&d.nodes);
 	pthread_rwlock_destroy(&d.fs_lock);
+	fsync_queue_destroy(&d.fsyncq);
 	if (d.daemonized)
 		closelog();
 	return status;

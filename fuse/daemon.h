@@ -28,6 +28,12 @@
 #include "nodes.h"
 #include "options.h"
 
+/* fsync requests waiting for the next tree log sync (fsync.c); its own lock, taken outside fs_lock */
+struct fsync_queue {
+	pthread_mutex_t lock;
+	struct fsync_entry *head, **tail;   /* protected by lock */
+};
+
 struct daemon {
 	const struct mount_opts *opts;
 	struct butter_fs *fs;
@@ -39,6 +45,8 @@ struct daemon {
 	unsigned blksize;             /* st_blksize: the sector size */
 	struct fuse_session *se;
 	bool daemonized;              /* messages go to syslog, stderr is /dev/null */
+
+	struct fsync_queue fsyncq;    /* fsync.c */
 
 	/* shutdown: see daemon.c */
 	pthread_t main_thread;
@@ -52,6 +60,11 @@ extern const struct fuse_lowlevel_ops butter_fuse_ops;
 void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		       struct fuse_file_info *fi, unsigned flags, const void *in_buf,
 		       size_t in_bufsz, size_t out_bufsz);
+
+/* fsync and fsyncdir, grouped into tree log syncs (fsync.c). */
+void butter_fuse_fsync(fuse_req_t req, fuse_ino_t ino, int datasync);
+void fsync_queue_init(struct fsync_queue *q);
+void fsync_queue_destroy(struct fsync_queue *q);
 
 /* Report @msg at @level (a BUTTER_LOG_* value): stderr, or syslog once daemonized. */
 void daemon_log(struct daemon *d, int level, const char *fmt, ...)

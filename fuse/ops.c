@@ -732,19 +732,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_err(req, 0);
 }
 
-/* fsync and fsyncdir: a full commit (the tree log comes later). */
+/* fsync and fsyncdir: the tree log, requests grouped (fsync.c). */
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	struct daemon *d = D(req);
-	int ret;
-
-	(void)ino;
-	(void)datasync;
 	(void)fi;
-	write_lock(d);
-	ret = butter_sync(d->fs);
-	unlock(d);
-	reply_err(req, ret);
+	butter_fuse_fsync(req, ino, datasync);
 }
 
 static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,

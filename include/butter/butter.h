@@ -628,6 +628,28 @@ int butter_atime_due(struct butter_fs *fs, butter_ino_t ino, unsigned policy);
  */
 int butter_touch_atime(struct butter_fs *fs, butter_ino_t ino, unsigned policy);
 
+/* ---- fsync: the tree log ---------------------------------------------------- */
+
+/*
+ * Make regular file @ino durable without a commit, as the kernel's fsync
+ * does: its inode, names, xattrs, data and checksums go into the tree log
+ * (lib/fs/tree_log.c), which the kernel or the next read-write butter_open()
+ * replays after a crash. Where the log cannot say what changed (directories,
+ * renames or unlinks since the last commit, names in new directories, new
+ * chunks...), a full commit is made instead, as butter_sync(). @datasync
+ * (fdatasync): nothing is written when only times, modes, owners or xattrs
+ * changed since the last commit. 0 or negative errno; -EROFS after a failed
+ * commit.
+ */
+int butter_fsync(struct butter_fs *fs, butter_ino_t ino, int datasync);
+
+/*
+ * butter_fsync() of @n files in one log sync: one flush sequence for all of
+ * them (POSIX has no such call). If any one of them needs a commit, the
+ * commit covers all.
+ */
+int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, int datasync);
+
 #ifdef __cplusplus
 }
 #endif

@@ -103,4 +103,24 @@ struct butter_ioc_scrub {
 #define BUTTER_IOC_SET_LABEL _IOW(BUTTER_IOC_MAGIC, 9, struct butter_ioc_label)
 #define BUTTER_IOC_SCRUB _IOWR(BUTTER_IOC_MAGIC, 12, struct butter_ioc_scrub)
 
+/*
+ * BUTTER_IOC_FSYNC: fsync many files of the mount in one log sync
+ * (butter_fsync_many(): one flush sequence for all). The files are named by
+ * what BUTTER_IOC_INFO answers for them; the fd the ioctl goes to may be any
+ * file or directory of the mount. The caller pushes the kernel's dirty pages
+ * of each file to the daemon first (sync_file_range), as fsync(2) would.
+ */
+#define BUTTER_IOC_FSYNC_MAX 128
+#define BUTTER_FSYNC_DATA 0x1u     /* fdatasync */
+
+struct butter_ioc_fsync {
+	uint32_t count;             /* entries used in inos[], 1..BUTTER_IOC_FSYNC_MAX */
+	uint32_t flags;             /* BUTTER_FSYNC_*; other bits: EINVAL */
+	struct {
+		uint64_t subvol, ino;
+	} inos[BUTTER_IOC_FSYNC_MAX];
+};
+
+#define BUTTER_IOC_FSYNC _IOW(BUTTER_IOC_MAGIC, 10, struct butter_ioc_fsync)
+
 #endif

@@ -63,6 +63,7 @@ void fs_teardown_write(struct butter_fs *fs)
 		if (ret)
 			blog_err(&fs->log, "final commit failed: %s", strerror(-ret));
 	}
+	fs_tree_log_destroy(w);
 	txn_ctx_destroy(&w->txn);
 	extent_state_destroy(&w->es);
 	fs_open_files_destroy(w);

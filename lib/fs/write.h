@@ -33,6 +33,7 @@ struct fs_write_state {
 	int compress_type, compress_level;
 	int compress_force;          /* keep trying after data did not compress */
 	struct fs_open_files *open_files; /* orphan.c: opens the front end counts */
+	struct tree_log *tlog;       /* tree_log.c: the fsync log of the running transaction */
 };
 
 struct dir_update {
@@ -152,5 +153,9 @@ void fs_orphan_free_open(struct butter_fs *fs);
  * cannot replay exactly; any error leaves the disk as it was.
  */
 int fs_replay_log(struct butter_fs *fs);
+
+/* tree_log.c: the write side of the tree log (butter_fsync(); its header comment has the rules) */
+/* Free the log state at close (after the last commit). */
+void fs_tree_log_destroy(struct fs_write_state *w);
 
 #endif

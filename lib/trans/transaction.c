@@ -241,6 +241,11 @@ int txn_commit(struct txn_ctx *ctx)
 		return -EROFS;
 	if (!ctx->running)
 		return 0;
+	if (ctx->pre_commit) {
+		ret = ctx->pre_commit(ctx->pre_commit_arg);
+		if (ret)
+			goto abort;
+	}
 	if (!ctx->tt.dirty && !extent_commit_pending(ctx->es) && !ctx->super_dirty) {
 		/* nothing changed: the on-disk state is current */
 		ctx->running = 0;

@@ -10,6 +10,8 @@
  *                            +--error anywhere------> ABORTED (read-only for good)
  *
  * Commit order (written once, here and in txn_commit()):
+ *   0. the pre_commit hook: the tree log's blocks are pinned and the
+ *      superblock's log root is cleared (this commit holds what it held);
  *   1. until nothing changes: run delayed refs (extent tree), write block
  *      group items, write free space tree entries, update root items;
  *   2. write every dirty tree block (checksummed) to every copy;
@@ -38,6 +40,13 @@ struct txn_ctx {
 	int super_dirty;               /* the superblock alone changed (label): commit anyway */
 	int aborted;                   /* an error poisoned the filesystem: no more commits */
 	struct tree_trans tt;
+	/*
+	 * Called first by every commit (NULL: none): the tree log
+	 * (lib/fs/tree_log.c) pins its blocks and clears the superblock's log
+	 * root, since the commit holds everything the log held.
+	 */
+	int (*pre_commit)(void *arg);
+	void *pre_commit_arg;
 };
 
 /* Register a tree whose root item must follow its root at commit. */
