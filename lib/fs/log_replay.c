@@ -58,18 +58,8 @@
 #include <sys/stat.h>
 
 #include "format/checksum.h"
+#include "fs/item_list.h"
 #include "fs/write.h"
-
-struct item_copy {
-	struct btrfs_key key;
-	u32 size;
-	u8 *data;
-};
-
-struct item_list {
-	struct item_copy *v;
-	size_t n, cap;
-};
 
 struct u64_list {
 	u64 *v;
@@ -150,40 +140,6 @@ static void u64_unique(struct u64_list *l)
 	l->n = j;
 }
 
-static void items_free(struct item_list *l)
-{
-	size_t i;
-
-	for (i = 0; i < l->n; i++)
-		free(l->v[i].data);
-	free(l->v);
-	memset(l, 0, sizeof(*l));
-}
-
-static int items_push(struct item_list *l, const struct btrfs_key *key, const u8 *data, u32 size)
-{
-	struct item_copy *c;
-
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		struct item_copy *n = realloc(l->v, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		l->v = n;
-		l->cap = cap;
-	}
-	c = &l->v[l->n];
-	c->key = *key;
-	c->size = size;
-	c->data = malloc(size ? size : 1);
-	if (!c->data)
-		return -ENOMEM;
-	memcpy(c->data, data, size);
-	l->n++;
-	return 0;
-}
-
 /*
  * Copy the items of @root keyed (@objectid, @type, offset in [@from, @to])
  * into @out (appended, in key order).
@@ -205,7 +161,7 @@ static int collect(struct node_cache *cache, const struct tree_root *root, u64 o
 		if (key.objectid != objectid || key.type != type || key.offset > to)
 			break;
 		p = path_item(&path, &size);
-		ret = items_push(out, &key, p, size);
+		ret = item_list_push(out, &key, p, size);
 		if (ret == 0)
 			ret = tree_next_item(cache, &path);
 	}
@@ -471,7 +427,7 @@ static int unlink_name(struct replay *r, u64 dir, u64 ino, const char *name, u32
 				break;
 			}
 		}
-		items_free(&idx);
+		item_list_free(&idx);
 		if (ret)
 			return ret;
 	}
@@ -593,7 +549,7 @@ static int replay_xattr_deletes(struct replay *r, u64 ino)
 		}
 		free(logged);
 	}
-	items_free(&mine);
+	item_list_free(&mine);
 	return ret;
 }
 
@@ -639,9 +595,9 @@ static int replay_dir_deletes(struct replay *r, u64 dir)
 				break;
 			ret = drop_dir_entry(r, dir, c->data, c->key.offset);
 		}
-		items_free(&mine);
+		item_list_free(&mine);
 	}
-	items_free(&ranges);
+	item_list_free(&ranges);
 	return ret;
 }
 
@@ -941,7 +897,7 @@ static int drop_unlogged_refs(struct replay *r, u64 ino, u64 parent, u8 type)
 				ret = 0;
 			}
 		}
-		items_free(&mine);
+		item_list_free(&mine);
 		if (ret)
 			return ret;
 	}
@@ -1150,7 +1106,7 @@ static int copy_csums(struct replay *r, u64 start, u64 end)
 			ret = extent_insert_csums(&r->w->es, r->t, a, b - a,
 						  sums.v[i].data + (a - s) / ss * cs);
 	}
-	items_free(&sums);
+	item_list_free(&sums);
 	return ret;
 }
 
@@ -1242,7 +1198,7 @@ static int count_links(struct replay *r, u64 ino, u32 *nlink)
 				(*nlink)++;
 			}
 		}
-		items_free(&refs);
+		item_list_free(&refs);
 		if (ret)
 			return ret;
 	}
@@ -1285,7 +1241,7 @@ static int empty_dir(struct replay *r, u64 dir)
 	for (i = 0; ret == 0 && i < idx.n; i++)
 		if (dir_entry_len(idx.v[i].data, idx.v[i].size))
 			ret = drop_dir_entry(r, dir, idx.v[i].data, idx.v[i].key.offset);
-	items_free(&idx);
+	item_list_free(&idx);
 	if (ret)
 		return ret;
 	/* names without an index (should not exist) */
@@ -1293,7 +1249,7 @@ static int empty_dir(struct replay *r, u64 dir)
 	for (i = 0; ret == 0 && i < idx.n; i++)
 		if (dir_entry_len(idx.v[i].data, idx.v[i].size))
 			ret = drop_dir_entry(r, dir, idx.v[i].data, (u64)-1);
-	items_free(&idx);
+	item_list_free(&idx);
 	return ret;
 }
 
@@ -1357,7 +1313,7 @@ static int sum_dir_names(struct replay *r, u64 dir, u64 *size)
 				pos += l;
 			}
 		}
-		items_free(&items);
+		item_list_free(&items);
 		if (ret)
 			return ret;
 	}
@@ -1385,7 +1341,7 @@ static int sum_extents(struct replay *r, u64 ino, u64 *nbytes)
 			*nbytes += btrfs_file_extent_num_bytes(fi);
 		}
 	}
-	items_free(&items);
+	item_list_free(&items);
 	return ret;
 }
 

@@ -84,6 +84,7 @@
 #include <sys/stat.h>
 
 #include "format/checksum.h"
+#include "fs/item_list.h"
 #include "fs/write.h"
 
 /*
@@ -129,24 +130,13 @@ struct tree_log {
 	u64 syncs, fallbacks;        /* statistics, for messages */
 };
 
-struct item_copy {
-	struct btrfs_key key;
-	u32 size;
-	u8 *data;
-};
-
-struct item_vec {
-	struct item_copy *v;
-	size_t n, cap;
-};
-
 /* What one inode puts in the log (decided before anything changes). */
 struct inode_plan {
 	struct subvol *sv;
 	u64 ino;
 	int skip;                    /* unchanged since the commit: nothing to log */
 	const char *why;             /* why it cannot be logged (a commit instead) */
-	struct item_vec items;       /* items to copy, holes included */
+	struct item_list items;       /* items to copy, holes included */
 	struct range_set csums;      /* data ranges whose checksums to log */
 	u8 *names;                   /* serialised name items (logged_inode.names) */
 	size_t names_len;
@@ -154,43 +144,9 @@ struct inode_plan {
 
 /* ---- small containers ---- */
 
-static void items_free(struct item_vec *l)
-{
-	size_t i;
-
-	for (i = 0; i < l->n; i++)
-		free(l->v[i].data);
-	free(l->v);
-	memset(l, 0, sizeof(*l));
-}
-
-static int items_push(struct item_vec *l, const struct btrfs_key *key, const void *data, u32 size)
-{
-	struct item_copy *c;
-
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		struct item_copy *n = realloc(l->v, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		l->v = n;
-		l->cap = cap;
-	}
-	c = &l->v[l->n];
-	c->key = *key;
-	c->size = size;
-	c->data = malloc(size ? size : 1);
-	if (!c->data)
-		return -ENOMEM;
-	memcpy(c->data, data, size);
-	l->n++;
-	return 0;
-}
-
 /* Copy every item of @root with objectid @ino and type in [@tmin, @tmax] into @out. */
 static int collect(struct butter_fs *fs, const struct tree_root *root, u64 ino, u8 tmin, u8 tmax,
-		   struct item_vec *out)
+		   struct item_list *out)
 {
 	struct btrfs_key key = { ino, tmin, 0 };
 	struct tree_path path;
@@ -206,7 +162,7 @@ static int collect(struct butter_fs *fs, const struct tree_root *root, u64 ino, 
 		if (key.objectid != ino || key.type > tmax)
 			break;
 		p = path_item(&path, &size);
-		ret = items_push(out, &key, p, size);
+		ret = item_list_push(out, &key, p, size);
 		if (ret == 0)
 			ret = tree_next_item(&fs->cache, &path);
 	}
@@ -215,7 +171,7 @@ static int collect(struct butter_fs *fs, const struct tree_root *root, u64 ino, 
 }
 
 /* Serialise @l (keys, sizes, data) into one buffer, to compare later. */
-static int serialise(const struct item_vec *l, u8 **out, size_t *len)
+static int serialise(const struct item_list *l, u8 **out, size_t *len)
 {
 	size_t i, total = 0, pos = 0;
 	u8 *buf;
@@ -250,7 +206,7 @@ struct name_ref {
 };
 
 /* Decode the @i-th name of the ref items @refs into @r: 1 found, 0 past the end, -EUCLEAN. */
-static int ref_at(const struct item_vec *refs, size_t i, struct name_ref *r)
+static int ref_at(const struct item_list *refs, size_t i, struct name_ref *r)
 {
 	size_t k, n = 0;
 
@@ -290,7 +246,7 @@ static int ref_at(const struct item_vec *refs, size_t i, struct name_ref *r)
 	return 0;
 }
 
-static int has_ref(const struct item_vec *refs, const struct name_ref *want)
+static int has_ref(const struct item_list *refs, const struct name_ref *want)
 {
 	struct name_ref r;
 	size_t i;
@@ -415,9 +371,9 @@ static int committed_root(struct butter_fs *fs, u64 id, struct tree_root *out)
  * (invariant 3). 1: the log can express them, 0: not, negative errno.
  */
 static int names_expressible(struct butter_fs *fs, const struct tree_root *croot, u64 ino,
-			     const struct item_vec *now)
+			     const struct item_list *now)
 {
-	struct item_vec then = { 0 };
+	struct item_list then = { 0 };
 	struct name_ref r;
 	size_t i;
 	int ret;
@@ -447,7 +403,7 @@ static int names_expressible(struct butter_fs *fs, const struct tree_root *croot
 			ret = ret == 1 ? 0 : ret == 0 ? 2 : ret;
 		}
 	}
-	items_free(&then);
+	item_list_free(&then);
 	if (ret == 2)
 		return 0;
 	if (ret == -EUCLEAN)
@@ -460,7 +416,7 @@ static int names_expressible(struct butter_fs *fs, const struct tree_root *croot
 
 static void plan_free(struct inode_plan *p)
 {
-	items_free(&p->items);
+	item_list_free(&p->items);
 	range_set_free(&p->csums);
 	free(p->names);
 	p->names = NULL;
@@ -476,7 +432,7 @@ static int push_hole(struct inode_plan *p, u64 transid, u64 start, u64 end)
 	btrfs_set_file_extent_ram_bytes(&fi, end - start);
 	btrfs_set_file_extent_num_bytes(&fi, end - start);
 	fi.type = BTRFS_FILE_EXTENT_REG;
-	return items_push(&p->items, &key, &fi, sizeof(fi));
+	return item_list_push(&p->items, &key, &fi, sizeof(fi));
 }
 
 /*
@@ -484,7 +440,7 @@ static int push_hole(struct inode_plan *p, u64 transid, u64 start, u64 end)
  * 0: the log cannot express it (commit instead), negative errno.
  */
 /* Do @a and @b hold the same items (inode items and xattrs aside)? */
-static int same_items(const struct item_vec *a, const struct item_vec *b)
+static int same_items(const struct item_list *a, const struct item_list *b)
 {
 	size_t i = 0, j = 0;
 
@@ -549,7 +505,7 @@ static int plan_extents(struct butter_fs *fs, struct inode_plan *p, u64 iflags, 
 		if (key.offset > covered && covered < isize && !(old && slot > 0))
 			ret = push_hole(p, transid, covered, key.offset < isize ? key.offset : isize);
 		if (ret == 0 && !old) {
-			ret = items_push(&p->items, &key, fi, size_now);
+			ret = item_list_push(&p->items, &key, fi, size_now);
 			if (ret == 0 && fi->type == BTRFS_FILE_EXTENT_REG && !nodatasum &&
 			    btrfs_file_extent_disk_bytenr(fi) &&
 			    btrfs_file_extent_generation(fi) >= transid) {
@@ -650,7 +606,7 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, int data
 	struct tree_root croot;
 	struct btrfs_inode_item ii, cii;
 	struct btrfs_key key = { ino, BTRFS_INODE_ITEM_KEY, 0 };
-	struct item_vec refs = { 0 };
+	struct item_list refs = { 0 };
 	int ret, in_commit = 0;
 	size_t i;
 
@@ -701,7 +657,7 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, int data
 			break;
 		case BTRFS_INODE_REF_KEY:
 		case BTRFS_INODE_EXTREF_KEY:
-			ret = items_push(&refs, &c->key, c->data, c->size);
+			ret = item_list_push(&refs, &c->key, c->data, c->size);
 			break;
 		default:
 			p->why = "an item the log does not carry (verity...)";
@@ -713,7 +669,7 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, int data
 	if (ret == 0 && datasync && !logged_before && in_commit &&
 	    btrfs_inode_size(&cii) == btrfs_inode_size(&ii) &&
 	    btrfs_inode_nbytes(&cii) == btrfs_inode_nbytes(&ii)) {
-		struct item_vec then = { 0 };
+		struct item_list then = { 0 };
 
 		/* only times, modes, owners or xattrs changed: fdatasync need not keep them */
 		ret = collect(fs, &croot, ino, BTRFS_INODE_REF_KEY, BTRFS_INODE_EXTREF_KEY, &then);
@@ -723,9 +679,9 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, int data
 			p->skip = 1;
 			ret = 0;
 		}
-		items_free(&then);
+		item_list_free(&then);
 		if (ret == 0 && p->skip) {
-			items_free(&refs);
+			item_list_free(&refs);
 			return 1;
 		}
 	}
@@ -748,7 +704,7 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, int data
 	}
 	if (ret == 0)
 		ret = serialise(&refs, &p->names, &p->names_len);
-	items_free(&refs);
+	item_list_free(&refs);
 	if (ret == 2)
 		return 0;
 	return ret < 0 ? ret : 1;
@@ -757,7 +713,7 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, int data
 /* Are the names of an inode logged earlier in this transaction still what the log says? */
 static int still_named(struct butter_fs *fs, const struct logged_inode *li)
 {
-	struct item_vec refs = { 0 };
+	struct item_list refs = { 0 };
 	struct subvol *sv;
 	u8 *names = NULL;
 	size_t len = 0;
@@ -769,7 +725,7 @@ static int still_named(struct butter_fs *fs, const struct logged_inode *li)
 	ret = collect(fs, &sv->root, li->ino, BTRFS_INODE_REF_KEY, BTRFS_INODE_EXTREF_KEY, &refs);
 	if (ret == 0)
 		ret = serialise(&refs, &names, &len);
-	items_free(&refs);
+	item_list_free(&refs);
 	if (ret)
 		return ret;
 	ret = len == li->names_len && !memcmp(names, li->names, len);
@@ -989,9 +945,9 @@ static int log_set_item(struct tree_trans *t, struct tree_root *root, const stru
  * transaction costs what changed since its last log sync.
  */
 static int log_put_items(struct butter_fs *fs, struct tree_trans *t, struct tree_root *root,
-			 u64 ino, struct item_vec *want)
+			 u64 ino, struct item_list *want)
 {
-	struct item_vec have = { 0 };
+	struct item_list have = { 0 };
 	size_t i = 0, j = 0;
 	int ret;
 
@@ -1016,7 +972,7 @@ static int log_put_items(struct butter_fs *fs, struct tree_trans *t, struct tree
 			j++;
 		}
 	}
-	items_free(&have);
+	item_list_free(&have);
 	return ret;
 }
 
@@ -1028,7 +984,7 @@ static int log_csum_range(struct tree_log *l, struct tree_trans *t, struct tree_
 	u32 ss = fs->vol.sectorsize, cs = fs->vol.csum_size;
 	u32 per = (tree_max_item_size(&fs->cache) - sizeof(struct btrfs_item)) / cs / 2;
 	struct btrfs_key key = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, start };
-	struct item_vec found = { 0 };
+	struct item_list found = { 0 };
 	struct tree_path path;
 	size_t i;
 	int ret;
@@ -1052,7 +1008,7 @@ static int log_csum_range(struct tree_log *l, struct tree_trans *t, struct tree_
 				break;
 			p = path_item(&path, &size);
 			if (key.offset + (u64)(size / cs) * ss > start)
-				ret = items_push(&found, &key, p, size);
+				ret = item_list_push(&found, &key, p, size);
 		} else if (key.objectid > BTRFS_EXTENT_CSUM_OBJECTID) {
 			break;
 		}
@@ -1061,7 +1017,7 @@ static int log_csum_range(struct tree_log *l, struct tree_trans *t, struct tree_
 	}
 	tree_path_release(&fs->cache, &path);
 	if (ret < 0) {
-		items_free(&found);
+		item_list_free(&found);
 		return ret;
 	}
 	ret = 0;
@@ -1103,7 +1059,7 @@ static int log_csum_range(struct tree_log *l, struct tree_trans *t, struct tree_
 			a = piece_end;
 		}
 	}
-	items_free(&found);
+	item_list_free(&found);
 	return ret;
 }
 
