@@ -6,7 +6,8 @@
 #   btrfs    the kernel's btrfs on a loop device over an image file
 #   ext4     ext4 on a loop device over an image file
 #   dd       dd to and from a plain file in $BENCH_DIR (anchor: the disk through the host fs)
-#   nullfs   bench/nullfs.c: a FUSE daemon with butter's FUSE settings that keeps names and
+#   nullfs   bench/nullfs.c: a FUSE daemon with butter's FUSE settings (and its request loop:
+#            fuse/pollloop.c with butter's spin=, or libfuse's with spin=0) that keeps names and
 #            attributes in memory and does nothing else; metadata only. Its rate is the
 #            most any daemon on this libfuse and kernel can reach (the round trips alone):
 #            null/btrfs is that ceiling, b/null how close butter comes to it
@@ -143,7 +144,14 @@ setup() {
 		;;
 	nullfs)
 		rm -f "$img"
-		"$NULLFS" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
+		# the request loop butter runs: spin=US from BUTTER_OPTS, else its default (50)
+		spin=50
+		[[ ,$BUTTER_OPTS, =~ ,spin=([0-9]+), ]] && spin=${BASH_REMATCH[1]}
+		if ((spin)); then
+			"$NULLFS" -p "$spin" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
+		else
+			"$NULLFS" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
+		fi
 		NULL_PID=$!
 		for _ in $(seq 200); do mountpoint -q "${MNT[$t]}" && break; sleep 0.05; done
 		mountpoint -q "${MNT[$t]}" || { cat "$LOGS/nullfs.log" >&2; die "nullfs mount failed"; }

@@ -10,7 +10,10 @@
  * of the round trip butter's own work adds; nullfs/btrfs is the ceiling of
  * a FUSE filesystem against the kernel's btrfs on this machine.
  *
- * usage: butter-nullfs [-s] MOUNTPOINT     (-s: the single-threaded loop)
+ * usage: butter-nullfs [-s | -p US] MOUNTPOINT
+ *   -s     libfuse's single-threaded loop (default: its multithreaded one)
+ *   -p US  fuse/pollloop.c, polling US microseconds after each reply, as
+ *          `butter mount` does by default (its spin= option)
  * Runs in the foreground until unmounted (fusermount3 -u MOUNTPOINT).
  *
  * It is a benchmark fixture, not a filesystem: file contents are not kept
@@ -32,6 +35,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "pollloop.h"
 
 #define CACHE_SECS 86400.0
 
@@ -476,14 +481,19 @@ int main(int argc, char **argv)
 	struct nullfs fs = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct fuse_session *se;
 	int single = 0, ret;
+	unsigned spin_us = 0;
 
 	if (argc == 3 && strcmp(argv[1], "-s") == 0) {
 		single = 1;
 		argv++;
 		argc--;
+	} else if (argc == 4 && strcmp(argv[1], "-p") == 0) {
+		spin_us = (unsigned)strtoul(argv[2], NULL, 10);
+		argv += 2;
+		argc -= 2;
 	}
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s [-s] MOUNTPOINT\n", argv[0]);
+		fprintf(stderr, "usage: %s [-s | -p US] MOUNTPOINT\n", argv[0]);
 		return 2;
 	}
 	fs.cap = 1024;
@@ -509,6 +519,8 @@ int main(int argc, char **argv)
 	}
 	if (single) {
 		ret = fuse_session_loop(se);
+	} else if (spin_us) {
+		ret = butter_poll_loop(se, 0, spin_us);
 	} else {
 		struct fuse_loop_config *cfg = fuse_loop_cfg_create();
 

@@ -95,6 +95,10 @@ const char butter_mount_usage[] =
 	"                               names, missing names too (default 86400:\n"
 	"                               every change goes through the kernel)\n"
 	"    max_threads=N              most request threads\n"
+	"    spin=US                    after each reply, keep reading requests for US\n"
+	"                               microseconds before sleeping (one thread at a\n"
+	"                               time; faster round trips on VMs for some CPU;\n"
+	"                               default 50; 0: libfuse's own loop)\n"
 	"  Any other option (noatime, nodev, nosuid, fsname=, ...) goes to libfuse.\n"
 	"\n"
 	"Inode numbers are unique across subvolumes (st_ino is not btrfs's inode\n"
@@ -393,6 +397,8 @@ static int run_loop(struct daemon *d)
 
 	if (d->opts->single_thread)
 		return fuse_session_loop(d->se);
+	if (d->opts->spin_us)
+		return butter_poll_loop(d->se, d->opts->max_threads, d->opts->spin_us);
 	cfg = fuse_loop_cfg_create();
 	if (!cfg)
 		return -ENOMEM;

@@ -27,6 +27,7 @@
 
 #include "nodes.h"
 #include "options.h"
+#include "pollloop.h"
 
 /* fsync requests waiting for the next tree log sync (fsync.c); its own lock, taken outside fs_lock */
 struct fsync_queue {

@@ -62,6 +62,7 @@ struct opt_def {
 
 #define F(field) offsetof(struct mount_opts, field)
 #define DEFAULT_CACHE_SECS 86400.0 /* attr_timeout and entry_timeout (see above) */
+#define DEFAULT_SPIN_US 50         /* spin=: pollloop.c says why and what it costs */
 
 static const struct opt_def mount_options[] = {
 	{ "ro", OPT_TRUE, F(readonly), true },
@@ -91,6 +92,7 @@ static const struct opt_def mount_options[] = {
 	{ "attr_timeout=", OPT_SECONDS, F(attr_timeout), false },
 	{ "entry_timeout=", OPT_SECONDS, F(entry_timeout), false },
 	{ "max_threads=", OPT_UINT, F(max_threads), false },
+	{ "spin=", OPT_UINT, F(spin_us), false },
 };
 
 #define NOPTIONS (sizeof(mount_options) / sizeof(mount_options[0]))
@@ -265,6 +267,7 @@ int mount_opts_parse(struct mount_opts *o, int argc, char **argv)
 	o->keep_cache = true;
 	o->max_write = MOUNT_DEFAULT_MAX_WRITE;
 	o->attr_timeout = DEFAULT_CACHE_SECS;
+	o->spin_us = DEFAULT_SPIN_US;
 	o->entry_timeout = DEFAULT_CACHE_SECS;
 
 	optind = 1;

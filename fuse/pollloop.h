@@ -1,0 +1,20 @@
+/*
+ * pollloop.h — a FUSE request loop that polls briefly after each reply
+ * (pollloop.c says why). Used by `butter mount` and by bench/nullfs.c.
+ */
+#ifndef BUTTER_FUSE_POLLLOOP_H
+#define BUTTER_FUSE_POLLLOOP_H
+
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 314 /* as fuse/daemon.h */
+#endif
+#include <fuse_lowlevel.h>
+
+/*
+ * Serve @se with @workers threads (0: 8) that keep reading requests for
+ * @spin_us microseconds after each reply. Returns when the session ends:
+ * 0, or the first receive error as -errno.
+ */
+int butter_poll_loop(struct fuse_session *se, unsigned workers, unsigned spin_us);
+
+#endif
