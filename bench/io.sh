@@ -326,7 +326,7 @@ fmt = lambda r: "-" if r is None else f"{r:.2f}x"
 verdict = "-" if not target or rk is None else \
     (f">= {target}x: met" if rk >= float(target) else f">= {target}x: NOT met")
 if verdict.endswith("NOT met") and nk is not None and nk < float(target):
-    verdict += " (FUSE ceiling here: %.2fx)" % nk
+    verdict += " (a do-nothing daemon, same loop: %.2fx)" % nk
 print(fmt(rk), fmt(re), fmt(rn), fmt(nk), verdict)
 PY
 )
