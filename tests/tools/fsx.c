@@ -317,7 +317,8 @@ static void do_write(struct fsx *f, const struct opdesc *d)
 			fail(f, "write: %s", r < 0 ? strerror(errno) : "wrote nothing");
 		done += (uint64_t)r;
 	}
-	if (d->off + d->len > f->size)
+	/* a write of nothing changes nothing, not even past the end (POSIX pwrite) */
+	if (d->len && d->off + d->len > f->size)
 		set_size(f, d->off + d->len);
 	memcpy(f->model + d->off, f->buf, d->len);
 }
