@@ -27,22 +27,12 @@ import pytest
 
 from butter_it import env, kfs, tools
 from butter_it.fusemount import FuseMount, require_fuse
+# the bytes butter-logtool's `write PATH OFF LEN SEED` writes (tests/tools/toolutil.h tool_fill)
+from test_falloc_clone import prng_bytes as data  # noqa: E402
+from test_log_replay import _check as check, _super as super_fields  # noqa: E402
 
 IMAGE_SIZE = 1 << 30
 SECTOR = 4096
-
-
-def data(seed, length):
-    """The bytes butter-logtool's `write PATH OFF LEN SEED` writes (its fill())."""
-    mask = (1 << 64) - 1
-    x = (seed * 2654435761 + 1) & mask
-    out = bytearray(length)
-    for i in range(length):
-        x ^= (x << 13) & mask
-        x ^= x >> 7
-        x ^= (x << 17) & mask
-        out[i] = x & 0xFF
-    return bytes(out)
 
 
 def pattern(seed, length):
@@ -101,21 +91,6 @@ def run_tool(logtool, image, lines, expect_fail=()):
         else:
             assert ans == "0", f"{line!r} answered {ans}\n{r.stderr.decode()[-3000:]}"
     return r.stderr.decode()
-
-
-def super_fields(image):
-    out = kfs.run(["btrfs", "inspect-internal", "dump-super", image]).stdout
-    fields = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) >= 2:
-            fields[parts[0]] = parts[-1]
-    return fields
-
-
-def check(image):
-    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
-    assert r.returncode == 0, f"btrfs check found errors:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
 
 
 def compare(mnt, model, absent=(), nlinks=None):

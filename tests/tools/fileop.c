@@ -23,27 +23,13 @@
 #include <sys/stat.h>
 
 #include "butter/butter.h"
-
-static int parent_of(struct butter_fs *fs, const char *path, butter_ino_t *dir, const char **name)
-{
-	char tmp[4096];
-	const char *slash = strrchr(path, '/');
-
-	if (!slash) {
-		*name = path;
-		return butter_root(fs, 5, dir);
-	}
-	snprintf(tmp, sizeof(tmp), "%.*s", (int)(slash - path), path);
-	*name = slash + 1;
-	return butter_resolve(fs, tmp, dir);
-}
+#include "toolutil.h"
 
 static int do_write(struct butter_fs *fs, const char *path, uint64_t off, uint64_t len,
 		    uint64_t seed)
 {
 	butter_ino_t ino;
 	unsigned char *buf;
-	uint64_t x = seed * 2654435761u + 1, i;
 	ssize_t n;
 	int ret = butter_resolve(fs, path, &ino);
 
@@ -52,12 +38,7 @@ static int do_write(struct butter_fs *fs, const char *path, uint64_t off, uint64
 	buf = malloc(len ? len : 1);
 	if (!buf)
 		return -ENOMEM;
-	for (i = 0; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		buf[i] = (unsigned char)x;
-	}
+	tool_fill(buf, len, seed);
 	n = butter_write(fs, ino, buf, len, off);
 	free(buf);
 	return n < 0 ? (int)n : 0;
@@ -76,7 +57,7 @@ static int run(struct butter_fs *fs, char *line)
 	if (!strcmp(cmd, "create") && sscanf(line, "%*s %4095s", a) == 1) {
 		struct butter_new_inode attr = { .mode = S_IFREG | 0644 };
 
-		ret = parent_of(fs, a, &dir, &name);
+		ret = tool_parent_of(fs, a, &dir, &name);
 		return ret ? ret : butter_create(fs, dir, name, strlen(name), &attr, &ino);
 	}
 	if (!strcmp(cmd, "write") && sscanf(line, "%*s %4095s %lli %lli %lli", a, &x, &y, &z) == 4)

@@ -7,7 +7,7 @@
  *
  * One command per line; paths are from the top-level subvolume's root:
  *   create PATH | mkdir PATH | unlink PATH
- *   write PATH OFF LEN SEED          LEN bytes made from SEED (see fill())
+ *   write PATH OFF LEN SEED          LEN bytes made from SEED (see tool_fill())
  *   writec PATH OFF LEN SEED         LEN compressible bytes (see fill_pattern())
  *   truncate PATH SIZE
  *   falloc PATH MODE OFF LEN         MODE: Linux FALLOC_FL_* bits
@@ -38,35 +38,9 @@
 #include <unistd.h>
 
 #include "butter/butter.h"
+#include "toolutil.h"
 
 #define MAX_PATHS 256
-
-static int parent_of(struct butter_fs *fs, const char *path, butter_ino_t *dir, const char **name)
-{
-	char tmp[4096];
-	const char *slash = strrchr(path, '/');
-
-	if (!slash) {
-		*name = path;
-		return butter_root(fs, 5, dir);
-	}
-	snprintf(tmp, sizeof(tmp), "%.*s", (int)(slash - path), path);
-	*name = slash + 1;
-	return butter_resolve(fs, tmp, dir);
-}
-
-/* The bytes tests expect: xorshift64 from seed * 2654435761 + 1 (test_tree_log.py: data()). */
-static void fill(unsigned char *buf, uint64_t len, uint64_t seed)
-{
-	uint64_t x = seed * 2654435761u + 1, i;
-
-	for (i = 0; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		buf[i] = (unsigned char)x;
-	}
-}
 
 /* Compressible bytes: runs of 64 equal bytes (test_tree_log.py: pattern()). */
 static void fill_pattern(unsigned char *buf, uint64_t len, uint64_t seed)
@@ -82,7 +56,7 @@ static int do_new(struct butter_fs *fs, const char *path, uint32_t mode)
 	struct butter_new_inode a = { 0 };
 	butter_ino_t dir, out;
 	const char *name;
-	int ret = parent_of(fs, path, &dir, &name);
+	int ret = tool_parent_of(fs, path, &dir, &name);
 
 	a.mode = mode;
 	return ret ? ret : butter_create(fs, dir, name, strlen(name), &a, &out);
@@ -122,7 +96,7 @@ static int run(struct butter_fs *fs, char *line)
 	if (!strcmp(cmd, "mkdir") && sscanf(line, "%*s %4095s", a) == 1)
 		return do_new(fs, a, S_IFDIR | 0755);
 	if (!strcmp(cmd, "unlink") && sscanf(line, "%*s %4095s", a) == 1) {
-		ret = parent_of(fs, a, &dir, &name);
+		ret = tool_parent_of(fs, a, &dir, &name);
 		return ret ? ret : butter_unlink(fs, dir, name, strlen(name));
 	}
 	if ((!strcmp(cmd, "write") || !strcmp(cmd, "writec")) &&
@@ -135,7 +109,7 @@ static int run(struct butter_fs *fs, char *line)
 		if (cmd[5] == 'c')
 			fill_pattern(buf, (uint64_t)y, (uint64_t)z);
 		else
-			fill(buf, (uint64_t)y, (uint64_t)z);
+			tool_fill(buf, (uint64_t)y, (uint64_t)z);
 		ret = butter_resolve(fs, a, &ino);
 		n = ret ? ret : butter_write(fs, ino, buf, (size_t)y, (uint64_t)x);
 		free(buf);
@@ -164,23 +138,23 @@ static int run(struct butter_fs *fs, char *line)
 	if (!strcmp(cmd, "link") && sscanf(line, "%*s %4095s %4095s", a, b) == 2) {
 		ret = butter_resolve(fs, a, &ino);
 		if (ret == 0)
-			ret = parent_of(fs, b, &dir, &name);
+			ret = tool_parent_of(fs, b, &dir, &name);
 		return ret ? ret : butter_link(fs, ino, dir, name, strlen(name));
 	}
 	if (!strcmp(cmd, "rename") && sscanf(line, "%*s %4095s %4095s", a, b) == 2) {
 		butter_ino_t odir;
 		const char *oname;
 
-		ret = parent_of(fs, a, &odir, &oname);
+		ret = tool_parent_of(fs, a, &odir, &oname);
 		if (ret == 0)
-			ret = parent_of(fs, b, &dir, &name);
+			ret = tool_parent_of(fs, b, &dir, &name);
 		return ret ? ret : butter_rename(fs, odir, oname, strlen(oname), dir, name,
 						 strlen(name), 0);
 	}
 	if (!strcmp(cmd, "subvol") && sscanf(line, "%*s %4095s", a) == 1) {
 		uint64_t id;
 
-		ret = parent_of(fs, a, &dir, &name);
+		ret = tool_parent_of(fs, a, &dir, &name);
 		return ret ? ret : butter_subvol_create(fs, dir, name, strlen(name), &id);
 	}
 	if (!strcmp(cmd, "snapshot") && sscanf(line, "%*s %4095s %4095s", a, b) == 2) {
@@ -188,7 +162,7 @@ static int run(struct butter_fs *fs, char *line)
 
 		ret = butter_resolve(fs, a, &ino);
 		if (ret == 0)
-			ret = parent_of(fs, b, &dir, &name);
+			ret = tool_parent_of(fs, b, &dir, &name);
 		return ret ? ret : butter_snapshot(fs, ino.subvol, dir, name, strlen(name), 0, &id);
 	}
 	if (!strcmp(cmd, "compress") && sscanf(line, "%*s %4095s", a) == 1)
