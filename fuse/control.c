@@ -79,6 +79,7 @@ static int do_subvol_change(struct daemon *d, unsigned cmd, fuse_ino_t dirnode,
 		ret = nodes_resolve(&d->nodes, dirnode, &dir);
 	if (ret)
 		return ret;
+	daemon_note_change(d);
 	pthread_rwlock_wrlock(&d->fs_lock);
 	if (cmd == (unsigned)BUTTER_IOC_SUBVOL_CREATE)
 		ret = butter_subvol_create(d->fs, dir, s->name, len, &s->id);

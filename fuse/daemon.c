@@ -25,8 +25,9 @@
  *             (a no-op handler: it only interrupts the loop's wait), again
  *             every 50 ms until the loop has returned, so a wake-up that lands
  *             just before the wait is not lost
- *   commit    every commit=SECONDS (30) takes fs_lock exclusive and calls
- *             butter_sync(); not started read-only
+ *   commit    about a second after changes stop, and at most commit=SECONDS
+ *             (30) after a change, takes fs_lock exclusive and calls
+ *             butter_sync() (below); not started read-only
  *
  * After `fusermount3 -u` returns, the daemon still commits and closes: the
  * image is final when the daemon process has exited.
@@ -78,10 +79,12 @@ const char butter_mount_usage[] =
 	"                               when reads set access times (default:\n"
 	"                               relatime, as the kernel's btrfs)\n"
 	"  access\n"
-	"    allow_other                let other users in (see /etc/fuse.conf)\n"
-	"    default_permissions        let the kernel check permissions (mode bits;\n"
-	"                               ACLs are kept but not enforced yet); without\n"
-	"                               it nothing is checked\n"
+	"    allow_other                let other users in (see /etc/fuse.conf);\n"
+	"                               permissions are checked all the same\n"
+	"    no_permission_checks       check no mode bits and no ACLs: every user\n"
+	"                               the mount lets in may read and change every\n"
+	"                               file (default: the kernel checks both, as\n"
+	"                               on btrfs; default_permissions is accepted)\n"
 	"  FUSE performance\n"
 	"    writeback_cache, no_writeback_cache\n"
 	"                               let the kernel gather writes in its page cache\n"
@@ -147,35 +150,103 @@ static void library_log(void *arg, int level, const char *msg)
 
 /* ---- the commit thread -------------------------------------------------------- */
 
+/*
+ * When changes reach the disk. A change is any request that takes fs_lock
+ * exclusive to change the filesystem (ops.c write_lock, fsync.c, control.c
+ * note it through daemon_note_change()). The commit thread commits
+ *  1. IDLE_COMMIT_MS after the last change, once changes stop, so that what a
+ *     program wrote and `sync` pushed out (sync(2) never reaches a FUSE
+ *     daemon: the kernel only writes its dirty pages back to us) is on disk
+ *     about a second later;
+ *  2. commit= seconds after the first change of a stream that never pauses;
+ *  3. never while nothing changed: an idle mount is not written.
+ * Only the first change after a commit takes the lock and wakes the thread;
+ * every other one stores a time and a flag (two atomics on the write path).
+ */
+#define IDLE_COMMIT_MS 1000
+
 struct committer {
 	struct daemon *d;
 	unsigned secs;
 	pthread_mutex_t lock;
-	pthread_cond_t wake;        /* signalled to stop */
+	pthread_cond_t wake;        /* signalled to stop, or at the first change */
 	bool stop;                  /* protected by lock */
+	int64_t first_change_ns;    /* protected by lock: first change since the last commit */
+	atomic_bool dirty;          /* a change since the commit thread last started a commit */
+	atomic_int_least64_t last_change_ns; /* CLOCK_MONOTONIC of the latest change */
+	bool failed;                /* a commit failed (logged once); commit thread only */
 	pthread_t thread;
 	bool running;
 };
 
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static struct timespec ns_to_timespec(int64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000), (long)(ns % 1000000000) };
+
+	return ts;
+}
+
+void daemon_note_change(struct daemon *d)
+{
+	struct committer *c = d->committer;
+	int64_t now;
+
+	if (!c)
+		return;
+	now = now_ns();
+	atomic_store(&c->last_change_ns, now);
+	if (atomic_load(&c->dirty) || atomic_exchange(&c->dirty, true))
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->first_change_ns = now;
+	pthread_cond_signal(&c->wake);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* When the changes noted so far are due on disk (rules 1 and 2 above); lock held. */
+static int64_t commit_due_ns(struct committer *c)
+{
+	int64_t idle = atomic_load(&c->last_change_ns) + (int64_t)IDLE_COMMIT_MS * 1000000;
+	int64_t bound = c->first_change_ns + (int64_t)c->secs * 1000000000;
+
+	return idle < bound ? idle : bound;
+}
+
 static void *commit_main(void *arg)
 {
 	struct committer *c = arg;
-	struct timespec deadline;
 
 	pthread_mutex_lock(&c->lock);
 	while (!c->stop) {
-		clock_gettime(CLOCK_MONOTONIC, &deadline);
-		deadline.tv_sec += c->secs;
-		while (!c->stop && pthread_cond_timedwait(&c->wake, &c->lock, &deadline) != ETIMEDOUT)
-			;
-		if (c->stop)
-			break;
+		if (!atomic_load(&c->dirty)) {
+			pthread_cond_wait(&c->wake, &c->lock);
+			continue;
+		}
+		int64_t due = commit_due_ns(c);
+
+		if (now_ns() < due) {
+			struct timespec deadline = ns_to_timespec(due);
+
+			pthread_cond_timedwait(&c->wake, &c->lock, &deadline);
+			continue; /* a later change may have moved the time */
+		}
+		/* changes from here on mark the mount dirty again */
+		atomic_store(&c->dirty, false);
 		pthread_mutex_unlock(&c->lock);
 		pthread_rwlock_wrlock(&c->d->fs_lock);
 		int ret = butter_sync(c->d->fs);
 		pthread_rwlock_unlock(&c->d->fs_lock);
-		if (ret)
-			daemon_log(c->d, BUTTER_LOG_ERROR, "periodic commit failed: %s", strerror(-ret));
+		if (ret && !c->failed)
+			daemon_log(c->d, BUTTER_LOG_ERROR, "commit failed: %s", strerror(-ret));
+		c->failed |= ret != 0;
 		pthread_mutex_lock(&c->lock);
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -190,6 +261,8 @@ static int committer_start(struct committer *c, struct daemon *d, unsigned secs)
 	memset(c, 0, sizeof(*c));
 	c->d = d;
 	c->secs = secs;
+	atomic_init(&c->dirty, false);
+	atomic_init(&c->last_change_ns, 0);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -197,12 +270,15 @@ static int committer_start(struct committer *c, struct daemon *d, unsigned secs)
 	pthread_condattr_destroy(&attr);
 	ret = pthread_create(&c->thread, NULL, commit_main, c);
 	c->running = ret == 0;
+	if (c->running)
+		d->committer = c;
 	return -ret;
 }
 
 static void committer_stop(struct committer *c)
 {
 	if (c->running) {
+		c->d->committer = NULL;
 		pthread_mutex_lock(&c->lock);
 		c->stop = true;
 		pthread_cond_signal(&c->wake);
@@ -363,11 +439,14 @@ static int open_fs(struct daemon *d)
 	return 0;
 }
 
-/* The -o string for libfuse: fsname=DEV and subtype=butter unless given, then the rest. */
+/*
+ * The -o string for libfuse: fsname=DEV and subtype=butter unless given,
+ * default_permissions unless no_permission_checks, then the rest.
+ */
 static char *fuse_option_string(const struct mount_opts *o)
 {
 	const char *user = o->fuse_opts ? o->fuse_opts : "";
-	size_t len = strlen(user) + 2 * strlen(o->devices[0]) + 64;
+	size_t len = strlen(user) + 2 * strlen(o->devices[0]) + 96;
 	char *s = malloc(len), *p;
 
 	if (!s)
@@ -384,6 +463,8 @@ static char *fuse_option_string(const struct mount_opts *o)
 	}
 	if (!strstr(user, "subtype="))
 		p += sprintf(p, "subtype=butter,");
+	if (!o->no_permission_checks)
+		p += sprintf(p, "default_permissions,");
 	strcpy(p, user);
 	if (p[0] == '\0' && p > s)
 		p[-1] = '\0'; /* no trailing comma */

@@ -48,6 +48,7 @@ struct daemon {
 	bool daemonized;              /* messages go to syslog, stderr is /dev/null */
 
 	struct fsync_queue fsyncq;    /* fsync.c */
+	struct committer *committer;  /* daemon.c; NULL when read-only or stopped */
 
 	/* shutdown: see daemon.c */
 	pthread_t main_thread;
@@ -66,6 +67,13 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 void butter_fuse_fsync(fuse_req_t req, fuse_ino_t ino, int datasync);
 void fsync_queue_init(struct fsync_queue *q);
 void fsync_queue_destroy(struct fsync_queue *q);
+
+/*
+ * Note that a change was made (or is being made under fs_lock exclusive):
+ * the commit thread writes it out about a second after changes stop, at
+ * most commit= seconds after it (daemon.c). Cheap; any thread.
+ */
+void daemon_note_change(struct daemon *d);
 
 /* Report @msg at @level (a BUTTER_LOG_* value): stderr, or syslog once daemonized. */
 void daemon_log(struct daemon *d, int level, const char *fmt, ...)

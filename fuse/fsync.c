@@ -107,6 +107,7 @@ void butter_fuse_fsync(fuse_req_t req, fuse_ino_t ino, int datasync)
 	q->tail = &e->next;
 	pthread_mutex_unlock(&q->lock);
 
+	daemon_note_change(d);
 	pthread_rwlock_wrlock(&d->fs_lock);
 	all = take_all(q);
 	if (all)

@@ -16,8 +16,8 @@
  *  4. A reply that hands the kernel a node (lookup, create, mkdir, mknod,
  *     symlink, link, readdirplus entries) counts one lookup of it; if the
  *     reply fails (the request was interrupted), the count is dropped again.
- *  5. The kernel enforces read-only mounts (-o ro) and, with
- *     default_permissions, permissions; the library refuses changes on a
+ *  5. The kernel enforces read-only mounts (-o ro) and permissions (mode
+ *     bits and ACLs, unless no_permission_checks); the library refuses changes on a
  *     read-only handle too (-EROFS).
  *  6. Every file or directory handle the kernel holds (open, create,
  *     opendir) is one butter_open_ref() of its inode, dropped by release or
@@ -69,8 +69,10 @@ static void read_lock(struct daemon *d)
 	pthread_rwlock_rdlock(&d->fs_lock);
 }
 
+/* Take fs_lock for a change (rule 2), which the commit thread then writes out. */
 static void write_lock(struct daemon *d)
 {
+	daemon_note_change(d);
 	pthread_rwlock_wrlock(&d->fs_lock);
 }
 
@@ -222,15 +224,16 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 			daemon_log(d, BUTTER_LOG_WARNING, "the kernel offers no writeback cache");
 	}
 	/*
-	 * POSIX ACLs with default_permissions: the kernel then checks access by
+	 * POSIX ACLs with permission checks (default_permissions, on unless
+	 * no_permission_checks, options.c): the kernel then checks access by
 	 * the ACLs it reads from us, and leaves to us what btrfs does itself: a
 	 * new inode inherits its directory's default ACL (or takes the umask,
 	 * which FUSE_CAP_DONT_MASK passes on), a new access ACL sets the mode
-	 * and a chmod updates the ACL (the library does both). Without
-	 * default_permissions the kernel checks nothing, and ACLs are plain
+	 * and a chmod updates the ACL (the library does both). With
+	 * no_permission_checks the kernel checks nothing, and ACLs are plain
 	 * xattrs.
 	 */
-	if (o->default_permissions && (conn->capable & FUSE_CAP_POSIX_ACL) &&
+	if (!o->no_permission_checks && (conn->capable & FUSE_CAP_POSIX_ACL) &&
 	    (conn->capable & FUSE_CAP_DONT_MASK)) {
 		conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
 		d->posix_acl = true;

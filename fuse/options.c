@@ -6,8 +6,15 @@
  * not in the table goes to libfuse untouched, which accepts the kernel's and
  * FUSE's mount options and refuses what nobody knows ("fuse: unknown
  * option"). Rows marked `pass` are read here and passed on too (ro, rw and
- * default_permissions matter to the kernel as well). The last of repeated
+ * the atime options matter to the kernel as well). The last of repeated
  * options wins, except device=, which adds a device each time.
+ *
+ * Permissions are checked by default, as on the kernel's btrfs: daemon.c
+ * hands libfuse default_permissions (the kernel checks mode bits, and ACLs
+ * through FUSE_CAP_POSIX_ACL, ops.c op_init) unless no_permission_checks is
+ * given. default_permissions itself is accepted and changes nothing (it
+ * undoes an earlier no_permission_checks). allow_other never turns checks
+ * off: without them any user could read and overwrite any file.
  *
  * Why the kernel may trust names and attributes for a day (attr_timeout and
  * entry_timeout default to DEFAULT_CACHE_SECS; lookups of missing names are
@@ -82,7 +89,8 @@ static const struct opt_def mount_options[] = {
 	{ "relatime", OPT_FALSE, F(strictatime), false },
 	{ "nodiratime", OPT_TRUE, F(nodiratime), false },
 	{ "diratime", OPT_FALSE, F(nodiratime), false },
-	{ "default_permissions", OPT_TRUE, F(default_permissions), true },
+	{ "default_permissions", OPT_FALSE, F(no_permission_checks), false },
+	{ "no_permission_checks", OPT_TRUE, F(no_permission_checks), false },
 	{ "writeback_cache", OPT_ON, F(writeback_cache), false },
 	{ "no_writeback_cache", OPT_OFF, F(writeback_cache), false },
 	{ "keep_cache", OPT_TRUE, F(keep_cache), false },

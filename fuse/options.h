@@ -2,7 +2,7 @@
  * options.h — the command line of `butter mount`: what the user asked for,
  * parsed once into struct mount_opts. Options butter does not know are
  * collected for libfuse, which knows the kernel's mount options
- * (allow_other, default_permissions, noatime, nodev, ...).
+ * (allow_other, noatime, nodev, ...).
  */
 #ifndef BUTTER_FUSE_OPTIONS_H
 #define BUTTER_FUSE_OPTIONS_H
@@ -42,7 +42,7 @@ struct mount_opts {
 	unsigned max_write;
 	unsigned max_readahead;  /* 0: the kernel's default */
 	double attr_timeout, entry_timeout;
-	bool default_permissions;
+	bool no_permission_checks; /* no_permission_checks: no default_permissions for libfuse */
 
 	char *fuse_opts;         /* comma-separated options passed on to libfuse */
 	char **owned;            /* strings to free */

@@ -1,0 +1,84 @@
+"""When what a program wrote through `butter mount` is on disk, and what the daemon says.
+
+- Idle commit: sync(2) never reaches a FUSE daemon (the kernel only writes its dirty pages
+  back to it), so the daemon commits about a second after changes stop. Files written,
+  `sync`, two seconds, SIGKILL: the kernel's view of the image holds every file.
+- statfs counts data written but not committed yet, as the kernel's btrfs does.
+- `butter umount` returns once the daemon has committed and exited: at once `btrfs check`
+  sees the new generation and a kernel mount the files.
+- Messages of a daemon in the background reach a log file when there is no syslog.
+- A device that fails mid-mount turns the mount read-only; what was committed stays.
+"""
+import os
+import re
+import signal
+import subprocess
+import time
+
+from butter_it import kfs
+from butter_it.fusemount import FuseMount
+
+
+def payload(name, size):
+    seed = name.encode() * 7
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+FILES = {f"d/f{i}": payload(f"f{i}", 1000 + 37000 * i) for i in range(6)}
+
+
+def write_files(mnt, files):
+    for rel, data in files.items():
+        p = os.path.join(mnt, rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(data)
+
+
+def kernel_files(workdir, image):
+    """{relative path: bytes} of every file as a read-only kernel mount shows them."""
+    mnt = os.path.join(workdir, "kview")
+    dev = kfs.loop_attach(image)
+    try:
+        kfs.mount(dev, mnt, ["ro"])
+        try:
+            out = {}
+            for root, _, names in os.walk(mnt):
+                for n in names:
+                    p = os.path.join(root, n)
+                    with open(p, "rb") as f:
+                        out[os.path.relpath(p, mnt)] = f.read()
+            return out
+        finally:
+            kfs.umount(mnt)
+    finally:
+        kfs.loop_detach(dev)
+
+
+def check(image):
+    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=300)
+    assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r.stdout + r.stderr
+
+
+def generation(image):
+    out = kfs.run(["btrfs", "inspect-internal", "dump-super", image]).stdout
+    return int(re.search(r"^generation\s+(\d+)", out, re.M).group(1))
+
+
+def mkfs(butter, workdir, size="256M"):
+    image = os.path.join(workdir, "img")
+    kfs.run([butter.path, "mkfs", "-q", "-b", size, image])
+    return image
+
+
+def test_sync_then_kill_keeps_the_files(fuse, butter, workdir):
+    image = mkfs(butter, workdir)
+    with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
+        write_files(m.mnt, FILES)
+        os.sync()
+        time.sleep(2)
+        m.proc.kill()
+        m.proc.wait(timeout=60)
+    check(image)
+    assert kernel_files(workdir, image) == FILES
