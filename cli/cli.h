@@ -180,6 +180,9 @@ int cmd_put(const struct cli_command *cmd, int argc, char **argv);
 int cmd_mkdir(const struct cli_command *cmd, int argc, char **argv);
 int cmd_ln(const struct cli_command *cmd, int argc, char **argv);
 
+/* cmd_umount.c */
+int cmd_umount(const struct cli_command *cmd, int argc, char **argv);
+
 /* cmd_fsync.c */
 int cmd_fsync(const struct cli_command *cmd, int argc, char **argv);
 

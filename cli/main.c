@@ -314,6 +314,19 @@ static const struct cli_command commands[] = {
 	},
 #endif
 	{
+		.name = "umount",
+		.main = cmd_umount,
+		.summary = "unmount a butter mount once its daemon has committed and exited",
+		.synopsis = "[-t SECONDS] MOUNTPOINT",
+		.usage = "Unmount the `butter mount` at MOUNTPOINT: write back the kernel's cached\n"
+			 "pages, commit, unmount (umount2 as root, else fusermount3 -u), then wait\n"
+			 "for the daemon to finish its final commit, close the devices and exit.\n"
+			 "When it returns 0 the image is final. umount(8) and fusermount3 -u\n"
+			 "return before the daemon has exited.\n"
+			 "\n"
+			 "  -t, --timeout SECONDS  wait at most this long for the daemon (300)\n",
+	},
+	{
 		.name = "fsync",
 		.main = cmd_fsync,
 		.summary = "make files durable, many in one flush",

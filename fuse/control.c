@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <butter/control.h>
 
@@ -166,6 +167,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_ioc_label label;
 		struct butter_ioc_scrub scrub;
 		struct butter_ioc_fsync fsync;
+		struct butter_ioc_daemon_info daemon;
 	} u;
 	size_t size = _IOC_SIZE(cmd), out = 0;
 	int ret = 0, inval = 0;
@@ -219,7 +221,23 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		pthread_rwlock_wrlock(&d->fs_lock);
 		ret = d->readonly ? 0 : butter_sync(d->fs);
 		pthread_rwlock_unlock(&d->fs_lock);
+		if (ret)
+			daemon_commit_failed(d, ret);
 		break;
+	case BUTTER_IOC_DAEMON_INFO: {
+		struct butter_info bi;
+
+		pthread_rwlock_rdlock(&d->fs_lock);
+		ret = butter_get_info(d->fs, &bi);
+		pthread_rwlock_unlock(&d->fs_lock);
+		u.daemon.version = BUTTER_IOC_VERSION;
+		u.daemon.flags = (d->readonly ? BUTTER_DAEMON_READONLY : 0) |
+				 (atomic_load(&d->commit_failed) ? BUTTER_DAEMON_FAILED : 0);
+		u.daemon.pid = (uint64_t)getpid();
+		u.daemon.generation = ret == 0 ? bi.generation : 0;
+		out = sizeof(u.daemon);
+		break;
+	}
 	case BUTTER_IOC_FS_INFO: {
 		struct butter_info bi;
 

@@ -174,7 +174,6 @@ struct committer {
 	int64_t first_change_ns;    /* protected by lock: first change since the last commit */
 	atomic_bool dirty;          /* a change since the commit thread last started a commit */
 	atomic_int_least64_t last_change_ns; /* CLOCK_MONOTONIC of the latest change */
-	bool failed;                /* a commit failed (logged once); commit thread only */
 	pthread_t thread;
 	bool running;
 };
@@ -211,6 +210,16 @@ void daemon_note_change(struct daemon *d)
 	pthread_mutex_unlock(&c->lock);
 }
 
+void daemon_commit_failed(struct daemon *d, int err)
+{
+	if (atomic_exchange(&d->commit_failed, true))
+		return;
+	daemon_log(d, BUTTER_LOG_ERROR,
+		   "%s: commit failed: %s; the mount is read-only from now on (changes fail "
+		   "with EROFS), the image keeps its last committed state",
+		   d->opts->mountpoint, strerror(-err));
+}
+
 /* When the changes noted so far are due on disk (rules 1 and 2 above); lock held. */
 static int64_t commit_due_ns(struct committer *c)
 {
@@ -244,9 +253,8 @@ static void *commit_main(void *arg)
 		pthread_rwlock_wrlock(&c->d->fs_lock);
 		int ret = butter_sync(c->d->fs);
 		pthread_rwlock_unlock(&c->d->fs_lock);
-		if (ret && !c->failed)
-			daemon_log(c->d, BUTTER_LOG_ERROR, "commit failed: %s", strerror(-ret));
-		c->failed |= ret != 0;
+		if (ret)
+			daemon_commit_failed(c->d, ret);
 		pthread_mutex_lock(&c->lock);
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -506,6 +514,7 @@ static int run(const struct mount_opts *o)
 	memset(&d, 0, sizeof(d));
 	d.opts = o;
 	atomic_init(&d.loop_done, false);
+	atomic_init(&d.commit_failed, false);
 
 	if (stat(o->mountpoint, &st) < 0) {
 		daemon_log(&d, BUTTER_LOG_ERROR, "%s: %s", o->mountpoint, strerror(errno));
@@ -595,9 +604,18 @@ out:
 	if (!d.readonly) {
 		ret = butter_sync(d.fs);
 		if (ret) {
-			daemon_log(&d, BUTTER_LOG_ERROR, "final commit failed: %s", strerror(-ret));
+			daemon_log(&d, BUTTER_LOG_ERROR, "%s: final commit failed: %s", o->mountpoint,
+				   strerror(-ret));
 			status = 1;
 		}
+	}
+	if (mounted) {
+		struct butter_info info;
+
+		if (butter_get_info(d.fs, &info) == 0)
+			daemon_log(&d, BUTTER_LOG_INFO, "%s: unmounted, generation %llu on disk%s",
+				   o->mountpoint, (unsigned long long)info.generation,
+				   status ? " (errors above)" : "");
 	}
 	butter_close(d.fs);
 	nodes_destroy(&d.nodes);

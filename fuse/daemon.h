@@ -49,6 +49,7 @@ struct daemon {
 
 	struct fsync_queue fsyncq;    /* fsync.c */
 	struct committer *committer;  /* daemon.c; NULL when read-only or stopped */
+	atomic_bool commit_failed;    /* a commit failed: the library refuses changes (-EROFS) */
 
 	/* shutdown: see daemon.c */
 	pthread_t main_thread;
@@ -74,6 +75,9 @@ void fsync_queue_destroy(struct fsync_queue *q);
  * most commit= seconds after it (daemon.c). Cheap; any thread.
  */
 void daemon_note_change(struct daemon *d);
+
+/* A commit failed with @err: say so once (the mount is read-only from now on). */
+void daemon_commit_failed(struct daemon *d, int err);
 
 /* Report @msg at @level (a BUTTER_LOG_* value): stderr, or syslog once daemonized. */
 void daemon_log(struct daemon *d, int level, const char *fmt, ...)

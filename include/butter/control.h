@@ -19,6 +19,8 @@
  *   BUTTER_IOC_SET_LABEL      change the label (committed)
  *   BUTTER_IOC_SCRUB          one step of a scrub (butter_scrub_range, or the
  *                             superblocks): the caller loops over @cursor
+ *   BUTTER_IOC_DAEMON_INFO    the daemon's pid and state (`butter umount`
+ *                             waits for that pid to exit)
  * Errors come back as errno of the ioctl(2) call, as the library's.
  * A snapshot or subvolume change commits first, so it sees every write
  * made before the call.
@@ -102,6 +104,19 @@ struct butter_ioc_scrub {
 #define BUTTER_IOC_SPACE _IOWR(BUTTER_IOC_MAGIC, 8, struct butter_ioc_space)
 #define BUTTER_IOC_SET_LABEL _IOW(BUTTER_IOC_MAGIC, 9, struct butter_ioc_label)
 #define BUTTER_IOC_SCRUB _IOWR(BUTTER_IOC_MAGIC, 12, struct butter_ioc_scrub)
+
+/* The daemon serving the mount: who it is and whether its commits still work. */
+#define BUTTER_DAEMON_READONLY 0x1u      /* mounted -o ro */
+#define BUTTER_DAEMON_FAILED 0x2u        /* a commit failed: the mount is read-only now */
+
+struct butter_ioc_daemon_info {
+	uint32_t version;       /* BUTTER_IOC_VERSION */
+	uint32_t flags;         /* BUTTER_DAEMON_* */
+	uint64_t pid;           /* the daemon's process id (in its pid namespace) */
+	uint64_t generation;    /* the last committed generation */
+};
+
+#define BUTTER_IOC_DAEMON_INFO _IOR(BUTTER_IOC_MAGIC, 13, struct butter_ioc_daemon_info)
 
 /*
  * BUTTER_IOC_FSYNC: fsync many files of the mount in one log sync

@@ -82,3 +82,25 @@ def test_sync_then_kill_keeps_the_files(fuse, butter, workdir):
         m.proc.wait(timeout=60)
     check(image)
     assert kernel_files(workdir, image) == FILES
+
+
+def test_butter_umount_returns_when_the_image_is_final(fuse, butter, workdir):
+    image = mkfs(butter, workdir)
+    gen0 = generation(image)
+    with FuseMount(butter.path, [image], os.path.join(workdir, "mnt"), ["commit=300"]) as m:
+        write_files(m.mnt, FILES)
+        r = kfs.run([butter.path, "umount", m.mnt], check=False)
+        assert r.returncode == 0, r.stderr
+        # at once: the daemon is gone, the devices closed, the image final
+        assert m.proc.poll() is not None, "butter umount returned before the daemon exited"
+        assert generation(image) > gen0
+        check(image)
+        assert m.wait(10) == 0
+        assert "unmounted, generation" in m.log_text()
+    assert kernel_files(workdir, image) == FILES
+
+
+def test_butter_umount_refuses_other_paths(fuse, butter, workdir):
+    os.makedirs(os.path.join(workdir, "plain"))
+    r = kfs.run([butter.path, "umount", os.path.join(workdir, "plain")], check=False)
+    assert r.returncode == 1 and "not a butter mount" in r.stderr, r.stderr
