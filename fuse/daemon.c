@@ -39,7 +39,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pwd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +51,7 @@
 #include "mount.h"
 
 #define BTRFS_FIRST_FREE_OBJECTID 256u /* a subvolume's root directory */
+#define DEFAULT_ROOT_LOG "/var/log/butter.log" /* messages of root's daemons without syslog */
 
 const char butter_mount_summary[] = "mount a filesystem through FUSE (the daemon)";
 const char butter_mount_synopsis[] = "[-f] [-d] [-s] [-o OPTION[,OPTION]...] [--device DEV]... "
@@ -59,7 +63,7 @@ const char butter_mount_usage[] =
 	"or SIGTERM/SIGINT/SIGHUP to the daemon) unmounts; the daemon then commits\n"
 	"and exits: the image is final when the process is gone.\n"
 	"\n"
-	"  -f             stay in the foreground (messages on stderr, not syslog)\n"
+	"  -f             stay in the foreground (messages on stderr)\n"
 	"  -d             print every FUSE request (implies -f)\n"
 	"  -s             serve requests on one thread\n"
 	"  -o OPTIONS     comma-separated mount options:\n"
@@ -102,7 +106,15 @@ const char butter_mount_usage[] =
 	"                               microseconds before sleeping (one thread at a\n"
 	"                               time; faster round trips on VMs for some CPU;\n"
 	"                               default 50; 0: libfuse's own loop)\n"
+	"  messages\n"
+	"    log=FILE                   where the daemon in the background writes its\n"
+	"                               messages (one line each, with time and pid)\n"
 	"  Any other option (noatime, nodev, nosuid, fsname=, ...) goes to libfuse.\n"
+	"\n"
+	"Messages go to stderr until the daemon is in the background (always with\n"
+	"-f), then to log=FILE if given, else to syslog if /dev/log answers, else to\n"
+	"" DEFAULT_ROOT_LOG " (root) or $XDG_STATE_HOME/butter.log, by default\n"
+	"~/.local/state/butter.log (other users).\n"
 	"\n"
 	"Inode numbers are unique across subvolumes (st_ino is not btrfs's inode\n"
 	"number outside the top-level subvolume), so tar, du and find see no false\n"
@@ -117,6 +129,45 @@ void butter_mount_print_usage(FILE *out)
 
 /* ---- messages -------------------------------------------------------------- */
 
+/*
+ * Where messages go (so that someone sees them, a failed final commit
+ * above all):
+ *  1. until the daemon goes to the background, and always with -f: stderr;
+ *  2. in the background with -o log=FILE: FILE;
+ *  3. in the background without it: syslog, when /dev/log takes a
+ *     connection (glibc's syslog() drops messages silently without one,
+ *     as in containers and CI), else the default file: DEFAULT_ROOT_LOG for
+ *     root, $XDG_STATE_HOME/butter.log or ~/.local/state/butter.log for
+ *     anyone else.
+ * A file gets one line per message, "TIME butter[PID]: LEVEL: message",
+ * written by one write(2) on an O_APPEND descriptor, so lines of several
+ * threads (or daemons) never mix.
+ */
+static const char *const level_names[] = { "error", "warning", "info", "debug" };
+
+static void write_log_line(int fd, int level, const char *msg)
+{
+	char line[1200], stamp[64], zone[8];
+	struct timespec ts;
+	struct tm tm;
+	int n;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	localtime_r(&ts.tv_sec, &tm);
+	strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
+	strftime(zone, sizeof(zone), "%z", &tm);
+	n = snprintf(line, sizeof(line), "%s.%03ld%s butter[%d]: %s: %s\n", stamp,
+		     ts.tv_nsec / 1000000, zone, (int)getpid(), level_names[level], msg);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(line)) {
+		n = sizeof(line) - 1;
+		line[n - 1] = '\n';
+	}
+	if (write(fd, line, (size_t)n) < 0)
+		return; /* nowhere left to say it */
+}
+
 static void vlog(struct daemon *d, int level, const char *fmt, va_list ap)
 {
 	static const int prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
@@ -127,7 +178,9 @@ static void vlog(struct daemon *d, int level, const char *fmt, va_list ap)
 		level = 0;
 	if (level > BUTTER_LOG_DEBUG)
 		level = BUTTER_LOG_DEBUG;
-	if (d && d->daemonized)
+	if (d && d->daemonized && d->log_fd >= 0)
+		write_log_line(d->log_fd, level, msg);
+	else if (d && d->daemonized)
 		syslog(prio[level], "%s", msg);
 	else
 		fprintf(stderr, "butter: %s\n", msg);
@@ -140,6 +193,91 @@ void daemon_log(struct daemon *d, int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vlog(d, level, fmt, ap);
 	va_end(ap);
+}
+
+/* Does a syslog daemon listen on /dev/log (datagram or stream, as glibc tries)? */
+static bool syslog_reachable(void)
+{
+	static const int types[] = { SOCK_DGRAM, SOCK_STREAM };
+	struct sockaddr_un addr = { .sun_family = AF_UNIX, .sun_path = "/dev/log" };
+
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		int fd = socket(AF_UNIX, types[i] | SOCK_CLOEXEC, 0);
+		bool ok;
+
+		if (fd < 0)
+			continue;
+		ok = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+		close(fd);
+		if (ok)
+			return true;
+	}
+	return false;
+}
+
+/* The default log file of a user other than root (rule 3); malloc'ed, or NULL. */
+static char *user_log_path(void)
+{
+	const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+	char *path = NULL, *dir;
+
+	if (state && state[0] == '/') {
+		if (asprintf(&path, "%s/butter.log", state) < 0)
+			return NULL;
+	} else {
+		if (!home || home[0] != '/') {
+			struct passwd *pw = getpwuid(geteuid());
+
+			home = pw ? pw->pw_dir : NULL;
+		}
+		if (!home || asprintf(&path, "%s/.local/state/butter.log", home) < 0)
+			return NULL;
+		if (asprintf(&dir, "%s/.local", home) >= 0) {
+			mkdir(dir, 0700);
+			free(dir);
+		}
+	}
+	dir = strdup(path);
+	if (dir) {
+		*strrchr(dir, '/') = '\0';
+		mkdir(dir, 0700);
+		free(dir);
+	}
+	return path;
+}
+
+/*
+ * Choose where messages go once in the background (rules 2 and 3) and open
+ * the file, while stderr can still say why not. -errno if -o log=FILE cannot
+ * be opened; a default file that cannot be opened is only reported.
+ */
+static int open_log(struct daemon *d)
+{
+	const char *path = d->opts->log_file;
+	char *user_path = NULL;
+	int ret = 0;
+
+	d->log_fd = -1;
+	if (!path) {
+		if (syslog_reachable())
+			return 0;
+		path = geteuid() == 0 ? DEFAULT_ROOT_LOG : (user_path = user_log_path());
+		if (!path) {
+			daemon_log(d, BUTTER_LOG_WARNING, "no syslog and no home directory: "
+				   "messages of the daemon will be lost (give -o log=FILE)");
+			return 0;
+		}
+	}
+	d->log_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+	if (d->log_fd < 0) {
+		ret = -errno;
+		daemon_log(d, BUTTER_LOG_ERROR, "log file %s: %s%s", path, strerror(-ret),
+			   d->opts->log_file ? "" : " (no syslog either: messages will be lost)");
+		if (!d->opts->log_file)
+			ret = 0;
+	}
+	free(user_path);
+	return ret;
 }
 
 /* The library's log callback. */
@@ -515,6 +653,7 @@ static int run(const struct mount_opts *o)
 	d.opts = o;
 	atomic_init(&d.loop_done, false);
 	atomic_init(&d.commit_failed, false);
+	d.log_fd = -1;
 
 	if (stat(o->mountpoint, &st) < 0) {
 		daemon_log(&d, BUTTER_LOG_ERROR, "%s: %s", o->mountpoint, strerror(errno));
@@ -559,13 +698,16 @@ static int run(const struct mount_opts *o)
 	fuse_opt_free_args(&args);
 	if (!d.se)
 		goto out; /* libfuse said why */
+	if (!o->foreground && open_log(&d) < 0)
+		goto out;
 	if (fuse_session_mount(d.se, o->mountpoint) != 0)
 		goto out;
 	mounted = true;
 	if (fuse_daemonize(o->foreground) != 0)
 		goto out;
 	if (!o->foreground) {
-		openlog("butter", LOG_PID, LOG_DAEMON);
+		if (d.log_fd < 0)
+			openlog("butter", LOG_PID, LOG_DAEMON);
 		d.daemonized = true;
 	}
 
@@ -621,8 +763,10 @@ out:
 	nodes_destroy(&d.nodes);
 	pthread_rwlock_destroy(&d.fs_lock);
 	fsync_queue_destroy(&d.fsyncq);
-	if (d.daemonized)
+	if (d.daemonized && d.log_fd < 0)
 		closelog();
+	if (d.log_fd >= 0)
+		close(d.log_fd);
 	return status;
 }
 

@@ -45,7 +45,8 @@ struct daemon {
 	bool writeback;               /* the kernel caches writes and owns mtime/ctime (op_init) */
 	unsigned blksize;             /* st_blksize: the sector size */
 	struct fuse_session *se;
-	bool daemonized;              /* messages go to syslog, stderr is /dev/null */
+	bool daemonized;              /* stderr is /dev/null: messages go to log_fd or syslog */
+	int log_fd;                   /* the log file once in the background; -1: syslog (daemon.c) */
 
 	struct fsync_queue fsyncq;    /* fsync.c */
 	struct committer *committer;  /* daemon.c; NULL when read-only or stopped */
@@ -79,7 +80,7 @@ void daemon_note_change(struct daemon *d);
 /* A commit failed with @err: say so once (the mount is read-only from now on). */
 void daemon_commit_failed(struct daemon *d, int err);
 
-/* Report @msg at @level (a BUTTER_LOG_* value): stderr, or syslog once daemonized. */
+/* Report @msg at @level (a BUTTER_LOG_* value): stderr, or once in the background the log file or syslog. */
 void daemon_log(struct daemon *d, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 

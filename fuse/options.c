@@ -101,6 +101,7 @@ static const struct opt_def mount_options[] = {
 	{ "entry_timeout=", OPT_SECONDS, F(entry_timeout), false },
 	{ "max_threads=", OPT_UINT, F(max_threads), false },
 	{ "spin=", OPT_UINT, F(spin_us), false },
+	{ "log=", OPT_STRING, F(log_file), false },
 };
 
 #define NOPTIONS (sizeof(mount_options) / sizeof(mount_options[0]))

@@ -20,6 +20,7 @@ struct mount_opts {
 	bool debug;              /* -d: libfuse prints every request */
 	bool single_thread;      /* -s */
 	unsigned max_threads;    /* 0: libfuse's default */
+	const char *log_file;    /* log=FILE: messages once in the background (daemon.c) */
 	unsigned spin_us;        /* spin=US: poll this long after a reply (pollloop.c); 0: libfuse's loop */
 
 	/* the filesystem */

@@ -104,3 +104,51 @@ def test_butter_umount_refuses_other_paths(fuse, butter, workdir):
     os.makedirs(os.path.join(workdir, "plain"))
     r = kfs.run([butter.path, "umount", os.path.join(workdir, "plain")], check=False)
     assert r.returncode == 1 and "not a butter mount" in r.stderr, r.stderr
+
+
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}[+-]\d{4} butter\[(\d+)\]: "
+                      r"info: (\S+): unmounted, generation \d+ on disk$", re.M)
+
+
+def test_background_daemon_without_syslog_logs_to_a_file(fuse, butter, workdir):
+    """No /dev/log (as in containers): the daemon's messages land in /var/log/butter.log,
+    here a private directory bind-mounted over /var/log in a mount namespace."""
+    image = mkfs(butter, workdir)
+    logdir = os.path.join(workdir, "varlog")
+    mnt = os.path.join(workdir, "mnt")
+    os.makedirs(logdir)
+    os.makedirs(mnt)
+    script = f"""set -e
+        mount --bind {logdir} /var/log
+        if [ -e /dev/log ]; then mount --bind /dev/null /dev/log; fi
+        {butter.path} mount {image} {mnt}
+        echo hello > {mnt}/f
+        {butter.path} umount {mnt}
+    """
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(os.path.join(logdir, "butter.log")) as f:
+        text = f.read()
+    m = LOG_LINE.search(text)
+    assert m and m.group(2) == mnt, text
+    assert kernel_files(workdir, image) == {"f": b"hello\n"}
+
+
+def test_log_option_names_the_file(fuse, butter, workdir):
+    image = mkfs(butter, workdir)
+    mnt = os.path.join(workdir, "mnt")
+    log = os.path.join(workdir, "daemon.log")
+    os.makedirs(mnt)
+    try:
+        kfs.run([butter.path, "mount", "-o", f"log={log}", image, mnt])
+        with open(os.path.join(mnt, "f"), "w") as f:
+            f.write("x")
+        kfs.run([butter.path, "umount", mnt])
+    finally:
+        if os.path.ismount(mnt):
+            kfs.run(["umount", "-l", mnt], check=False)
+    with open(log) as f:
+        text = f.read()
+    m = LOG_LINE.search(text)
+    assert m and m.group(2) == mnt and int(m.group(1)) != os.getpid(), text
