@@ -309,6 +309,11 @@ struct butter_statfs {
 	uint64_t namemax;
 };
 
+/*
+ * Space for statfs(2): data capacity and what is free of it. On a read-write
+ * handle data written since the last commit counts as taken at once (as on
+ * the kernel's btrfs); on a read-only one the committed block group usage.
+ */
 int butter_statfs(struct butter_fs *fs, struct butter_statfs *out);
 
 /*

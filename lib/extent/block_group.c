@@ -281,15 +281,36 @@ static int load_from_extent_tree(struct extent_state *es)
 	return 0;
 }
 
+void extent_note_unusable(struct block_group *bg)
+{
+	u64 taken = bg->length - (bg->free.total < bg->length ? bg->free.total : bg->length);
+
+	bg->unusable = taken > bg->used ? taken - bg->used : 0;
+}
+
+u64 extent_bg_taken(const struct block_group *bg)
+{
+	u64 not_free = bg->length - (bg->free.total < bg->length ? bg->free.total : bg->length);
+
+	return not_free > bg->unusable ? not_free - bg->unusable : 0;
+}
+
+static void note_all_unusable(struct extent_state *es)
+{
+	for (size_t i = 0; i < es->nbgs; i++)
+		extent_note_unusable(es->bgs[i]);
+}
+
 int extent_load(struct extent_state *es)
 {
 	int ret = load_block_group_items(es);
 
 	if (ret)
 		return ret;
-	if (es->fst_root)
-		return load_from_fst(es);
-	return load_from_extent_tree(es);
+	ret = es->fst_root ? load_from_fst(es) : load_from_extent_tree(es);
+	if (ret == 0)
+		note_all_unusable(es);
+	return ret;
 }
 
 int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical)
@@ -356,6 +377,8 @@ int extent_unpin(struct extent_state *es)
 	}
 	range_set_free(&es->pinned);
 	range_set_init(&es->pinned);
+	if (ret == 0)
+		note_all_unusable(es);
 	return ret;
 }
 

@@ -247,6 +247,7 @@ int chunk_create(struct extent_state *es, u64 type, u64 stripe_size, u64 *logica
 			ret = extent_exclude_super_stripes(es, bg);
 		if (ret)
 			return ret;
+		extent_note_unusable(bg);
 	}
 	*logical = start;
 	return 0;

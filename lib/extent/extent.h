@@ -21,6 +21,7 @@
 struct block_group {
 	u64 start, length, flags;
 	u64 used;            /* bytes in extents (block group item 'used') */
+	u64 unusable;        /* neither free nor used at the last commit: super stripes */
 	struct range_set free;
 	int item_dirty;      /* used changed or new: rewrite the block group item */
 	int fst_dirty;       /* free space changed: rewrite its free space tree items */
@@ -159,6 +160,18 @@ int extent_delete_csums(struct extent_state *es, struct tree_trans *t, u64 logic
 
 /* After the superblocks are written: pinned ranges become free. */
 int extent_unpin(struct extent_state *es);
+
+/*
+ * Record what of @bg is neither free nor used (its super stripes) while no
+ * transaction runs: at load, after a commit's unpin, for a new chunk.
+ */
+void extent_note_unusable(struct block_group *bg);
+
+/*
+ * Bytes of @bg taken now: extents committed or allocated since (data
+ * written but not committed yet), and extents freed but still pinned.
+ */
+u64 extent_bg_taken(const struct block_group *bg);
 
 /* Sum of used bytes over all block groups (superblock bytes_used). */
 u64 extent_bytes_used(const struct extent_state *es);

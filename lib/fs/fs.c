@@ -414,6 +414,24 @@ int butter_get_space(struct butter_fs *fs, size_t idx, struct butter_space_info 
 	return 0;
 }
 
+/*
+ * Data bytes taken now in a read-write handle: what its block groups hold,
+ * committed or not (extent_bg_taken), so data written since the last commit
+ * counts at once, as it does on the kernel's btrfs.
+ */
+static u64 data_taken_now(struct butter_fs *fs)
+{
+	struct extent_state *es = &fs->w->es;
+	u64 sum = 0;
+
+	pthread_mutex_lock(&fs->w->lock);
+	for (size_t i = 0; i < es->nbgs; i++)
+		if (es->bgs[i]->flags & BTRFS_BLOCK_GROUP_DATA)
+			sum += extent_bg_taken(es->bgs[i]);
+	pthread_mutex_unlock(&fs->w->lock);
+	return sum;
+}
+
 int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
 {
 	u64 data_total = 0, data_used = 0, unalloc = 0, factor = 1;
@@ -437,6 +455,8 @@ int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
 	}
 	if (ret != -ENOENT)
 		return ret;
+	if (fs->w)
+		data_used = data_taken_now(fs);
 	for (i = 0; i < fs->vol.ndevs; i++) {
 		const struct btrfs_device *d = fs->vol.devs[i];
 

@@ -9,6 +9,7 @@
 - Messages of a daemon in the background reach a log file when there is no syslog.
 - A device that fails mid-mount turns the mount read-only; what was committed stays.
 """
+import ctypes
 import os
 import re
 import signal
@@ -53,6 +54,12 @@ def kernel_files(workdir, image):
             kfs.umount(mnt)
     finally:
         kfs.loop_detach(dev)
+
+
+def syncfs(fd):
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syncfs(fd) != 0:
+        raise OSError(ctypes.get_errno(), "syncfs")
 
 
 def check(image):
@@ -152,3 +159,24 @@ def test_log_option_names_the_file(fuse, butter, workdir):
         text = f.read()
     m = LOG_LINE.search(text)
     assert m and m.group(2) == mnt and int(m.group(1)) != os.getpid(), text
+
+
+def test_statfs_counts_data_not_committed_yet(fuse, butter, workdir):
+    image = mkfs(butter, workdir, "512M")
+    size = 20 << 20
+    with FuseMount(butter.path, [image], os.path.join(workdir, "mnt"), ["commit=300"]) as m:
+        gen0 = generation(image)
+        before = os.statvfs(m.mnt)
+        fd = os.open(os.path.join(m.mnt, "big"), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, payload("big", size))
+            syncfs(fd)             # the pages reach the daemon; syncfs commits nothing on FUSE
+            after = os.statvfs(m.mnt)
+        finally:
+            os.close(fd)
+        assert generation(image) == gen0, "a commit came first: the test proves nothing"
+        used = (before.f_bfree - after.f_bfree) * after.f_frsize
+        assert size <= used < size + (4 << 20), (before, after)
+        assert after.f_blocks == before.f_blocks
+        assert m.unmount() == 0
+    check(image)
