@@ -17,7 +17,8 @@
 static int cmd_mount(const struct cli_command *cmd, int argc, char **argv)
 {
 	(void)cmd;
-	return butter_mount_main(argc, argv);
+	return butter_mount_main(argc, argv, cli_test_devices.record_log,
+				 cli_test_devices.fault_spec);
 }
 #endif
 

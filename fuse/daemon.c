@@ -561,6 +561,8 @@ static int open_fs(struct daemon *d)
 			 (o->degraded ? BUTTER_OPEN_DEGRADED : 0),
 		.log = library_log,
 		.log_arg = d,
+		.record_log = o->record_log,
+		.fault_spec = o->fault_spec,
 		.log_level = o->debug ? BUTTER_LOG_INFO : BUTTER_LOG_WARNING,
 	};
 	struct butter_info info;
@@ -770,13 +772,15 @@ out:
 	return status;
 }
 
-int butter_mount_main(int argc, char **argv)
+int butter_mount_main(int argc, char **argv, const char *record_log, const char *fault_spec)
 {
 	struct mount_opts o;
 	int ret = mount_opts_parse(&o, argc, argv);
 
 	if (ret)
 		return ret > 0 ? 0 : 2;
+	o.record_log = record_log;
+	o.fault_spec = fault_spec;
 	ret = run(&o);
 	mount_opts_free(&o);
 	return ret;

@@ -234,7 +234,7 @@ int butter_mount_helper_main(int argc, char **argv)
 	if (verbose || fake)
 		fprintf(stderr, "%sbutter mount%s%s %s %s\n", fake ? "(fake) " : "",
 			options ? " -o " : "", options ? options : "", source, mountpoint);
-	status = fake ? 0 : butter_mount_main(nargs, mount_argv);
+	status = fake ? 0 : butter_mount_main(nargs, mount_argv, NULL, NULL);
 	free(options);
 	return status;
 }

@@ -16,8 +16,10 @@
  * exit status: 0 after a clean unmount (or SIGTERM/SIGINT/SIGHUP, which
  * unmount), 1 on an error, 2 on a usage error. Without -f it returns in the
  * parent as soon as the mount is live, and the daemon carries on alone.
+ * @record_log and @fault_spec (NULL: none) are butter_open_opts' test
+ * devices, from `butter --record LOG --fault SPEC mount ...`.
  */
-int butter_mount_main(int argc, char **argv);
+int butter_mount_main(int argc, char **argv, const char *record_log, const char *fault_spec);
 
 /* The row of the command table. */
 extern const char butter_mount_summary[];

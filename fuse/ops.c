@@ -636,7 +636,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ret = butter_stat(d->fs, id, &bs);
 		if (ret == 0 && S_ISDIR(bs.mode))
 			ret = -EISDIR;
-		if (ret == 0 && d->readonly && (fi->flags & O_ACCMODE) != O_RDONLY)
+		if (ret == 0 && (d->readonly || atomic_load(&d->commit_failed)) &&
+		    (fi->flags & O_ACCMODE) != O_RDONLY)
 			ret = -EROFS;
 		if (ret == 0)
 			ret = butter_open_ref(d->fs, id);

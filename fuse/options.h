@@ -45,6 +45,8 @@ struct mount_opts {
 	double attr_timeout, entry_timeout;
 	bool no_permission_checks; /* no_permission_checks: no default_permissions for libfuse */
 
+	const char *record_log, *fault_spec; /* test devices (butter --record/--fault) */
+
 	char *fuse_opts;         /* comma-separated options passed on to libfuse */
 	char **owned;            /* strings to free */
 	size_t nowned;

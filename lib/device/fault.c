@@ -28,6 +28,10 @@
  *   err=E       the error returned: EIO (default), ENOSPC, ENXIO, EROFS, or
  *               a number
  *   bytes=B     torn: how much of the write reaches the disk
+ *   when=PATH   the rule sleeps (fires on nothing, counts nothing) while no
+ *               file PATH exists: a test creates PATH to make a device fail
+ *               at a moment of its choosing, e.g. mid-mount (PATH holds no
+ *               ',' or ';'); N then counts from that moment
  *   Numbers take K, M, G suffixes (powers of 1024).
  *
  * Examples: "read-eio,dev=1,start=1M" (every read of device 1 past its first
@@ -41,6 +45,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "device/device.h"
 
@@ -54,7 +59,8 @@ struct fault_rule {
 	uint64_t len;     /* 0: to the end */
 	int err;          /* positive errno */
 	uint64_t bytes;   /* torn: bytes written; UINT64_MAX: half */
-	uint64_t count;   /* matching operations seen so far */
+	uint64_t count;   /* matching operations seen so far (while awake) */
+	char when[256];   /* when=PATH: awake only while PATH exists; "" always */
 };
 
 struct fault_priv {
@@ -163,6 +169,15 @@ static int parse_rule(const char *s, size_t n, struct fault_rule *r)
 				return -EINVAL;
 			continue;
 		}
+		if (word_is(p, wl, "when")) {
+			size_t plen = (size_t)(comma - eq - 1);
+
+			if (plen == 0 || plen >= sizeof(r->when))
+				return -EINVAL;
+			memcpy(r->when, eq + 1, plen);
+			r->when[plen] = '\0';
+			continue;
+		}
 		if (parse_number(eq + 1, (size_t)(comma - eq - 1), &v))
 			return -EINVAL;
 		if (word_is(p, wl, "dev") && v < 65536)
@@ -234,15 +249,26 @@ static int overlaps(const struct fault_rule *r, uint64_t offset, size_t len)
 	return offset < end && offset + len > r->start;
 }
 
+/* Is @r awake (no when=, or its file exists)? */
+static int awake(const struct fault_rule *r)
+{
+	return r->when[0] == '\0' || access(r->when, F_OK) == 0;
+}
+
 /* Count the operation; nonzero (the errno) if the device is gone. */
 static int vanished(struct fault_priv *fp)
 {
 	uint64_t ops = fp->ops++;
 	size_t i;
 
-	for (i = 0; i < fp->nrules; i++)
-		if (fp->rules[i].kind == FAULT_VANISH && ops >= fp->rules[i].after)
-			return fp->rules[i].err;
+	for (i = 0; i < fp->nrules; i++) {
+		struct fault_rule *r = &fp->rules[i];
+
+		if (r->kind != FAULT_VANISH || !awake(r))
+			continue;
+		if ((r->when[0] ? r->count++ : ops) >= r->after)
+			return r->err;
+	}
 	return 0;
 }
 
@@ -262,7 +288,7 @@ static int fires(struct fault_priv *fp, enum fault_kind kind, uint64_t offset, s
 		struct fault_rule *r = &fp->rules[i];
 
 		if (r->kind == kind && (kind == FAULT_FLUSH || overlaps(r, offset, len)) &&
-		    r->count++ >= r->after)
+		    awake(r) && r->count++ >= r->after)
 			err = r->err;
 	}
 	pthread_mutex_unlock(&fp->lock);
@@ -291,7 +317,7 @@ static int fault_write(struct blockdev *dev, const void *buf, size_t len, uint64
 	for (i = 0; i < fp->nrules && !err; i++) {
 		struct fault_rule *r = &fp->rules[i];
 
-		if (!overlaps(r, offset, len))
+		if (!overlaps(r, offset, len) || !awake(r))
 			continue;
 		if (r->kind == FAULT_WRITE && r->count++ >= r->after) {
 			err = r->err;

@@ -16,6 +16,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from butter_it import kfs
 from butter_it.fusemount import FuseMount
 
@@ -180,3 +182,45 @@ def test_statfs_counts_data_not_committed_yet(fuse, butter, workdir):
         assert after.f_blocks == before.f_blocks
         assert m.unmount() == 0
     check(image)
+
+
+def fault_mount(butter, image, mnt, spec, options=()):
+    """A FuseMount whose daemon opens the image through the fault device (`butter --fault`)."""
+    m = FuseMount(butter.path, [image], mnt, options)
+    plain = m.command
+    m.command = lambda: [butter.path, "--fault", spec] + plain()[1:]
+    return m
+
+
+@pytest.mark.parametrize("fault", ["write-eio", "vanish,err=ENXIO"])
+def test_device_failing_mid_mount_turns_it_read_only(fuse, butter, workdir, fault):
+    """Writes that fail with EIO, or a device that is gone altogether (reads too)."""
+    image = mkfs(butter, workdir)
+    trigger = os.path.join(workdir, "fail-now")
+    mnt = os.path.join(workdir, "mnt")
+    with fault_mount(butter, image, mnt, f"{fault},when={trigger}", ["commit=300"]) as m:
+        write_files(m.mnt, {"kept": b"committed before the fault\n"})
+        kfs.run([butter.path, "filesystem", "sync", m.mnt])
+        gen = generation(image)
+        open(trigger, "w").close()                  # from now on every write fails with EIO
+        write_files(m.mnt, {"lost": b"written after the fault\n"})
+        r = kfs.run([butter.path, "filesystem", "sync", m.mnt], check=False)
+        assert r.returncode != 0, "a commit onto a failing device succeeded"
+        # read-only now: changes fail with EROFS, reads go on
+        for change in (lambda: open(os.path.join(m.mnt, "new"), "w"),
+                       lambda: open(os.path.join(m.mnt, "kept"), "a"),
+                       lambda: os.mkdir(os.path.join(m.mnt, "dir"))):
+            try:
+                change()
+                raise AssertionError("a change was accepted after the failed commit")
+            except OSError as e:
+                assert e.errno == 30, e                     # EROFS
+        with open(os.path.join(m.mnt, "kept"), "rb") as f:
+            assert f.read() == b"committed before the fault\n"
+        assert "the mount is read-only from now on" in m.log_text(), m.log_text()
+        r = kfs.run([butter.path, "umount", m.mnt], check=False)
+        assert r.returncode == 1 and "commit failed" in r.stderr, r.stderr
+        assert m.wait(30) == 1, "the daemon's status hides the failed final commit"
+    assert generation(image) == gen
+    check(image)
+    assert kernel_files(workdir, image) == {"kept": b"committed before the fault\n"}
