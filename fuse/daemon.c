@@ -6,7 +6,8 @@
  * The life of a daemon:
  *
  *   parse options -> butter_open -> pick the root subvolume -> fuse_session_new
- *     -> fuse_session_mount -> fuse_daemonize (returns in the child; the parent
+ *     -> open the log file (open_log; without -f) -> fuse_session_mount
+ *     -> fuse_daemonize (returns in the child; the parent
  *     exits 0 once the mount is live; -f stays in the foreground)
  *     -> start the signal and commit threads -> session loop (multithreaded;
  *     -s: one thread)
@@ -29,8 +30,12 @@
  *             (30) after a change, takes fs_lock exclusive and calls
  *             butter_sync() (below); not started read-only
  *
- * After `fusermount3 -u` returns, the daemon still commits and closes: the
- * image is final when the daemon process has exited.
+ * After `fusermount3 -u` or umount returns, the daemon still commits and
+ * closes: the image is final when the daemon process has exited, which is
+ * what `butter umount` waits for (cli/cmd_umount.c, BUTTER_IOC_DAEMON_INFO).
+ * A commit that fails leaves the library's handle refusing changes (-EROFS):
+ * the daemon says so once (daemon_commit_failed), refuses writable opens and
+ * keeps serving reads.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -59,9 +64,10 @@ const char butter_mount_synopsis[] = "[-f] [-d] [-s] [-o OPTION[,OPTION]...] [--
 const char butter_mount_usage[] =
 	"Mount the btrfs filesystem on the image files or block devices DEV... at\n"
 	"MOUNTPOINT, read-write unless -o ro. Without -f the daemon goes to the\n"
-	"background once the mount is live. `fusermount3 -u MOUNTPOINT` (or umount,\n"
-	"or SIGTERM/SIGINT/SIGHUP to the daemon) unmounts; the daemon then commits\n"
-	"and exits: the image is final when the process is gone.\n"
+	"background once the mount is live. `butter umount MOUNTPOINT` unmounts and\n"
+	"returns once the daemon has committed and exited. `fusermount3 -u`, umount\n"
+	"and SIGTERM/SIGINT/SIGHUP to the daemon unmount too, but return while the\n"
+	"daemon still commits: the image is final when the process is gone.\n"
 	"\n"
 	"  -f             stay in the foreground (messages on stderr)\n"
 	"  -d             print every FUSE request (implies -f)\n"
@@ -76,7 +82,9 @@ const char butter_mount_usage[] =
 	"    device=DEV                 another member of the filesystem (repeatable)\n"
 	"    degraded                   mount with missing devices where the\n"
 	"                               profiles allow it\n"
-	"    commit=SECONDS             commit at least this often (default 30)\n"
+	"    commit=SECONDS             commit a change at most this long after it\n"
+	"                               (default 30); changes are also committed\n"
+	"                               about 1 s after they stop\n"
 	"    compress[=ALGO], compress-force[=ALGO]\n"
 	"                               compress new data: zlib[:1-9], lzo, zstd[:1-15]\n"
 	"    noatime, relatime, strictatime, nodiratime\n"
