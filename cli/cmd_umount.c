@@ -8,7 +8,9 @@
  * The steps, in this order:
  *  1. BUTTER_IOC_DAEMON_INFO on MOUNTPOINT: the daemon's pid (and a check
  *     that MOUNTPOINT is a butter mount); pidfd_open() holds on to that very
- *     process from here on, whatever pid reuse may follow.
+ *     process from here on, whatever pid reuse may follow. A daemon in
+ *     another pid namespace (its pid means another process here) is not
+ *     waited for: that is reported and the exit status is 1.
  *  2. syncfs(): the kernel's dirty pages (writeback cache) reach the daemon.
  *  3. BUTTER_IOC_SYNC: the daemon commits; a failure is reported and makes
  *     the exit status 1 (the unmount goes on: the image keeps its last
@@ -32,6 +34,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -53,6 +56,14 @@ static int pidfd_open_of(pid_t pid)
 	errno = ENOSYS;
 	return -1;
 #endif
+}
+
+/* Is @pidns (the daemon's, 0: unknown) ours, so that its pid names the same process here? */
+static bool same_pid_namespace(uint64_t pidns)
+{
+	struct stat st;
+
+	return pidns == 0 || stat("/proc/self/ns/pid", &st) < 0 || (uint64_t)st.st_ino == pidns;
 }
 
 /* Run `fusermount3 -u @mnt`; 0, or -1 (fusermount3 said why on stderr). */
@@ -157,10 +168,16 @@ int cmd_umount(const struct cli_command *cmd, int argc, char **argv)
 		close(fd);
 		return CLI_EXIT_ERROR;
 	}
-	pidfd = pidfd_open_of((pid_t)info.pid);
-	if (pidfd < 0)
-		cli_error("%s: cannot watch the daemon (pid %d): %s; not waiting for it to exit",
-			  mnt, (int)info.pid, strerror(errno));
+	if (!same_pid_namespace(info.pidns)) {
+		cli_error("%s: the daemon runs in another pid namespace; not waiting for it to exit",
+			  mnt);
+		pidfd = -1;
+	} else {
+		pidfd = pidfd_open_of((pid_t)info.pid);
+		if (pidfd < 0)
+			cli_error("%s: cannot watch the daemon (pid %d): %s; not waiting for it "
+				  "to exit", mnt, (int)info.pid, strerror(errno));
+	}
 
 	if (syncfs(fd) < 0) {
 		cli_error("%s: syncfs: %s", mnt, strerror(errno));

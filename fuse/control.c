@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <butter/control.h>
@@ -226,6 +227,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		break;
 	case BUTTER_IOC_DAEMON_INFO: {
 		struct butter_info bi;
+		struct stat ns;
 
 		pthread_rwlock_rdlock(&d->fs_lock);
 		ret = butter_get_info(d->fs, &bi);
@@ -234,6 +236,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		u.daemon.flags = (d->readonly ? BUTTER_DAEMON_READONLY : 0) |
 				 (atomic_load(&d->commit_failed) ? BUTTER_DAEMON_FAILED : 0);
 		u.daemon.pid = (uint64_t)getpid();
+		u.daemon.pidns = stat("/proc/self/ns/pid", &ns) == 0 ? (uint64_t)ns.st_ino : 0;
 		u.daemon.generation = ret == 0 ? bi.generation : 0;
 		out = sizeof(u.daemon);
 		break;

@@ -288,6 +288,31 @@ static int open_log(struct daemon *d)
 	return ret;
 }
 
+/*
+ * libfuse's own messages (fuse_log) once in the background, where its
+ * default (stderr) is /dev/null. Its callback takes no argument, so the one
+ * daemon of this process is kept here (set once daemonized, cleared before
+ * it goes away).
+ */
+static struct daemon *fuse_log_daemon;
+
+static void fuse_log_to_daemon(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	char msg[1024];
+	size_t n;
+	int ours = level <= FUSE_LOG_ERR       ? BUTTER_LOG_ERROR
+		   : level == FUSE_LOG_WARNING ? BUTTER_LOG_WARNING
+		   : level == FUSE_LOG_DEBUG   ? BUTTER_LOG_DEBUG
+					       : BUTTER_LOG_INFO;
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = strlen(msg);
+	while (n && msg[n - 1] == '\n')
+		msg[--n] = '\0';
+	if (fuse_log_daemon)
+		daemon_log(fuse_log_daemon, ours, "libfuse: %s", msg);
+}
+
 /* The library's log callback. */
 static void library_log(void *arg, int level, const char *msg)
 {
@@ -719,6 +744,8 @@ static int run(const struct mount_opts *o)
 		if (d.log_fd < 0)
 			openlog("butter", LOG_PID, LOG_DAEMON);
 		d.daemonized = true;
+		fuse_log_daemon = &d;
+		fuse_set_log_func(fuse_log_to_daemon);
 	}
 
 	ret = setup_signals();
@@ -773,6 +800,10 @@ out:
 	nodes_destroy(&d.nodes);
 	pthread_rwlock_destroy(&d.fs_lock);
 	fsync_queue_destroy(&d.fsyncq);
+	if (fuse_log_daemon) {
+		fuse_set_log_func(NULL); /* libfuse's default again */
+		fuse_log_daemon = NULL;
+	}
 	if (d.daemonized && d.log_fd < 0)
 		closelog();
 	if (d.log_fd >= 0)

@@ -113,6 +113,7 @@ struct butter_ioc_daemon_info {
 	uint32_t version;       /* BUTTER_IOC_VERSION */
 	uint32_t flags;         /* BUTTER_DAEMON_* */
 	uint64_t pid;           /* the daemon's process id (in its pid namespace) */
+	uint64_t pidns;         /* that namespace: st_ino of /proc/self/ns/pid (0: unknown) */
 	uint64_t generation;    /* the last committed generation */
 };
 
