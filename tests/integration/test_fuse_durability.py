@@ -1,8 +1,9 @@
 """When what a program wrote through `butter mount` is on disk, and what the daemon says.
 
 - Idle commit: sync(2) never reaches a FUSE daemon (the kernel only writes its dirty pages
-  back to it), so the daemon commits about a second after changes stop. Files written,
-  `sync`, two seconds, SIGKILL: the kernel's view of the image holds every file.
+  back to it), so the daemon commits about a second after changes stop, and then not
+  again while the mount is idle. Files written, `sync`, two seconds, SIGKILL: the kernel's
+  view of the image holds every file.
 - statfs counts data written but not committed yet, as the kernel's btrfs does.
 - `butter umount` returns once the daemon has committed and exited: at once `btrfs check`
   sees the new generation and a kernel mount the files.
@@ -83,10 +84,15 @@ def mkfs(butter, workdir, size="256M"):
 
 def test_sync_then_kill_keeps_the_files(fuse, butter, workdir):
     image = mkfs(butter, workdir)
+    gen0 = generation(image)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         write_files(m.mnt, FILES)
         os.sync()
         time.sleep(2)
+        gen = generation(image)
+        assert gen > gen0, "nothing committed 2 s after sync"
+        time.sleep(1.5)
+        assert generation(image) == gen, "an idle mount keeps committing"
         m.proc.kill()
         m.proc.wait(timeout=60)
     check(image)
