@@ -195,7 +195,10 @@ int cmd_umount(const struct cli_command *cmd, int argc, char **argv)
 
 	if (geteuid() == 0 ? umount2(mnt, UMOUNT_NOFOLLOW) < 0 : fusermount_unmount(mnt) < 0) {
 		if (geteuid() == 0)
-			cli_error("%s: %s", mnt, strerror(errno));
+			cli_error("%s: %s", mnt,
+				  errno == EINVAL ? "not a mount point (give the mount's top directory)"
+				  : errno == EBUSY ? "busy (files open or a process inside): not unmounted"
+						   : strerror(errno));
 		if (pidfd >= 0)
 			close(pidfd);
 		return CLI_EXIT_ERROR;
