@@ -686,6 +686,22 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(buf);
 }
 
+/*
+ * An O_DIRECT write bypasses the kernel's page cache, but pages of the range
+ * read (buffered, through another descriptor) while the write was in flight
+ * stay cached with the old bytes: the kernel invalidates the range before an
+ * asynchronous direct write is sent, not after it completes. Drop them here,
+ * before the reply, so no read that follows the completion sees them. The
+ * drop waits for reads of those pages, which other workers serve: with one
+ * request thread (-s) it would wait for itself, so there it is skipped.
+ */
+static void drop_cached_pages(struct daemon *d, fuse_ino_t ino, off_t off, size_t len)
+{
+	if (d->opts->single_thread)
+		return;
+	fuse_lowlevel_notify_inval_inode(d->se, ino, off, (off_t)len);
+}
+
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
@@ -693,7 +709,6 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	butter_ino_t id;
 	ssize_t n = nodes_resolve(&d->nodes, ino, &id);
 
-	(void)fi;
 	if (n == 0 && off < 0)
 		n = -EINVAL;
 	if (n == 0) {
@@ -719,6 +734,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		}
 		unlock(d);
 	}
+	if (n > 0 && !fi->writepage && (fi->flags & O_DIRECT))
+		drop_cached_pages(d, ino, off, (size_t)n);
 	if (n < 0)
 		reply_err(req, (int)n);
 	else
