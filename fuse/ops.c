@@ -767,6 +767,17 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 	(void)fi;
 	if (ret == 0 && ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0))
 		ret = -EINVAL;
+	/*
+	 * With the writeback cache, data written but not yet written back lives
+	 * only in the kernel's page cache, and the kernel sends LSEEK without
+	 * writing it back first: an answer from the trees alone would miss it
+	 * (ENXIO for SEEK_DATA in a file that has data). Asking the kernel to
+	 * invalidate the file makes it write every dirty page to us first (other
+	 * workers serve those writes: no lock is held here). With one request
+	 * thread that would wait for itself, so -s answers from the trees.
+	 */
+	if (ret == 0 && d->writeback && !d->opts->single_thread)
+		fuse_lowlevel_notify_inval_inode(d->se, ino, 0, 0);
 	if (ret == 0) {
 		read_lock(d);
 		ret = butter_seek(d->fs, id, (uint64_t)off, whence, &result);
