@@ -240,6 +240,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* control ioctls (control.c) work on directories too */
 	if (conn->capable & FUSE_CAP_IOCTL_DIR)
 		conn->want |= FUSE_CAP_IOCTL_DIR;
+	/* file handles: lookups of "." and ".." by node id (lookup_self) */
+	if (conn->capable & FUSE_CAP_EXPORT_SUPPORT)
+		conn->want |= FUSE_CAP_EXPORT_SUPPORT;
 	conn->max_write = o->max_write;
 	if (o->max_readahead)
 		conn->max_readahead = o->max_readahead;
@@ -248,7 +251,45 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 
 /* ---- names and attributes ---------------------------------------------------- */
 
-static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+/*
+ * The kernel's export support (file handles, NFS) names a file by its node
+ * id and generation alone: when the inode has left its cache it looks up "."
+ * in the node itself (and ".." for a directory's parent, which the library
+ * answers like any name). Node ids are a pure function of (subvolume, inode)
+ * (nodes.c, rule 2), so this works for any file that still exists, also after
+ * a remount; a file that is gone answers ENOENT, which the kernel turns into
+ * ESTALE, as it does when the generation differs.
+ */
+static void lookup_self(struct daemon *d, fuse_req_t req, fuse_ino_t ino)
+{
+	struct fuse_entry_param e;
+	struct butter_stat bs;
+	butter_ino_t id;
+	int ret = nodes_ref(&d->nodes, ino, &id);
+
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	read_lock(d);
+	ret = butter_stat(d->fs, id, &bs);
+	unlock(d);
+	memset(&e, 0, sizeof(e));
+	if (ret == 0) {
+		e.ino = ino;
+		e.generation = bs.generation;
+		fill_attr(d, &bs, ino, &e.attr);
+		e.attr_timeout = d->opts->attr_timeout;
+		e.entry_timeout = d->opts->entry_timeout;
+	}
+	if (ret || fuse_reply_entry(req, &e) != 0) {
+		nodes_forget(&d->nodes, ino, 1);
+		if (ret)
+			reply_err(req, ret == -ESTALE ? -ENOENT : ret);
+	}
+}
+
+static void lookup_name(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct daemon *d = D(req);
 	struct fuse_entry_param e;
@@ -273,6 +314,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	reply_entry(d, req, ret, &e);
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	if (strcmp(name, ".") == 0)
+		lookup_self(D(req), req, parent);
+	else
+		lookup_name(req, parent, name);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
