@@ -414,6 +414,9 @@ int butter_get_space(struct butter_fs *fs, size_t idx, struct butter_space_info 
 	return 0;
 }
 
+/* The first MiB of every device holds no chunk (the kernel's rule too). */
+#define DEVICE_RESERVED_BYTES (1ULL << 20)
+
 int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
 {
 	u64 data_total = 0, data_used = 0, unalloc = 0, factor = 1;
@@ -440,8 +443,10 @@ int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
 	for (i = 0; i < fs->vol.ndevs; i++) {
 		const struct btrfs_device *d = fs->vol.devs[i];
 
-		if (d->total_bytes > d->bytes_used)
-			unalloc += d->total_bytes - d->bytes_used;
+		if (fs->w)
+			unalloc += chunk_usable_bytes(&fs->w->es, d->devid);
+		else if (d->total_bytes > d->bytes_used + DEVICE_RESERVED_BYTES)
+			unalloc += d->total_bytes - d->bytes_used - DEVICE_RESERVED_BYTES;
 	}
 	out->bsize = fs->vol.sectorsize;
 	out->blocks = (data_total + unalloc / factor) / out->bsize;

@@ -206,7 +206,7 @@ static u64 unallocated(const struct extent_state *es, u64 profile)
 	size_t i;
 
 	for (i = 0; i < es->ndevspace; i++)
-		raw += es->devspace[i].free.total;
+		raw += chunk_usable_bytes(es, es->devspace[i].devid);
 	if (profile & (BTRFS_BLOCK_GROUP_DUP | BTRFS_BLOCK_GROUP_RAID1 | BTRFS_BLOCK_GROUP_RAID10))
 		copies = 2;
 	else if (profile & BTRFS_BLOCK_GROUP_RAID1C3)
@@ -272,6 +272,18 @@ int begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_
 	ret = txn_begin(&w->txn);
 	if (ret == 0)
 		ret = reserve_space(w, data_bytes, deleting);
+	if (ret == -ENOSPC && (w->es.nrefs || w->es.pinned.n)) {
+		/*
+		 * Space freed in this transaction (queued reference drops, pinned
+		 * extents) comes back only after its commit: commit and ask again,
+		 * as the kernel does before it answers ENOSPC.
+		 */
+		ret = txn_commit(&w->txn);
+		if (ret == 0)
+			ret = txn_begin(&w->txn);
+		if (ret == 0)
+			ret = reserve_space(w, data_bytes, deleting);
+	}
 	if (ret) {
 		pthread_mutex_unlock(&w->lock);
 		return ret;
