@@ -1217,6 +1217,59 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
  * XATTR_CREATE and XATTR_REPLACE are checked here, under the exclusive lock,
  * since butter_setxattr() always sets.
  */
+/*
+ * Is the caller of @req in group @gid (its primary or a supplementary group)
+ * or holding CAP_FSETID? The kernel's rule for keeping S_ISGID when an
+ * access ACL sets a file's mode (posix_acl_update_mode); FUSE leaves that to
+ * us. Groups and capabilities come from /proc: when they cannot be read the
+ * answer is no, and the bit goes (the safe side).
+ */
+static bool caller_in_group_or_fsetid(fuse_req_t req, gid_t gid)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	gid_t groups[256];
+	char path[64], line[256];
+	bool yes = ctx->gid == gid;
+	int n = yes ? 0 : fuse_req_getgroups(req, 256, groups);
+	FILE *f;
+
+	for (int i = 0; i < n && i < 256; i++)
+		if (groups[i] == gid)
+			yes = true;
+	if (yes)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)ctx->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long caps;
+
+		if (sscanf(line, "CapEff: %llx", &caps) == 1) {
+			yes = caps & (1ull << 4); /* CAP_FSETID */
+			break;
+		}
+	}
+	fclose(f);
+	return yes;
+}
+
+/*
+ * After an access ACL was set on @id (the library set the mode from it):
+ * clear S_ISGID as the kernel does when the caller is neither in the file's
+ * group nor holds CAP_FSETID. Called with fs_lock held exclusive.
+ */
+static int acl_kill_sgid(struct daemon *d, fuse_req_t req, butter_ino_t id)
+{
+	struct butter_stat bs;
+	int ret = butter_stat(d->fs, id, &bs);
+
+	if (ret || !(bs.mode & S_ISGID) || caller_in_group_or_fsetid(req, bs.gid))
+		return ret;
+	bs.mode &= ~(uint32_t)S_ISGID;
+	return butter_setattr(d->fs, id, &bs, BUTTER_SET_MODE);
+}
+
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
@@ -1240,6 +1293,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		}
 		if (ret == 0)
 			ret = butter_setxattr(d->fs, id, name, value, size);
+		if (ret == 0 && d->posix_acl && strcmp(name, "system.posix_acl_access") == 0)
+			ret = acl_kill_sgid(d, req, id);
 		unlock(d);
 	}
 	if (ret == -E2BIG)
