@@ -647,6 +647,43 @@ static void release_handle(struct daemon *d, fuse_ino_t ino)
 			   (unsigned long long)ino, strerror(-ret));
 }
 
+int butter_fuse_tmpfile(struct daemon *d, uint64_t parent, uint32_t mode, uint32_t uid,
+			uint32_t gid, uint32_t umask, struct fuse_entry_param *e)
+{
+	struct butter_new_inode attr = {
+		.mode = S_IFREG | (mode & 07777), .uid = uid, .gid = gid, .umask = umask,
+		.flags = d->posix_acl ? BUTTER_NEW_INHERIT_ACL : 0,
+	};
+	struct butter_stat pst;
+	butter_ino_t dir, id;
+	int ret = nodes_resolve(&d->nodes, parent, &dir);
+
+	if (ret)
+		return ret;
+	if (d->readonly)
+		return -EROFS;
+	write_lock(d);
+	ret = butter_stat(d->fs, dir, &pst);
+	if (ret == 0 && (pst.mode & S_ISGID))
+		attr.gid = pst.gid; /* as make_node */
+	if (ret == 0)
+		ret = butter_create_tmpfile(d->fs, dir, &attr, &id);
+	if (ret == 0) {
+		/* invariant 6: the kernel's handle is the open the library counted */
+		ret = make_entry(d, dir, "", 0, id, e);
+		if (ret)
+			butter_release(d->fs, id, 0);
+	}
+	unlock(d);
+	return ret;
+}
+
+void butter_fuse_tmpfile_unref(struct daemon *d, uint64_t nodeid)
+{
+	release_handle(d, nodeid);
+	nodes_forget(&d->nodes, nodeid, 1);
+}
+
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
