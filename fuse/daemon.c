@@ -660,7 +660,8 @@ static int run_loop(struct daemon *d)
 	if (d->opts->single_thread)
 		return fuse_session_loop(d->se);
 	if (d->opts->spin_us)
-		return butter_poll_loop(d->se, d->opts->max_threads, d->opts->spin_us);
+		return butter_poll_loop_raw(d->se, d->opts->max_threads, d->opts->spin_us,
+					    butter_fuse_raw_request, d);
 	cfg = fuse_loop_cfg_create();
 	if (!cfg)
 		return -ENOMEM;

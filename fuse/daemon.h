@@ -65,6 +65,19 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		       struct fuse_file_info *fi, unsigned flags, const void *in_buf,
 		       size_t in_bufsz, size_t out_bufsz);
 
+/*
+ * O_TMPFILE (ops.c): create a nameless file in the directory node @parent for
+ * the caller @uid/@gid with @mode and @umask, count one kernel lookup and
+ * one open of it, and fill @e. butter_fuse_tmpfile_unref() undoes both when
+ * the reply could not be given. tmpfile.c speaks the protocol.
+ */
+int butter_fuse_tmpfile(struct daemon *d, uint64_t parent, uint32_t mode, uint32_t uid,
+			uint32_t gid, uint32_t umask, struct fuse_entry_param *e);
+void butter_fuse_tmpfile_unref(struct daemon *d, uint64_t nodeid);
+
+/* The raw request hook of the poll loop (tmpfile.c): answers FUSE_TMPFILE. */
+bool butter_fuse_raw_request(void *daemon, const void *req, size_t len);
+
 /* fsync and fsyncdir, grouped into tree log syncs (fsync.c). */
 void butter_fuse_fsync(fuse_req_t req, fuse_ino_t ino, int datasync);
 void fsync_queue_init(struct fsync_queue *q);

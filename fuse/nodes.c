@@ -369,6 +369,32 @@ int nodes_resolve(struct node_table *t, uint64_t nodeid, butter_ino_t *out)
 	return n ? 0 : -ESTALE;
 }
 
+int nodes_ref(struct node_table *t, uint64_t nodeid, butter_ino_t *out)
+{
+	struct node *n;
+	butter_ino_t id;
+	int ret = nodes_resolve(t, nodeid, &id);
+
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&t->lock);
+	n = find_id(t, nodeid);
+	if (!n) {
+		/* a rule 2 id whose node the kernel forgot: decoded above */
+		n = calloc(1, sizeof(*n));
+		if (n) {
+			n->nodeid = nodeid;
+			n->id = id;
+			insert_id(t, n);
+		}
+	}
+	if (n)
+		n->nlookup++;
+	pthread_mutex_unlock(&t->lock);
+	*out = id;
+	return n ? 0 : -ENOMEM;
+}
+
 void nodes_forget(struct node_table *t, uint64_t nodeid, uint64_t nlookup)
 {
 	struct node **p, *n;

@@ -51,6 +51,14 @@ int nodes_get(struct node_table *t, butter_ino_t id, butter_ino_t parent, const 
 /* Find the file of @nodeid. -ESTALE if the kernel sent an id we never gave. */
 int nodes_resolve(struct node_table *t, uint64_t nodeid, butter_ino_t *out);
 
+/*
+ * Count one kernel lookup of @nodeid itself, an id the kernel holds in a
+ * file handle (export support: the lookup of "." in it), and return its file
+ * in *out. -ESTALE for an id this mount never gave out and cannot decode (a
+ * rule 3 id of an earlier mount), -ENOMEM.
+ */
+int nodes_ref(struct node_table *t, uint64_t nodeid, butter_ino_t *out);
+
 /* Drop @nlookup kernel lookups of @nodeid (FUSE forget). */
 void nodes_forget(struct node_table *t, uint64_t nodeid, uint64_t nlookup);
 

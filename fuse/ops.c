@@ -243,6 +243,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* control ioctls (control.c) work on directories too */
 	if (conn->capable & FUSE_CAP_IOCTL_DIR)
 		conn->want |= FUSE_CAP_IOCTL_DIR;
+	/* file handles: lookups of "." and ".." by node id (lookup_self) */
+	if (conn->capable & FUSE_CAP_EXPORT_SUPPORT)
+		conn->want |= FUSE_CAP_EXPORT_SUPPORT;
 	conn->max_write = o->max_write;
 	if (o->max_readahead)
 		conn->max_readahead = o->max_readahead;
@@ -251,7 +254,45 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 
 /* ---- names and attributes ---------------------------------------------------- */
 
-static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+/*
+ * The kernel's export support (file handles, NFS) names a file by its node
+ * id and generation alone: when the inode has left its cache it looks up "."
+ * in the node itself (and ".." for a directory's parent, which the library
+ * answers like any name). Node ids are a pure function of (subvolume, inode)
+ * (nodes.c, rule 2), so this works for any file that still exists, also after
+ * a remount; a file that is gone answers ENOENT, which the kernel turns into
+ * ESTALE, as it does when the generation differs.
+ */
+static void lookup_self(struct daemon *d, fuse_req_t req, fuse_ino_t ino)
+{
+	struct fuse_entry_param e;
+	struct butter_stat bs;
+	butter_ino_t id;
+	int ret = nodes_ref(&d->nodes, ino, &id);
+
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	read_lock(d);
+	ret = butter_stat(d->fs, id, &bs);
+	unlock(d);
+	memset(&e, 0, sizeof(e));
+	if (ret == 0) {
+		e.ino = ino;
+		e.generation = bs.generation;
+		fill_attr(d, &bs, ino, &e.attr);
+		e.attr_timeout = d->opts->attr_timeout;
+		e.entry_timeout = d->opts->entry_timeout;
+	}
+	if (ret || fuse_reply_entry(req, &e) != 0) {
+		nodes_forget(&d->nodes, ino, 1);
+		if (ret)
+			reply_err(req, ret == -ESTALE ? -ENOENT : ret);
+	}
+}
+
+static void lookup_name(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct daemon *d = D(req);
 	struct fuse_entry_param e;
@@ -276,6 +317,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	reply_entry(d, req, ret, &e);
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	if (strcmp(name, ".") == 0)
+		lookup_self(D(req), req, parent);
+	else
+		lookup_name(req, parent, name);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -601,6 +650,43 @@ static void release_handle(struct daemon *d, fuse_ino_t ino)
 			   (unsigned long long)ino, strerror(-ret));
 }
 
+int butter_fuse_tmpfile(struct daemon *d, uint64_t parent, uint32_t mode, uint32_t uid,
+			uint32_t gid, uint32_t umask, struct fuse_entry_param *e)
+{
+	struct butter_new_inode attr = {
+		.mode = S_IFREG | (mode & 07777), .uid = uid, .gid = gid, .umask = umask,
+		.flags = d->posix_acl ? BUTTER_NEW_INHERIT_ACL : 0,
+	};
+	struct butter_stat pst;
+	butter_ino_t dir, id;
+	int ret = nodes_resolve(&d->nodes, parent, &dir);
+
+	if (ret)
+		return ret;
+	if (d->readonly)
+		return -EROFS;
+	write_lock(d);
+	ret = butter_stat(d->fs, dir, &pst);
+	if (ret == 0 && (pst.mode & S_ISGID))
+		attr.gid = pst.gid; /* as make_node */
+	if (ret == 0)
+		ret = butter_create_tmpfile(d->fs, dir, &attr, &id);
+	if (ret == 0) {
+		/* invariant 6: the kernel's handle is the open the library counted */
+		ret = make_entry(d, dir, "", 0, id, e);
+		if (ret)
+			butter_release(d->fs, id, 0);
+	}
+	unlock(d);
+	return ret;
+}
+
+void butter_fuse_tmpfile_unref(struct daemon *d, uint64_t nodeid)
+{
+	release_handle(d, nodeid);
+	nodes_forget(&d->nodes, nodeid, 1);
+}
+
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
@@ -690,6 +776,22 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(buf);
 }
 
+/*
+ * An O_DIRECT write bypasses the kernel's page cache, but pages of the range
+ * read (buffered, through another descriptor) while the write was in flight
+ * stay cached with the old bytes: the kernel invalidates the range before an
+ * asynchronous direct write is sent, not after it completes. Drop them here,
+ * before the reply, so no read that follows the completion sees them. The
+ * drop waits for reads of those pages, which other workers serve: with one
+ * request thread (-s) it would wait for itself, so there it is skipped.
+ */
+static void drop_cached_pages(struct daemon *d, fuse_ino_t ino, off_t off, size_t len)
+{
+	if (d->opts->single_thread)
+		return;
+	fuse_lowlevel_notify_inval_inode(d->se, ino, off, (off_t)len);
+}
+
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
@@ -697,7 +799,6 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	butter_ino_t id;
 	ssize_t n = nodes_resolve(&d->nodes, ino, &id);
 
-	(void)fi;
 	if (n == 0 && off < 0)
 		n = -EINVAL;
 	if (n == 0) {
@@ -723,6 +824,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		}
 		unlock(d);
 	}
+	if (n > 0 && !fi->writepage && (fi->flags & O_DIRECT))
+		drop_cached_pages(d, ino, off, (size_t)n);
 	if (n < 0)
 		reply_err(req, (int)n);
 	else
@@ -754,6 +857,17 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 	(void)fi;
 	if (ret == 0 && ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0))
 		ret = -EINVAL;
+	/*
+	 * With the writeback cache, data written but not yet written back lives
+	 * only in the kernel's page cache, and the kernel sends LSEEK without
+	 * writing it back first: an answer from the trees alone would miss it
+	 * (ENXIO for SEEK_DATA in a file that has data). Asking the kernel to
+	 * invalidate the file makes it write every dirty page to us first (other
+	 * workers serve those writes: no lock is held here). With one request
+	 * thread that would wait for itself, so -s answers from the trees.
+	 */
+	if (ret == 0 && d->writeback && !d->opts->single_thread)
+		fuse_lowlevel_notify_inval_inode(d->se, ino, 0, 0);
 	if (ret == 0) {
 		read_lock(d);
 		ret = butter_seek(d->fs, id, (uint64_t)off, whence, &result);
@@ -1144,6 +1258,59 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
  * XATTR_CREATE and XATTR_REPLACE are checked here, under the exclusive lock,
  * since butter_setxattr() always sets.
  */
+/*
+ * Is the caller of @req in group @gid (its primary or a supplementary group)
+ * or holding CAP_FSETID? The kernel's rule for keeping S_ISGID when an
+ * access ACL sets a file's mode (posix_acl_update_mode); FUSE leaves that to
+ * us. Groups and capabilities come from /proc: when they cannot be read the
+ * answer is no, and the bit goes (the safe side).
+ */
+static bool caller_in_group_or_fsetid(fuse_req_t req, gid_t gid)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	gid_t groups[256];
+	char path[64], line[256];
+	bool yes = ctx->gid == gid;
+	int n = yes ? 0 : fuse_req_getgroups(req, 256, groups);
+	FILE *f;
+
+	for (int i = 0; i < n && i < 256; i++)
+		if (groups[i] == gid)
+			yes = true;
+	if (yes)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)ctx->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long caps;
+
+		if (sscanf(line, "CapEff: %llx", &caps) == 1) {
+			yes = caps & (1ull << 4); /* CAP_FSETID */
+			break;
+		}
+	}
+	fclose(f);
+	return yes;
+}
+
+/*
+ * After an access ACL was set on @id (the library set the mode from it):
+ * clear S_ISGID as the kernel does when the caller is neither in the file's
+ * group nor holds CAP_FSETID. Called with fs_lock held exclusive.
+ */
+static int acl_kill_sgid(struct daemon *d, fuse_req_t req, butter_ino_t id)
+{
+	struct butter_stat bs;
+	int ret = butter_stat(d->fs, id, &bs);
+
+	if (ret || !(bs.mode & S_ISGID) || caller_in_group_or_fsetid(req, bs.gid))
+		return ret;
+	bs.mode &= ~(uint32_t)S_ISGID;
+	return butter_setattr(d->fs, id, &bs, BUTTER_SET_MODE);
+}
+
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
@@ -1167,6 +1334,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		}
 		if (ret == 0)
 			ret = butter_setxattr(d->fs, id, name, value, size);
+		if (ret == 0 && d->posix_acl && strcmp(name, "system.posix_acl_access") == 0)
+			ret = acl_kill_sgid(d, req, id);
 		unlock(d);
 	}
 	if (ret == -E2BIG)

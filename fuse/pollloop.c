@@ -21,7 +21,9 @@
  * libfuse's fuse_session_receive_buf() and fuse_session_process_buf(), as in
  * its own loops. The session ends when the kernel says ENODEV (unmounted) or
  * fuse_session_exit() is called (signals): waits time out every 250 ms to
- * notice the latter.
+ * notice the latter. A raw handler (butter_poll_loop_raw) sees each request
+ * first and may answer it itself: the daemon serves FUSE_TMPFILE that way
+ * (tmpfile.c), which libfuse 3.14 does not pass on.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +46,8 @@ struct pollloop {
 	long spin_ns;
 	atomic_int polling;      /* 1 while a worker polls without sleeping */
 	atomic_int error;        /* the first receive error, as -errno */
+	butter_raw_request_fn raw;  /* sees requests first (may be NULL) */
+	void *raw_arg;
 };
 
 static long now_ns(void)
@@ -79,7 +83,9 @@ static void *worker(void *arg)
 				atomic_store(&p->polling, 0);
 				mine = 0;
 			}
-			fuse_session_process_buf(p->se, &buf);
+			if (!p->raw || (buf.flags & FUSE_BUF_IS_FD) ||
+			    !p->raw(p->raw_arg, buf.mem, (size_t)res))
+				fuse_session_process_buf(p->se, &buf);
 			/* answered: poll for the next one, unless another worker does */
 			if (p->spin_ns && !atomic_exchange(&p->polling, 1)) {
 				mine = 1;
@@ -115,7 +121,14 @@ static void *worker(void *arg)
 
 int butter_poll_loop(struct fuse_session *se, unsigned workers, unsigned spin_us)
 {
-	struct pollloop p = { .se = se, .fd = fuse_session_fd(se), .spin_ns = (long)spin_us * 1000 };
+	return butter_poll_loop_raw(se, workers, spin_us, NULL, NULL);
+}
+
+int butter_poll_loop_raw(struct fuse_session *se, unsigned workers, unsigned spin_us,
+			 butter_raw_request_fn raw, void *raw_arg)
+{
+	struct pollloop p = { .se = se, .fd = fuse_session_fd(se), .spin_ns = (long)spin_us * 1000,
+			      .raw = raw, .raw_arg = raw_arg };
 	pthread_t *t;
 	unsigned i, started = 0;
 	int flags = fcntl(p.fd, F_GETFL);

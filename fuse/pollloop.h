@@ -9,6 +9,8 @@
 #define FUSE_USE_VERSION 314 /* as fuse/daemon.h */
 #endif
 #include <fuse_lowlevel.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 /*
  * Serve @se with @workers threads (0: 8) that keep reading requests for
@@ -16,5 +18,16 @@
  * 0, or the first receive error as -errno.
  */
 int butter_poll_loop(struct fuse_session *se, unsigned workers, unsigned spin_us);
+
+/*
+ * A handler that sees each request read into memory before libfuse does:
+ * it returns true when it answered the request itself (for requests libfuse
+ * does not pass on), false to leave it to libfuse.
+ */
+typedef bool (*butter_raw_request_fn)(void *arg, const void *req, size_t len);
+
+/* butter_poll_loop() with @raw (may be NULL) called first for every request. */
+int butter_poll_loop_raw(struct fuse_session *se, unsigned workers, unsigned spin_us,
+			 butter_raw_request_fn raw, void *raw_arg);
 
 #endif

@@ -272,11 +272,25 @@ struct butter_new_inode {
 int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		  const struct butter_new_inode *attr, butter_ino_t *out);
 
+/*
+ * Create a regular file without a name in @dir's subvolume (open(2) with
+ * O_TMPFILE in @dir): it is counted as open once (release it with
+ * butter_release(), which frees it unless butter_link() gave it a name
+ * first) and lives as an orphan until then, as the kernel keeps it.
+ * On a read-only handle -EROFS.
+ */
+int butter_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
+			  const struct butter_new_inode *attr, butter_ino_t *out);
+
 /* Create a symlink to @target. */
 int butter_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		   const char *target, uint32_t uid, uint32_t gid, butter_ino_t *out);
 
-/* Add the name @name in @dir for the existing non-directory @ino. */
+/*
+ * Add the name @name in @dir for the existing non-directory @ino. A file
+ * whose last name went while open gets none (-ENOENT), except one made by
+ * butter_create_tmpfile() (linkat(2) of an O_TMPFILE file).
+ */
 int butter_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char *name,
 		size_t namelen);
 

@@ -28,6 +28,27 @@ static struct dev_space *devspace(struct extent_state *es, u64 devid)
 	return NULL;
 }
 
+u64 chunk_usable_bytes(const struct extent_state *es, u64 devid)
+{
+	const u64 grid = 1ULL << 20; /* stripes start and end on it (chunk_create) */
+	u64 sum = 0;
+
+	for (size_t i = 0; i < es->ndevspace; i++) {
+		const struct range_set *free = &es->devspace[i].free;
+
+		if (es->devspace[i].devid != devid)
+			continue;
+		for (size_t j = 0; j < free->n; j++) {
+			u64 start = (free->r[j].start + grid - 1) / grid * grid;
+			u64 end = free->r[j].end / grid * grid;
+
+			if (end > start)
+				sum += end - start;
+		}
+	}
+	return sum;
+}
+
 int chunk_init_devspace(struct extent_state *es, int load)
 {
 	struct btrfs_volumes *vol = es->vol;

@@ -216,6 +216,13 @@ int chunk_resize_device(struct extent_state *es, struct tree_trans *t, u64 devid
 u64 chunk_max_size(const struct extent_state *es, u64 want);
 
 /*
+ * Bytes of device @devid that new chunks can still use: its free physical
+ * ranges, each cut to the 1 MiB grid stripes are placed on (what statfs and
+ * the space reservation count as unallocated). 0 for an unknown device.
+ */
+u64 chunk_usable_bytes(const struct extent_state *es, u64 devid);
+
+/*
  * Make @dev (already in vol->devs, with devid, uuid and total_bytes set) a
  * member: its DEV_ITEM in the chunk tree, its free space for allocation, and
  * the superblock's device count and total size. The next commit writes the

@@ -415,22 +415,27 @@ int butter_get_space(struct butter_fs *fs, size_t idx, struct butter_space_info 
 }
 
 /*
- * Data bytes taken now in a read-write handle: what its block groups hold,
+ * In a read-write handle, the data bytes its block groups hold now,
  * committed or not (extent_bg_taken), so data written since the last commit
- * counts at once, as it does on the kernel's btrfs.
+ * counts at once, as it does on the kernel's btrfs; and the device bytes new
+ * chunks can still use (chunk_usable_bytes).
  */
-static u64 data_taken_now(struct butter_fs *fs)
+static void space_now(struct butter_fs *fs, u64 *data_taken, u64 *unallocated)
 {
 	struct extent_state *es = &fs->w->es;
-	u64 sum = 0;
 
+	*data_taken = *unallocated = 0;
 	pthread_mutex_lock(&fs->w->lock);
 	for (size_t i = 0; i < es->nbgs; i++)
 		if (es->bgs[i]->flags & BTRFS_BLOCK_GROUP_DATA)
-			sum += extent_bg_taken(es->bgs[i]);
+			*data_taken += extent_bg_taken(es->bgs[i]);
+	for (size_t i = 0; i < fs->vol.ndevs; i++)
+		*unallocated += chunk_usable_bytes(es, fs->vol.devs[i]->devid);
 	pthread_mutex_unlock(&fs->w->lock);
-	return sum;
 }
+
+/* The first MiB of every device holds no chunk (the kernel's rule too). */
+#define DEVICE_RESERVED_BYTES (1ULL << 20)
 
 int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
 {
@@ -455,14 +460,14 @@ int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
 	}
 	if (ret != -ENOENT)
 		return ret;
-	if (fs->w)
-		data_used = data_taken_now(fs);
-	for (i = 0; i < fs->vol.ndevs; i++) {
+	for (i = 0; !fs->w && i < fs->vol.ndevs; i++) {
 		const struct btrfs_device *d = fs->vol.devs[i];
 
-		if (d->total_bytes > d->bytes_used)
-			unalloc += d->total_bytes - d->bytes_used;
+		if (d->total_bytes > d->bytes_used + DEVICE_RESERVED_BYTES)
+			unalloc += d->total_bytes - d->bytes_used - DEVICE_RESERVED_BYTES;
 	}
+	if (fs->w)
+		space_now(fs, &data_used, &unalloc);
 	out->bsize = fs->vol.sectorsize;
 	out->blocks = (data_total + unalloc / factor) / out->bsize;
 	out->bfree = (data_total - (data_used < data_total ? data_used : data_total) +

@@ -23,6 +23,9 @@
  *   orphan --butter_close()-------------> freed (nobody can reach it any more)
  *   orphan --crash (committed)----------> on disk: nlink 0 + ORPHAN_ITEM; the
  *                                          next read-write open frees it
+ *   (none) --butter_create_tmpfile()----> orphan, open once, linkable
+ *   linkable orphan --butter_link()-----> named: nlink 1, orphan item deleted
+ *                                          (the kernel's O_TMPFILE + linkat)
  *
  * Cleanup at open (fs_orphan_cleanup), as the kernel's btrfs_orphan_cleanup:
  * for every orphan item of every writable subvolume (the top level and every
@@ -54,6 +57,7 @@ struct open_inode {
 	u64 subvol, ino;
 	u64 opens;                 /* butter_open_ref() minus butter_release() */
 	int orphan;                /* its last name went while open: free at opens == 0 */
+	int linkable;              /* made nameless (O_TMPFILE): a link may name it again */
 	struct open_inode *next;   /* bucket chain */
 };
 
@@ -236,6 +240,62 @@ int fs_drop_last_link(struct butter_fs *fs, struct subvol *sv, u64 ino)
 	if (ret == 0)
 		ret = tree_insert_item(&fs->w->txn.tt, &sv->root, &key, NULL, 0);
 	return ret;
+}
+
+int fs_orphan_tmpfile(struct butter_fs *fs, struct subvol *sv, u64 ino)
+{
+	struct fs_open_files *t = fs->w->open_files;
+	struct btrfs_key key = { BTRFS_ORPHAN_OBJECTID, BTRFS_ORPHAN_ITEM_KEY, ino };
+	struct open_inode **p, *e = calloc(1, sizeof(*e));
+	int ret;
+
+	if (!e)
+		return -ENOMEM;
+	e->subvol = sv->id;
+	e->ino = ino;
+	e->opens = 1;
+	e->orphan = 1;
+	e->linkable = 1;
+	pthread_mutex_lock(&t->lock);
+	p = find_link(t, sv->id, ino);
+	e->next = *p; /* a new inode number: never in the table */
+	*p = e;
+	t->count++;
+	grow(t);
+	pthread_mutex_unlock(&t->lock);
+	ret = modify_inode(fs, sv, ino, unlink_last, NULL);
+	if (ret == 0)
+		ret = tree_insert_item(&fs->w->txn.tt, &sv->root, &key, NULL, 0);
+	return ret;
+}
+
+bool fs_orphan_linkable(struct butter_fs *fs, butter_ino_t ino)
+{
+	struct fs_open_files *t = fs->w->open_files;
+	struct open_inode *e;
+	bool yes;
+
+	pthread_mutex_lock(&t->lock);
+	e = *find_link(t, ino.subvol, ino.ino);
+	yes = e && e->orphan && e->linkable;
+	pthread_mutex_unlock(&t->lock);
+	return yes;
+}
+
+int fs_orphan_relink(struct butter_fs *fs, struct subvol *sv, u64 ino)
+{
+	struct fs_open_files *t = fs->w->open_files;
+	struct open_inode *e;
+	int ret = delete_orphan_item(fs, sv, ino);
+
+	if (ret)
+		return ret == 1 ? -EUCLEAN : ret;
+	pthread_mutex_lock(&t->lock);
+	e = *find_link(t, sv->id, ino);
+	if (e)
+		e->orphan = e->linkable = 0;
+	pthread_mutex_unlock(&t->lock);
+	return 0;
 }
 
 int butter_release(struct butter_fs *fs, butter_ino_t ino, unsigned flags)

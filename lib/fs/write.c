@@ -206,7 +206,7 @@ static u64 unallocated(const struct extent_state *es, u64 profile)
 	size_t i;
 
 	for (i = 0; i < es->ndevspace; i++)
-		raw += es->devspace[i].free.total;
+		raw += chunk_usable_bytes(es, es->devspace[i].devid);
 	if (profile & (BTRFS_BLOCK_GROUP_DUP | BTRFS_BLOCK_GROUP_RAID1 | BTRFS_BLOCK_GROUP_RAID10))
 		copies = 2;
 	else if (profile & BTRFS_BLOCK_GROUP_RAID1C3)
@@ -272,6 +272,18 @@ int begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_
 	ret = txn_begin(&w->txn);
 	if (ret == 0)
 		ret = reserve_space(w, data_bytes, deleting);
+	if (ret == -ENOSPC && (w->es.nrefs || w->es.pinned.n)) {
+		/*
+		 * Space freed in this transaction (queued reference drops, pinned
+		 * extents) comes back only after its commit: commit and ask again,
+		 * as the kernel does before it answers ENOSPC.
+		 */
+		ret = txn_commit(&w->txn);
+		if (ret == 0)
+			ret = txn_begin(&w->txn);
+		if (ret == 0)
+			ret = reserve_space(w, data_bytes, deleting);
+	}
 	if (ret) {
 		pthread_mutex_unlock(&w->lock);
 		return ret;
@@ -841,6 +853,47 @@ int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size
 	return end_change(w, ret, 1);
 }
 
+int butter_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
+			  const struct butter_new_inode *attr, butter_ino_t *out)
+{
+	struct butter_new_inode a = *attr;
+	struct fs_acl_set acls = { NULL, NULL, 0 };
+	struct btrfs_inode_item dii;
+	struct fs_write_state *w;
+	struct subvol *sv = NULL;
+	u64 ino;
+	int ret, err = 0;
+
+	if ((attr->mode & S_IFMT) != S_IFREG)
+		return -EINVAL;
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = dir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID ? -EPERM : fs_read_inode(fs, dir, &dii);
+	if (ret == 0 && !S_ISDIR(btrfs_inode_mode(&dii)))
+		ret = -ENOTDIR;
+	if (ret == 0 && btrfs_inode_nlink(&dii) == 0)
+		ret = -ENOENT;
+	if (ret == 0 && !(sv = fs_subvol_mut(fs, dir.subvol, &err)))
+		ret = err;
+	if (ret == 0 && (attr->flags & BUTTER_NEW_INHERIT_ACL))
+		ret = fs_acl_inherit(fs, dir, &a.mode, attr->umask, &acls);
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = create_inode(fs, sv, &a, 0, &ino);
+	if (ret == 0 && acls.access)
+		ret = fs_set_xattr_locked(fs, sv, ino, "system.posix_acl_access", acls.access,
+					  acls.len);
+	fs_acl_set_free(&acls);
+	if (ret == 0)
+		ret = fs_orphan_tmpfile(fs, sv, ino);
+	if (ret == 0 && out) {
+		out->subvol = sv->id;
+		out->ino = ino;
+	}
+	return end_change(w, ret, 1);
+}
+
 /* Insert an inline extent holding @len bytes at file offset 0. */
 int insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data,
 			 u32 len)
@@ -921,13 +974,16 @@ int butter_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const 
 		ret = -EPERM;
 	if (ret == 0 && btrfs_inode_nlink(&ii) >= 65535)
 		ret = -EMLINK;
-	if (ret == 0 && btrfs_inode_nlink(&ii) == 0)
-		ret = -ENOENT; /* an open orphan (orphan.c) gets no new name */
+	/* an open orphan (orphan.c) gets no new name, unless it was made nameless */
+	if (ret == 0 && btrfs_inode_nlink(&ii) == 0 && !fs_orphan_linkable(fs, ino))
+		ret = -ENOENT;
 	if (ret == 0)
 		ret = check_new_name(fs, dir, name, namelen, &sv);
 	if (ret)
 		return end_change(w, ret, 0);
-	ret = modify_inode(fs, sv, ino.ino, inc_nlink, NULL);
+	ret = btrfs_inode_nlink(&ii) == 0 ? fs_orphan_relink(fs, sv, ino.ino) : 0;
+	if (ret == 0)
+		ret = modify_inode(fs, sv, ino.ino, inc_nlink, NULL);
 	if (ret == 0)
 		ret = add_name(fs, sv, dir.ino, name, namelen, ino.ino, btrfs_inode_mode(&ii));
 	return end_change(w, ret, 1);

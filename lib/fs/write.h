@@ -6,6 +6,8 @@
 #ifndef BUTTER_FS_WRITE_H
 #define BUTTER_FS_WRITE_H
 
+#include <stdbool.h>
+
 #include "fs/fs.h"
 #include "trans/transaction.h"
 
@@ -142,6 +144,15 @@ void fs_open_files_destroy(struct fs_write_state *w);
  * keep it with nlink 0 and an ORPHAN_ITEM until its last butter_release().
  */
 int fs_drop_last_link(struct butter_fs *fs, struct subvol *sv, u64 ino);
+/*
+ * A new inode @ino without a name (O_TMPFILE, phase 2): counted open once,
+ * nlink 0 and an ORPHAN_ITEM, marked linkable.
+ */
+int fs_orphan_tmpfile(struct butter_fs *fs, struct subvol *sv, u64 ino);
+/* Is @ino an orphan made by butter_create_tmpfile() that a link may name? */
+bool fs_orphan_linkable(struct butter_fs *fs, butter_ino_t ino);
+/* A linkable orphan gets its first name (phase 2): its orphan item goes. */
+int fs_orphan_relink(struct butter_fs *fs, struct subvol *sv, u64 ino);
 /* Free every orphan still open (at close: nobody can reach them any more). */
 void fs_orphan_free_open(struct butter_fs *fs);
 

@@ -3,7 +3,8 @@
 The same script of setfacl, chmod, file and directory creation (inheriting default ACLs,
 or taking the umask where there are none) and access checks as an unprivileged user runs
 on a kernel btrfs mount and on a butter mount. Every getfacl listing, every mode and every
-access verdict must be the same; then btrfs check must be clean and the kernel must show
+access verdict must be the same (also the setgid bit an access ACL set by a non-member
+clears); then btrfs check must be clean and the kernel must show
 butter's ACLs.
 """
 import os
@@ -39,9 +40,16 @@ SCRIPT = [
     "runuser -u nobody -- touch d/sub/by-nobody",
     "setfacl -k d/sub",
     "touch d/sub/after-k",
+    # an access ACL set by an owner outside the file's group, without CAP_FSETID, clears
+    # S_ISGID (an extended ACL, and one equal to the mode); a member keeps it
+    "touch sg sgmin sgmember && chown nobody:4321 sg sgmin && chown nobody:nogroup sgmember",
+    "chmod 2775 sg sgmin sgmember",
+    "runuser -u nobody -- setfacl -m u:nobody:rw sg",
+    "runuser -u nobody -- setfacl -m u::rwx,g::r-x,o::r-x sgmin",
+    "runuser -u nobody -- setfacl -m u:nobody:rw sgmember",
 ]
 LISTINGS = ["d", "d/f", "d/sub", "d/fifo", "d/masked", "d/sub/deeper", "d/sub/deeper/g",
-            "plain", "plaindir", "own", "d/sub/after-k"]
+            "plain", "plaindir", "own", "d/sub/after-k", "sg", "sgmin", "sgmember"]
 
 
 def run_script(root):
