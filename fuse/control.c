@@ -169,6 +169,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_ioc_scrub scrub;
 		struct butter_ioc_fsync fsync;
 		struct butter_ioc_daemon_info daemon;
+		struct butter_ioc_remount remount;
 	} u;
 	size_t size = _IOC_SIZE(cmd), out = 0;
 	int ret = 0, inval = 0;
@@ -224,6 +225,12 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		pthread_rwlock_unlock(&d->fs_lock);
 		if (ret)
 			daemon_commit_failed(d, ret);
+		break;
+	case BUTTER_IOC_REMOUNT:
+		if (u.remount.flags & ~BUTTER_REMOUNT_RDONLY)
+			ret = -EINVAL;
+		else
+			ret = daemon_remount(d, u.remount.flags & BUTTER_REMOUNT_RDONLY);
 		break;
 	case BUTTER_IOC_DAEMON_INFO: {
 		struct butter_info bi;

@@ -77,6 +77,10 @@ const char butter_mount_usage[] =
 	"  btrfs options\n"
 	"    ro, rw                     read-only (the devices are never written) or\n"
 	"                               read-write (the default)\n"
+	"    remount,ro  remount,rw     switch the live mount at MOUNTPOINT (root;\n"
+	"                               what `mount -o remount,ro MOUNTPOINT` runs):\n"
+	"                               read-only commits first and fails while files\n"
+	"                               are open for writing; no daemon is started\n"
 	"    subvol=PATH, subvolid=ID   mount this subvolume (default: the default\n"
 	"                               subvolume); both must name the same one\n"
 	"    device=DEV                 another member of the filesystem (repeatable)\n"
@@ -584,13 +588,14 @@ static int pick_root(struct daemon *d, butter_ino_t *root)
 	return 0;
 }
 
-static int open_fs(struct daemon *d)
+/* Open the filesystem into d->fs, read-only or read-write. */
+static int open_fs(struct daemon *d, bool readonly)
 {
 	const struct mount_opts *o = d->opts;
 	struct butter_open_opts bo = {
 		.devices = o->devices + 1,
 		.ndevices = o->ndevices - 1,
-		.flags = (o->readonly ? BUTTER_OPEN_RDONLY : 0) |
+		.flags = (readonly ? BUTTER_OPEN_RDONLY : 0) |
 			 (o->degraded ? BUTTER_OPEN_DEGRADED : 0),
 		.log = library_log,
 		.log_arg = d,
@@ -602,7 +607,7 @@ static int open_fs(struct daemon *d)
 	int ret;
 
 	for (size_t i = 0; i < o->ndevices; i++) {
-		if (access(o->devices[i], o->readonly ? R_OK : R_OK | W_OK) < 0) {
+		if (access(o->devices[i], readonly ? R_OK : R_OK | W_OK) < 0) {
 			ret = -errno;
 			daemon_log(d, BUTTER_LOG_ERROR, "%s: %s", o->devices[i], strerror(-ret));
 			return ret;
@@ -616,8 +621,67 @@ static int open_fs(struct daemon *d)
 	}
 	ret = butter_get_info(d->fs, &info);
 	d->blksize = ret == 0 && info.sectorsize ? info.sectorsize : 4096;
-	d->readonly = o->readonly;
+	d->readonly = readonly;
+	d->handle_rdonly = readonly;
 	return 0;
+}
+
+/* compress[=ALGO] / compress-force[=ALGO] on a read-write handle; no ALGO means zlib, as btrfs */
+static int apply_compression(struct daemon *d)
+{
+	const char *c = d->opts->compress, *eq;
+	int r;
+
+	if (!c || d->handle_rdonly)
+		return 0;
+	eq = strchr(c, '=');
+	r = butter_set_compression(d->fs, eq ? eq + 1 : "zlib", !strncmp(c, "compress-force", 14));
+	if (r < 0)
+		daemon_log(d, BUTTER_LOG_ERROR, "-o %s: unknown algorithm or level", c);
+	return r < 0 ? r : 0;
+}
+
+int daemon_remount(struct daemon *d, bool readonly)
+{
+	int ret;
+
+	pthread_rwlock_wrlock(&d->fs_lock);
+	if (readonly) {
+		ret = butter_set_readonly(d->fs, 1);
+		if (ret == 0)
+			d->readonly = true;
+	} else if (atomic_load(&d->commit_failed)) {
+		ret = -EROFS;
+	} else if (d->handle_rdonly) {
+		/*
+		 * Mounted -o ro: the handle holds the devices shared and has no
+		 * write state. Close it and open again read-write (the node ids
+		 * stay: nodes.c maps subvolume and inode, not handles); if that
+		 * fails, open read-only again and stay so.
+		 */
+		butter_close(d->fs);
+		d->fs = NULL;
+		ret = open_fs(d, false);
+		if (ret == 0) {
+			d->reopened = true;
+			ret = apply_compression(d);
+		}
+		else if (open_fs(d, true) != 0)
+			daemon_log(d, BUTTER_LOG_ERROR, "remount: the filesystem cannot be opened "
+				   "again; every request fails until the unmount");
+	} else {
+		ret = butter_set_readonly(d->fs, 0);
+		if (ret == 0)
+			d->readonly = false;
+	}
+	pthread_rwlock_unlock(&d->fs_lock);
+	if (ret == 0)
+		daemon_log(d, BUTTER_LOG_INFO, "%s: remounted %s", d->opts->mountpoint,
+			   readonly ? "read-only" : "read-write");
+	else
+		daemon_log(d, BUTTER_LOG_ERROR, "%s: remount %s failed: %s", d->opts->mountpoint,
+			   readonly ? "read-only" : "read-write", strerror(-ret));
+	return ret;
 }
 
 /*
@@ -699,20 +763,11 @@ static int run(const struct mount_opts *o)
 		daemon_log(&d, BUTTER_LOG_ERROR, "%s: not a directory", o->mountpoint);
 		return 1;
 	}
-	if (open_fs(&d))
+	if (open_fs(&d, o->readonly))
 		return 1;
-	if (o->compress && !o->readonly) {
-		/* compress[=ALGO] / compress-force[=ALGO]; no ALGO means zlib, as btrfs */
-		int force = !strncmp(o->compress, "compress-force", 14);
-		const char *eq = strchr(o->compress, '=');
-		int r = butter_set_compression(d.fs, eq ? eq + 1 : "zlib", force);
-
-		if (r < 0) {
-			daemon_log(&d, BUTTER_LOG_ERROR, "-o %s: unknown algorithm or level",
-				   o->compress);
-			butter_close(d.fs);
-			return 1;
-		}
+	if (apply_compression(&d)) {
+		butter_close(d.fs);
+		return 1;
 	}
 	if (pick_root(&d, &root) || nodes_init(&d.nodes, root)) {
 		butter_close(d.fs);
@@ -755,7 +810,7 @@ static int run(const struct mount_opts *o)
 		ret = -pthread_create(&sig_thread, NULL, signal_main, &d);
 		sig_running = ret == 0;
 	}
-	if (ret == 0 && !d.readonly)
+	if (ret == 0) /* also read-only: a remount may make the mount writable */
 		ret = committer_start(&committer, &d, o->commit_secs);
 	if (ret) {
 		daemon_log(&d, BUTTER_LOG_ERROR, "cannot start: %s", strerror(-ret));
@@ -781,7 +836,7 @@ out:
 		fuse_session_destroy(d.se);
 	}
 	free(fuse_opts);
-	if (!d.readonly) {
+	if (d.fs && !d.readonly) {
 		ret = butter_sync(d.fs);
 		if (ret) {
 			daemon_log(&d, BUTTER_LOG_ERROR, "%s: final commit failed: %s", o->mountpoint,
@@ -821,7 +876,7 @@ int butter_mount_main(int argc, char **argv, const char *record_log, const char 
 		return ret > 0 ? 0 : 2;
 	o.record_log = record_log;
 	o.fault_spec = fault_spec;
-	ret = run(&o);
+	ret = o.remount ? butter_remount_main(&o) : run(&o);
 	mount_opts_free(&o);
 	return ret;
 }

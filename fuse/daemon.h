@@ -40,7 +40,9 @@ struct daemon {
 	struct butter_fs *fs;
 	struct node_table nodes;
 	pthread_rwlock_t fs_lock;     /* see above */
-	bool readonly;
+	atomic_bool readonly;         /* changes refused: -o ro, or remounted read-only */
+	bool handle_rdonly;           /* fs was opened read-only (changes only under fs_lock) */
+	atomic_bool reopened;         /* fs was opened again read-write by a remount */
 	bool posix_acl;               /* the kernel enforces ACLs; we inherit them (op_init) */
 	bool writeback;               /* the kernel caches writes and owns mtime/ctime (op_init) */
 	unsigned blksize;             /* st_blksize: the sector size */
@@ -56,6 +58,20 @@ struct daemon {
 	pthread_t main_thread;
 	atomic_bool loop_done;        /* the session loop has returned */
 };
+
+/*
+ * Remount (BUTTER_IOC_REMOUNT, after the kernel made its superblock read-only
+ * or before it makes it writable): read-only commits everything and refuses
+ * every later change; read-write allows them again, opening the filesystem
+ * read-write when the mount began with -o ro. Returns 0 or -errno (logged).
+ */
+int daemon_remount(struct daemon *d, bool readonly);
+
+/*
+ * `butter mount -o remount[,ro|rw] ... MOUNTPOINT` (remount.c): switch the
+ * live mount at MOUNTPOINT; returns the exit status.
+ */
+int butter_remount_main(const struct mount_opts *o);
 
 /* The request handlers (ops.c). */
 extern const struct fuse_lowlevel_ops butter_fuse_ops;

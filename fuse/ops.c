@@ -630,21 +630,29 @@ static void set_keep_cache(struct daemon *d, fuse_ino_t ino, const struct butter
 }
 
 /*
- * Drop the handle count of node @ino (rule 6): without any fs_lock unless
- * this frees an orphan, which is a change.
+ * Drop the handle count of node @ino (rule 6): under fs_lock shared (a
+ * remount may replace d->fs), exclusive if this frees an orphan, which is a
+ * change. Handles opened while the mount was read-only from its start were
+ * never counted (a read-only handle counts nothing): after a remount
+ * read-write their releases find no count, which is not an error.
  */
 static void release_handle(struct daemon *d, fuse_ino_t ino)
 {
 	butter_ino_t id;
 	int ret = nodes_resolve(&d->nodes, ino, &id);
 
-	if (ret == 0)
+	if (ret == 0) {
+		read_lock(d);
 		ret = butter_release(d->fs, id, BUTTER_RELEASE_NOFREE);
+		unlock(d);
+	}
 	if (ret == 1) {
 		write_lock(d);
 		ret = butter_release(d->fs, id, 0);
 		unlock(d);
 	}
+	if (ret == -EINVAL && d->reopened)
+		ret = 0;
 	if (ret < 0)
 		daemon_log(d, BUTTER_LOG_WARNING, "release of node %llu: %s",
 			   (unsigned long long)ino, strerror(-ret));

@@ -74,6 +74,7 @@ struct opt_def {
 static const struct opt_def mount_options[] = {
 	{ "ro", OPT_TRUE, F(readonly), true },
 	{ "rw", OPT_FALSE, F(readonly), true },
+	{ "remount", OPT_TRUE, F(remount), false },
 	{ "subvol=", OPT_STRING, F(subvol), false },
 	{ "subvolid=", OPT_U64, F(subvolid), false },
 	{ "device=", OPT_DEVICE, 0, false },

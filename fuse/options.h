@@ -28,6 +28,7 @@ struct mount_opts {
 	size_t ndevices;
 	const char *mountpoint;  /* absolute */
 	bool readonly;           /* ro */
+	bool remount;            /* remount: change a live mount (remount.c), start nothing */
 	bool degraded;
 	const char *subvol;      /* subvol=PATH; NULL: not given */
 	uint64_t subvolid;       /* subvolid=ID; 0: not given */

@@ -381,6 +381,15 @@ int butter_subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *nam
 int butter_sync(struct butter_fs *fs);
 
 /*
+ * Switch a read-write handle to read-only and back (a remount): going
+ * read-only commits everything first (its error is returned, and the handle
+ * stays writable); afterwards every change is refused with -EROFS and
+ * nothing is written, while the devices stay claimed. Going back is refused
+ * (-EROFS) on a handle opened read-only or after a failed commit.
+ */
+int butter_set_readonly(struct butter_fs *fs, int readonly);
+
+/*
  * Compress data written from now on: @spec is "zlib[:1-9]", "lzo",
  * "zstd[:1-15]" or "no" (the names and levels of btrfs's compress= mount
  * option). Without @force, a write whose data does not compress is stored

@@ -21,6 +21,7 @@
  *                             superblocks): the caller loops over @cursor
  *   BUTTER_IOC_DAEMON_INFO    the daemon's pid and state (`butter umount`
  *                             waits for that pid to exit)
+ *   BUTTER_IOC_REMOUNT        read-only / read-write on a live mount
  * Errors come back as errno of the ioctl(2) call, as the library's.
  * A snapshot or subvolume change commits first, so it sees every write
  * made before the call.
@@ -118,6 +119,23 @@ struct butter_ioc_daemon_info {
 };
 
 #define BUTTER_IOC_DAEMON_INFO _IOR(BUTTER_IOC_MAGIC, 13, struct butter_ioc_daemon_info)
+
+/*
+ * BUTTER_IOC_REMOUNT: switch the daemon read-only (it commits first, then
+ * refuses every change) or read-write again. `butter mount -o remount,ro`
+ * (and mount(8)'s remount through the helper) makes the kernel's superblock
+ * read-only first, so the kernel writes its cached pages back before the
+ * daemon stops taking them, and calls this after; going read-write it calls
+ * this first.
+ */
+#define BUTTER_REMOUNT_RDONLY 0x1u
+
+struct butter_ioc_remount {
+	uint32_t version;       /* BUTTER_IOC_VERSION */
+	uint32_t flags;         /* BUTTER_REMOUNT_*; other bits: EINVAL */
+};
+
+#define BUTTER_IOC_REMOUNT _IOW(BUTTER_IOC_MAGIC, 15, struct butter_ioc_remount)
 
 /*
  * BUTTER_IOC_FSYNC: fsync many files of the mount in one log sync

@@ -585,7 +585,7 @@ static int scrub_init(struct scrub *sc, struct butter_fs *fs, unsigned flags,
 	sc->fs = fs;
 	sc->vol = &fs->vol;
 	sc->st = st;
-	sc->repair = fs->w && !(flags & BUTTER_SCRUB_READONLY);
+	sc->repair = fs->w && !fs->w->readonly && !(flags & BUTTER_SCRUB_READONLY);
 	if (bytes < fs->vol.nodesize)
 		bytes = fs->vol.nodesize;
 	for (m = 1; m <= MAX_STORED; m++) {

@@ -269,7 +269,7 @@ int begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_
 	if (!w)
 		return -EROFS;
 	pthread_mutex_lock(&w->lock);
-	ret = txn_begin(&w->txn);
+	ret = w->readonly ? -EROFS : txn_begin(&w->txn);
 	if (ret == 0)
 		ret = reserve_space(w, data_bytes, deleting);
 	if (ret == -ENOSPC && (w->es.nrefs || w->es.pinned.n)) {
@@ -321,6 +321,27 @@ int butter_sync(struct butter_fs *fs)
 		return 0;
 	pthread_mutex_lock(&w->lock);
 	ret = txn_commit(&w->txn);
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+int butter_set_readonly(struct butter_fs *fs, int readonly)
+{
+	struct fs_write_state *w = fs->w;
+	int ret = 0;
+
+	if (!w)
+		return readonly ? 0 : -EROFS;
+	pthread_mutex_lock(&w->lock);
+	if (readonly && !w->readonly) {
+		ret = txn_commit(&w->txn);
+		if (ret == 0)
+			w->readonly = true;
+	} else if (!readonly && w->txn.aborted) {
+		ret = -EROFS; /* a failed commit: nothing more is written */
+	} else if (!readonly) {
+		w->readonly = false;
+	}
 	pthread_mutex_unlock(&w->lock);
 	return ret;
 }

@@ -35,6 +35,7 @@ struct fs_write_state {
 	int compress_type, compress_level;
 	int compress_force;          /* keep trying after data did not compress */
 	struct fs_open_files *open_files; /* orphan.c: opens the front end counts */
+	bool readonly;               /* butter_set_readonly(): changes refused; protected by lock */
 	struct tree_log *tlog;       /* tree_log.c: the fsync log of the running transaction */
 };
 

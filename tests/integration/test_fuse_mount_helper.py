@@ -212,3 +212,31 @@ def test_helper_flags(fuse, installed, workdir):
     # an unknown first word that is no file stays an unknown command
     proc = kfs.run([installed + "/bin/butter", "no-such-command", mnt], check=False)
     assert proc.returncode != 0 and "unknown command" in proc.stderr
+
+
+def test_remount_ro_rw_through_mount(fuse, installed, workdir):
+    """`mount -o remount,ro MNT` and back to rw, as mount(8) runs it (through mount.fuse3
+    and `butter SOURCE MNT -o remount,...`): the kernel's flag and the daemon follow."""
+    image = mkfs_image(workdir)
+    mnt = os.path.join(workdir, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    script = "\n".join([
+        f"mount -t fuse.butter {image} {mnt}",
+        f"echo before > {mnt}/before",
+        f"mount -o remount,ro {mnt}",
+        f"grep ' {mnt} fuse.butter ro,' /proc/self/mounts || {{ echo 'not ro'; exit 1; }}",
+        f"! echo no > {mnt}/refused 2>/dev/null || {{ echo 'wrote while ro'; exit 1; }}",
+        f"mount -o remount,rw {mnt}",
+        f"grep ' {mnt} fuse.butter rw,' /proc/self/mounts || {{ echo 'not rw'; exit 1; }}",
+        f"echo after > {mnt}/after",
+        f"umount {mnt}",
+        f"for i in $(seq 600); do pgrep -f '{image}' >/dev/null || break; sleep 0.1; done",
+    ])
+    try:
+        proc = in_namespace(installed, workdir, script)
+    finally:
+        for pid in daemons_of(image):
+            os.kill(pid, signal.SIGTERM)
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, f"namespace script failed ({proc.returncode}):\n{out}"
+    judge(workdir, image, ["before", "after"])
