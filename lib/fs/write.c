@@ -172,6 +172,11 @@ int fs_setup_write(struct butter_fs *fs)
 	if (ret)
 		goto fail;
 	fs->w = w;
+	ret = fs_qgroup_setup(fs);
+	if (ret) {
+		fs->w = NULL;
+		goto fail;
+	}
 	return 0;
 fail:
 	txn_ctx_destroy(&w->txn);
@@ -755,6 +760,8 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 		ret = fs_link_subvol(fs, parent, dir.ino, name, namelen, id, index);
 	if (ret == 0)
 		ret = fs_uuid_tree_add(fs, ri.uuid, BTRFS_UUID_KEY_SUBVOL, id);
+	if (ret == 0)
+		ret = fs_qgroup_create(fs, id, 0);
 	if (ret == 0)
 		ret = fs_add_subvol_record(fs, sv);
 	if (ret == 0) {
