@@ -163,8 +163,18 @@ static void reply_entry(struct daemon *d, fuse_req_t req, int ret, const struct 
 
 /* ---- access times ------------------------------------------------------------ */
 
-/* fi->fh of a directory opened with O_NOATIME (readdir gets no open flags) */
-#define DIR_FH_NOATIME 1u
+/*
+ * fi->fh of an open directory: a struct dir_handle, made by opendir, freed by
+ * releasedir. readdir lists no entry at or past @end, the position after the
+ * last entry at opendir (refreshed when a listing restarts at 0, as
+ * rewinddir(3) on btrfs): renaming entries while listing them gives them new
+ * positions past it, and the listing still ends, as on the kernel's btrfs.
+ * The kernel sends one readdir of a file at a time.
+ */
+struct dir_handle {
+	uint64_t end;
+	bool noatime;       /* opened with O_NOATIME (readdir gets no open flags) */
+};
 
 static unsigned atime_policy(const struct mount_opts *o)
 {
@@ -884,6 +894,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct daemon *d = D(req);
 	struct butter_stat bs;
+	struct dir_handle *h = NULL;
 	butter_ino_t id;
 	int ret = nodes_resolve(&d->nodes, ino, &id);
 
@@ -892,23 +903,31 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		ret = butter_stat(d->fs, id, &bs);
 		if (ret == 0 && !S_ISDIR(bs.mode))
 			ret = -ENOTDIR;
+		if (ret == 0 && !(h = calloc(1, sizeof(*h))))
+			ret = -ENOMEM;
+		if (ret == 0)
+			ret = butter_readdir_end(d->fs, id, &h->end);
 		if (ret == 0)
 			ret = butter_open_ref(d->fs, id);
 		unlock(d);
 	}
 	if (ret) {
+		free(h);
 		reply_err(req, ret);
 		return;
 	}
-	fi->fh = (fi->flags & O_NOATIME) ? DIR_FH_NOATIME : 0;
-	if (fuse_reply_open(req, fi) != 0)
+	h->noatime = (fi->flags & O_NOATIME) != 0;
+	fi->fh = (uintptr_t)h;
+	if (fuse_reply_open(req, fi) != 0) {
 		release_handle(d, ino);
+		free(h);
+	}
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)fi;
 	release_handle(D(req), ino);
+	free((struct dir_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -1008,7 +1027,7 @@ static int fill_one(void *arg, const char *name, size_t namelen, butter_ino_t in
 }
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus,
-		       bool noatime)
+		       struct dir_handle *h)
 {
 	struct daemon *d = D(req);
 	struct dir_fill f = { .d = d, .req = req, .plus = plus, .size = size };
@@ -1028,11 +1047,15 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
 	read_lock(d);
 	if (off == 0 && !add_dot(&f, ".", ino, 1))
 		goto full;
-	if (off <= 1 && !add_dot(&f, "..", ino, 2))
+	if (off == 0 && h)
+		ret = butter_readdir_end(d->fs, f.dir, &h->end);
+	if (ret == 0 && off <= 1 && !add_dot(&f, "..", ino, 2))
 		goto full;
-	ret = butter_readdir(d->fs, f.dir, off < FIRST_DIR_OFFSET ? 0 : (uint64_t)off, fill_one, &f);
+	if (ret == 0)
+		ret = butter_readdir_until(d->fs, f.dir, off < FIRST_DIR_OFFSET ? 0 : (uint64_t)off,
+					   h ? h->end : UINT64_MAX, fill_one, &f);
 full:
-	if (ret >= 0 && !noatime)
+	if (ret >= 0 && !(h && h->noatime))
 		due = butter_atime_due(d->fs, f.dir, atime_policy(d->opts));
 	unlock(d);
 	touch_atime(d, ino, f.dir, due);
@@ -1049,13 +1072,13 @@ full:
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
-	do_readdir(req, ino, size, off, false, fi->fh & DIR_FH_NOATIME);
+	do_readdir(req, ino, size, off, false, (struct dir_handle *)(uintptr_t)fi->fh);
 }
 
 static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			   struct fuse_file_info *fi)
 {
-	do_readdir(req, ino, size, off, true, fi->fh & DIR_FH_NOATIME);
+	do_readdir(req, ino, size, off, true, (struct dir_handle *)(uintptr_t)fi->fh);
 }
 
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
