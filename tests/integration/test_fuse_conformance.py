@@ -4,8 +4,15 @@ on butter's mount and on a kernel btrfs side by side.
 - readdir while renaming what it lists: a rename gives the entry a new DIR_INDEX past the last
   one; the kernel bounds a listing by the last index at opendir (commit 9b378f6ad48c), so the
   listing ends with each original name seen once. Unbounded, it never ends.
+- an unlinked file the kernel still holds takes attribute changes: with the writeback cache the
+  kernel writes back the times of a file after its UNLINK (a SETATTR before the FORGET), also
+  when no descriptor is open; and futimens/ftruncate/fchmod/writes on a descriptor still open;
+  syncfs then reports no error (it reported ENOENT) and the data stays readable.
 """
+import ctypes
 import os
+import re
+import stat
 
 from butter_it import kfs
 from butter_it.fusemount import FuseMount
@@ -66,3 +73,65 @@ def test_readdir_ends_while_entries_are_renamed(fuse, butter, workdir):
         fs.sync()
         seen = rename_while_listing(os.path.join(fs.mnt, "d"), LISTED_FILES)
         check_listing(seen, LISTED_FILES)
+
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def syncfs(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if LIBC.syncfs(fd) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"syncfs: {os.strerror(e)}")
+    finally:
+        os.close(fd)
+
+
+def unlinked_file_scenario(d):
+    """Return what the scenario saw; raises OSError where a call fails."""
+    data = os.urandom(20000)
+    # written and closed, then unlinked: the kernel writes back its times after the unlink
+    p = os.path.join(d, "closed")
+    with open(p, "wb") as f:
+        f.write(data)
+    os.unlink(p)
+    syncfs(d)
+    # still open: every attribute change on the descriptor works, then syncfs
+    p = os.path.join(d, "open")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.unlink(p)
+        os.utime(fd, ns=(1_000_000_123, 2_000_000_456))
+        os.ftruncate(fd, 15000)
+        os.fchmod(fd, 0o600)
+        os.pwrite(fd, b"tail", 15000)
+        syncfs(d)
+        st = os.fstat(fd)
+        got = os.pread(fd, 20000, 0)
+    finally:
+        os.close(fd)
+    syncfs(d)
+    assert got == data[:15000] + b"tail"
+    return (st.st_size, stat.S_IMODE(st.st_mode), st.st_nlink, sorted(os.listdir(d)))
+
+
+def test_unlinked_file_takes_attribute_changes(fuse, butter, workdir):
+    b = butter.path
+    image = os.path.join(workdir, "img")
+    butter.run(["mkfs", "-q", "-b", "256M", image])
+    with FuseMount(b, [image], os.path.join(workdir, "mnt")) as m:
+        os.mkdir(os.path.join(m.mnt, "d"))
+        mine = unlinked_file_scenario(os.path.join(m.mnt, "d"))
+        assert m.unmount() == 0
+    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # both files were freed: no inode and no orphan item left in the top level
+    dump = kfs.run(["btrfs", "inspect-internal", "dump-tree", "-t", "5", image]).stdout
+    assert "ORPHAN" not in dump
+    assert re.findall(r"item \d+ key \((\d+) INODE_ITEM 0\)", dump) == ["256", "257"]  # root, d
+    with kfs.kernel_fs(workdir, size=256 << 20) as fs:
+        os.mkdir(os.path.join(fs.mnt, "d"))
+        theirs = unlinked_file_scenario(os.path.join(fs.mnt, "d"))
+    assert mine == theirs
