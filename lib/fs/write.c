@@ -318,11 +318,18 @@ int butter_sync(struct butter_fs *fs)
 	return ret;
 }
 
+/*
+ * The time of a change: the coarse real-time clock (the tick, not the
+ * nanosecond), the clock the kernel stamps inodes with (current_time()). One
+ * clock for every stamp: through the mount the kernel sets mtimes itself
+ * (writeback cache), and an atime from a finer clock would be later than an
+ * mtime set after it, so relatime would skip the next read's atime.
+ */
 void now_ts(struct btrfs_timespec *t)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
 	btrfs_set_timespec_sec(t, (u64)ts.tv_sec);
 	btrfs_set_timespec_nsec(t, (u32)ts.tv_nsec);
 }
