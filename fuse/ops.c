@@ -25,6 +25,10 @@
  *     open lives on as an orphan until its last release (lib/fs/orphan.c).
  *     A release that frees an orphan is a change and takes fs_lock
  *     exclusive; others take no fs_lock at all.
+ *  7. Attributes and names, present or missing, are given to the kernel
+ *     with the mount's timeouts (a day by default: options.c says why that
+ *     is safe); a lookup of a missing name replies a negative entry (node id
+ *     0) so the kernel caches the miss as long.
  *  8. The kernel also reaches a file it has looked up and not forgotten
  *     after its last name went, without any handle: with the writeback
  *     cache it writes back the times of an unlinked inode (a SETATTR after
@@ -32,10 +36,6 @@
  *     the kernel knows take one butter_open_ref() for its node first
  *     (nodes_hold), dropped when the kernel forgets the node: the file lives
  *     on as an orphan until then, as a kernel inode does until evicted.
- *  7. Attributes and names, present or missing, are given to the kernel
- *     with the mount's timeouts (a day by default: options.c says why that
- *     is safe); a lookup of a missing name replies a negative entry (node id
- *     0) so the kernel caches the miss as long.
  *
  * Readdir offsets: 0 is the start, 1 follows ".", 2 follows "..", and any
  * larger offset is the library's resume position (DIR_INDEX + 1, always >= 3
