@@ -12,9 +12,10 @@
  *     stale until `btrfs quota rescan`. A RESCAN flag left by an interrupted
  *     kernel rescan is cleared with it (its progress would skip what butter
  *     changed); the user's rescan starts from the beginning.
- *  2. Every commit that changes anything writes its transid into the status
- *     item's generation, as the kernel's commits do (a kernel mount compares
- *     it with the superblock's generation).
+ *  2. Every commit writes its transid into the status item's generation, as
+ *     the kernel's commits do (a kernel mount compares it with the
+ *     superblock's generation and marks the qgroups inconsistent if they
+ *     differ). A commit of the superblock alone (a label) moves no count.
  *  3. A new subvolume or snapshot gets its level-0 qgroup as the kernel makes
  *     it: QGROUP_INFO (0, QGROUP_INFO, id) and QGROUP_LIMIT (0, QGROUP_LIMIT,
  *     id) without limits; its counts are what the kernel would start from
@@ -45,8 +46,10 @@ static int qgroup_commit_hook(void *arg)
 	struct tree_path path;
 	u64 flags;
 	u32 size;
-	int ret;
+	int ret, counts_moved;
 
+	/* the superblock alone changed (a label): no count moved, only the generation */
+	counts_moved = w->txn.tt.dirty || extent_commit_pending(&w->es);
 	tree_path_init(&path);
 	ret = tree_search_slot(&w->txn.tt, &w->quota_tree, &key, &path, 0, 1);
 	if (ret == 1)
@@ -61,7 +64,7 @@ static int qgroup_commit_hook(void *arg)
 		return BLOG_CORRUPT(&fs->log, "quota tree: status item of %u bytes", size);
 	}
 	flags = btrfs_qgroup_status_flags(st);
-	if (!w->quota_marked) {
+	if (!w->quota_marked && counts_moved) {
 		flags |= BTRFS_QGROUP_STATUS_FLAG_INCONSISTENT;
 		if (flags & BTRFS_QGROUP_STATUS_FLAG_RESCAN) {
 			flags &= ~BTRFS_QGROUP_STATUS_FLAG_RESCAN;
