@@ -61,6 +61,7 @@ struct node {
 	butter_ino_t id;
 	uint64_t nlookup;          /* kernel lookups not yet forgotten */
 	bool pinned;               /* rules 1 and 3: never freed */
+	bool held;                 /* nodes_hold(): one open reference until freed */
 	bool seen_open;            /* open_mtime/open_size are set */
 	struct timespec open_mtime;
 	uint64_t open_size;
@@ -395,9 +396,23 @@ int nodes_ref(struct node_table *t, uint64_t nodeid, butter_ino_t *out)
 	return n ? 0 : -ENOMEM;
 }
 
-void nodes_forget(struct node_table *t, uint64_t nodeid, uint64_t nlookup)
+bool nodes_hold(struct node_table *t, uint64_t nodeid)
+{
+	struct node *n;
+	bool marked = false;
+
+	pthread_mutex_lock(&t->lock);
+	n = find_id(t, nodeid);
+	if (n && n->nlookup > 0 && !n->pinned && !n->held)
+		marked = n->held = true;
+	pthread_mutex_unlock(&t->lock);
+	return marked;
+}
+
+bool nodes_forget(struct node_table *t, uint64_t nodeid, uint64_t nlookup)
 {
 	struct node **p, *n;
+	bool held = false;
 
 	pthread_mutex_lock(&t->lock);
 	p = &t->by_id[id_bucket(t, nodeid)];
@@ -407,12 +422,14 @@ void nodes_forget(struct node_table *t, uint64_t nodeid, uint64_t nlookup)
 	if (n) {
 		n->nlookup -= nlookup < n->nlookup ? nlookup : n->nlookup;
 		if (n->nlookup == 0 && !n->pinned) {
+			held = n->held;
 			*p = n->id_next;
 			t->count--;
 			free_node(n);
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
+	return held;
 }
 
 bool nodes_open_unchanged(struct node_table *t, uint64_t nodeid, const struct timespec *mtime,

@@ -59,8 +59,19 @@ int nodes_resolve(struct node_table *t, uint64_t nodeid, butter_ino_t *out);
  */
 int nodes_ref(struct node_table *t, uint64_t nodeid, butter_ino_t *out);
 
-/* Drop @nlookup kernel lookups of @nodeid (FUSE forget). */
-void nodes_forget(struct node_table *t, uint64_t nodeid, uint64_t nlookup);
+/*
+ * Drop @nlookup kernel lookups of @nodeid (FUSE forget). Returns true when
+ * the last lookup of a node marked by nodes_hold() went: the caller drops the
+ * open reference it took then.
+ */
+bool nodes_forget(struct node_table *t, uint64_t nodeid, uint64_t nlookup);
+
+/*
+ * Mark @nodeid as holding one butter_open_ref() of its file until the kernel
+ * forgets it, if the kernel has it (nlookup > 0), it is not pinned and holds
+ * none yet. Returns true if marked: the caller's reference stays.
+ */
+bool nodes_hold(struct node_table *t, uint64_t nodeid);
 
 /*
  * At an open of @nodeid, whose file now has @mtime and @size: return true if

@@ -23,14 +23,19 @@
  *     opendir) is one butter_open_ref() of its inode, dropped by release or
  *     releasedir (or at once if the reply fails): so a file unlinked while
  *     open lives on as an orphan until its last release (lib/fs/orphan.c).
- *     The kernel reaches an unlinked file only through such handles (an
- *     mmap holds its file), so forget needs nothing more. A release that
- *     frees an orphan is a change and takes fs_lock exclusive; others take
- *     no fs_lock at all.
+ *     A release that frees an orphan is a change and takes fs_lock
+ *     exclusive; others take no fs_lock at all.
  *  7. Attributes and names, present or missing, are given to the kernel
  *     with the mount's timeouts (a day by default: options.c says why that
  *     is safe); a lookup of a missing name replies a negative entry (node id
  *     0) so the kernel caches the miss as long.
+ *  8. The kernel also reaches a file it has looked up and not forgotten
+ *     after its last name went, without any handle: with the writeback
+ *     cache it writes back the times of an unlinked inode (a SETATTR after
+ *     the UNLINK, before the FORGET). So unlink and rename over a non-dir
+ *     the kernel knows take one butter_open_ref() for its node first
+ *     (nodes_hold), dropped when the kernel forgets the node: the file lives
+ *     on as an orphan until then, as a kernel inode does until evicted.
  *
  * Readdir offsets: 0 is the start, 1 follows ".", 2 follows "..", and any
  * larger offset is the library's resume position (DIR_INDEX + 1, always >= 3
@@ -152,6 +157,15 @@ static int make_entry(struct daemon *d, butter_ino_t parent, const char *name, s
 	return 0;
 }
 
+static void release_handle(struct daemon *d, fuse_ino_t ino);
+
+/* Drop @nlookup lookups of @ino, and the reference rule 8 held for it with the last one. */
+static void forget_node(struct daemon *d, fuse_ino_t ino, uint64_t nlookup)
+{
+	if (nodes_forget(&d->nodes, ino, nlookup))
+		release_handle(d, ino);
+}
+
 /* Reply @e (or the error @ret); undo the lookup count if the kernel never got it. */
 static void reply_entry(struct daemon *d, fuse_req_t req, int ret, const struct fuse_entry_param *e)
 {
@@ -160,13 +174,28 @@ static void reply_entry(struct daemon *d, fuse_req_t req, int ret, const struct 
 		return;
 	}
 	if (fuse_reply_entry(req, e) != 0)
-		nodes_forget(&d->nodes, e->ino, 1);
+		forget_node(d, e->ino, 1);
 }
 
 /* ---- access times ------------------------------------------------------------ */
 
-/* fi->fh of a directory opened with O_NOATIME (readdir gets no open flags) */
+/*
+ * fi->fh of an open directory: end << 1 | noatime, nothing to free (a daemon
+ * stopped by a signal gets no releasedir). readdir lists no entry at or past
+ * end, the position after the last entry at opendir: renaming entries while
+ * listing them gives them new positions past it, and the listing still ends,
+ * as on the kernel's btrfs. The kernel keeps fh as opendir replied it, so a
+ * rewinddir(3) keeps the bound too (btrfs refreshes it there since 6.5:
+ * entries made after opendir are listed again only by a new opendir).
+ * noatime: opened with O_NOATIME (readdir gets no open flags).
+ */
 #define DIR_FH_NOATIME 1u
+#define DIR_FH_END_MAX (UINT64_MAX >> 1)
+
+static uint64_t dir_fh(uint64_t end, bool noatime)
+{
+	return (end > DIR_FH_END_MAX ? DIR_FH_END_MAX : end) << 1 | (noatime ? DIR_FH_NOATIME : 0);
+}
 
 static unsigned atime_policy(const struct mount_opts *o)
 {
@@ -286,7 +315,7 @@ static void lookup_self(struct daemon *d, fuse_req_t req, fuse_ino_t ino)
 		e.entry_timeout = d->opts->entry_timeout;
 	}
 	if (ret || fuse_reply_entry(req, &e) != 0) {
-		nodes_forget(&d->nodes, ino, 1);
+		forget_node(d, ino, 1);
 		if (ret)
 			reply_err(req, ret == -ESTALE ? -ENOENT : ret);
 	}
@@ -329,7 +358,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	nodes_forget(&D(req)->nodes, ino, nlookup);
+	forget_node(D(req), ino, nlookup);
 	fuse_reply_none(req);
 }
 
@@ -338,7 +367,7 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	struct daemon *d = D(req);
 
 	for (size_t i = 0; i < count; i++)
-		nodes_forget(&d->nodes, forgets[i].ino, forgets[i].nlookup);
+		forget_node(d, forgets[i].ino, forgets[i].nlookup);
 	fuse_reply_none(req);
 }
 
@@ -358,9 +387,10 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	reply_attr(req, d, ret, &bs, ino);
 }
 
+/* The kernel's inode clock, as the library's (now_ts() in lib/fs/write.c says why). */
 static void now(struct timespec *ts)
 {
-	clock_gettime(CLOCK_REALTIME, ts);
+	clock_gettime(CLOCK_REALTIME_COARSE, ts);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
@@ -506,8 +536,8 @@ static int make_node(struct daemon *d, fuse_req_t req, fuse_ino_t parent, const 
 		ret = make_entry(d, dir, name, len, id, e);
 	if (ret == 0 && open) {
 		ret = butter_open_ref(d->fs, id);
-		if (ret)
-			nodes_forget(&d->nodes, e->ino, 1);
+		if (ret) /* a new file, held by nobody: its first lookup goes */
+			(void)nodes_forget(&d->nodes, e->ino, 1);
 	}
 	unlock(d);
 	return ret;
@@ -562,6 +592,29 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 
 /* ---- removing and moving names ------------------------------------------------- */
 
+/*
+ * Rule 8: before @name in @dir goes, if it names a non-directory the kernel
+ * has looked up, keep the file open until the kernel forgets it. Under the
+ * exclusive fs_lock. Nothing to undo if the removal then fails (the file
+ * stays linked; the forget drops the reference).
+ */
+static void hold_victim(struct daemon *d, butter_ino_t dir, const char *name, size_t len)
+{
+	struct butter_stat bs;
+	butter_ino_t id;
+	uint64_t nodeid;
+
+	if (butter_lookup(d->fs, dir, name, len, &id) != 0 || butter_stat(d->fs, id, &bs) != 0 ||
+	    S_ISDIR(bs.mode))
+		return;
+	if (nodes_get(&d->nodes, id, dir, name, len, false, &nodeid) != 0)
+		return;
+	if (butter_open_ref(d->fs, id) != 0)
+		return;
+	if (!nodes_hold(&d->nodes, nodeid))
+		butter_release(d->fs, id, BUTTER_RELEASE_NOFREE); /* still linked: changes nothing */
+}
+
 static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
 {
 	struct daemon *d = D(req);
@@ -573,6 +626,8 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, boo
 		ret = nodes_resolve(&d->nodes, parent, &p);
 	if (ret == 0) {
 		write_lock(d);
+		if (!dir)
+			hold_victim(d, p, name, len);
 		ret = dir ? butter_rmdir(d->fs, p, name, len) : butter_unlink(d->fs, p, name, len);
 		unlock(d);
 	}
@@ -612,6 +667,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		ret = nodes_resolve(&d->nodes, newparent, &to);
 	if (ret == 0) {
 		write_lock(d);
+		if (!(bflags & (BUTTER_RENAME_EXCHANGE | BUTTER_RENAME_NOREPLACE)))
+			hold_victim(d, to, newname, newlen);
 		ret = butter_rename(d->fs, from, name, len, to, newname, newlen, bflags);
 		unlock(d);
 	}
@@ -692,7 +749,7 @@ int butter_fuse_tmpfile(struct daemon *d, uint64_t parent, uint32_t mode, uint32
 void butter_fuse_tmpfile_unref(struct daemon *d, uint64_t nodeid)
 {
 	release_handle(d, nodeid);
-	nodes_forget(&d->nodes, nodeid, 1);
+	forget_node(d, nodeid, 1);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -713,7 +770,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	fi->fh = 0;
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		release_handle(d, e.ino);
-		nodes_forget(&d->nodes, e.ino, 1);
+		forget_node(d, e.ino, 1);
 	}
 }
 
@@ -1010,6 +1067,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct daemon *d = D(req);
 	struct butter_stat bs;
+	uint64_t end = 0;
 	butter_ino_t id;
 	int ret = nodes_resolve(&d->nodes, ino, &id);
 
@@ -1019,6 +1077,8 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		if (ret == 0 && !S_ISDIR(bs.mode))
 			ret = -ENOTDIR;
 		if (ret == 0)
+			ret = butter_readdir_end(d->fs, id, &end);
+		if (ret == 0)
 			ret = butter_open_ref(d->fs, id);
 		unlock(d);
 	}
@@ -1026,7 +1086,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		reply_err(req, ret);
 		return;
 	}
-	fi->fh = (fi->flags & O_NOATIME) ? DIR_FH_NOATIME : 0;
+	fi->fh = dir_fh(end, (fi->flags & O_NOATIME) != 0);
 	if (fuse_reply_open(req, fi) != 0)
 		release_handle(d, ino);
 }
@@ -1134,8 +1194,10 @@ static int fill_one(void *arg, const char *name, size_t namelen, butter_ino_t in
 }
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus,
-		       bool noatime)
+		       struct fuse_file_info *fi)
 {
+	bool noatime = fi->fh & DIR_FH_NOATIME;
+	uint64_t end = fi->fh >> 1;
 	struct daemon *d = D(req);
 	struct dir_fill f = { .d = d, .req = req, .plus = plus, .size = size };
 	int ret = nodes_resolve(&d->nodes, ino, &f.dir), due = 0;
@@ -1156,7 +1218,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
 		goto full;
 	if (off <= 1 && !add_dot(&f, "..", ino, 2))
 		goto full;
-	ret = butter_readdir(d->fs, f.dir, off < FIRST_DIR_OFFSET ? 0 : (uint64_t)off, fill_one, &f);
+	ret = butter_readdir_until(d->fs, f.dir, off < FIRST_DIR_OFFSET ? 0 : (uint64_t)off, end,
+				   fill_one, &f);
 full:
 	if (ret >= 0 && !noatime)
 		due = butter_atime_due(d->fs, f.dir, atime_policy(d->opts));
@@ -1166,7 +1229,7 @@ full:
 		reply_err(req, ret);
 	} else if (fuse_reply_buf(req, f.buf, f.used) != 0) {
 		for (size_t i = 0; i < f.nrefs; i++)
-			nodes_forget(&d->nodes, f.refs[i], 1);
+			forget_node(d, f.refs[i], 1);
 	}
 	free(f.refs);
 	free(f.buf);
@@ -1175,13 +1238,13 @@ full:
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
-	do_readdir(req, ino, size, off, false, fi->fh & DIR_FH_NOATIME);
+	do_readdir(req, ino, size, off, false, fi);
 }
 
 static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			   struct fuse_file_info *fi)
 {
-	do_readdir(req, ino, size, off, true, fi->fh & DIR_FH_NOATIME);
+	do_readdir(req, ino, size, off, true, fi);
 }
 
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)

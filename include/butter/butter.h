@@ -199,6 +199,19 @@ int butter_readdir(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, butter_
 		   void *arg);
 
 /*
+ * The position just past @dir's last entry now, into *@end: a listing that
+ * stops there (butter_readdir_until) ends even while entries are renamed
+ * inside @dir, since a new name always gets a position past the last one (the
+ * kernel bounds readdir by the last index at opendir, and again at rewinddir).
+ * Returns 0, -ENOTDIR, negative errno.
+ */
+int butter_readdir_end(struct butter_fs *fs, butter_ino_t dir, uint64_t *end);
+
+/* butter_readdir() that reports no entry at a position >= @end. */
+int butter_readdir_until(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, uint64_t end,
+			 butter_dirent_fn fn, void *arg);
+
+/*
  * Read up to @len bytes at @off. Returns the bytes read (short only at end of
  * file), or -EIO if any part of the range has no good copy, -EISDIR, ...
  */

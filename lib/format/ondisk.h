@@ -529,6 +529,42 @@ struct btrfs_root_ref {
 	/* name follows */
 } BTRFS_PACKED;
 
+/*
+ * The quota tree (objectid 8), all keys with objectid 0:
+ *   (0, QGROUP_STATUS, 0)          one btrfs_qgroup_status_item
+ *   (0, QGROUP_INFO, qgroupid)     the counts of one qgroup
+ *   (0, QGROUP_LIMIT, qgroupid)    its limits
+ * and (child, QGROUP_RELATION, parent), (parent, QGROUP_RELATION, child).
+ * A qgroupid is level << 48 | id; level 0 qgroups are subvolumes (id = tree id).
+ */
+#define BTRFS_QGROUP_LEVEL_SHIFT 48
+#define BTRFS_QGROUP_STATUS_FLAG_ON (1ULL << 0)
+#define BTRFS_QGROUP_STATUS_FLAG_RESCAN (1ULL << 1)
+#define BTRFS_QGROUP_STATUS_FLAG_INCONSISTENT (1ULL << 2) /* counts stale: rescan */
+
+struct btrfs_qgroup_status_item {
+	le64 version;     /* 1 */
+	le64 generation;  /* the commit that last wrote the qgroups */
+	le64 flags;       /* BTRFS_QGROUP_STATUS_FLAG_* */
+	le64 rescan;      /* progress of a running rescan (a logical address) */
+} BTRFS_PACKED;
+
+struct btrfs_qgroup_info_item {
+	le64 generation;
+	le64 rfer;
+	le64 rfer_cmpr;
+	le64 excl;
+	le64 excl_cmpr;
+} BTRFS_PACKED;
+
+struct btrfs_qgroup_limit_item {
+	le64 flags;
+	le64 max_rfer;
+	le64 max_excl;
+	le64 rsv_rfer;
+	le64 rsv_excl;
+} BTRFS_PACKED;
+
 struct btrfs_file_extent_item {
 	le64 generation;
 	le64 ram_bytes;
@@ -721,6 +757,12 @@ BTRFS_ACCESSOR(root_otransid, struct btrfs_root_item, otransid, 64)
 BTRFS_ACCESSOR(root_ref_dirid, struct btrfs_root_ref, dirid, 64)
 BTRFS_ACCESSOR(root_ref_sequence, struct btrfs_root_ref, sequence, 64)
 BTRFS_ACCESSOR(root_ref_name_len, struct btrfs_root_ref, name_len, 16)
+
+BTRFS_ACCESSOR(qgroup_status_generation, struct btrfs_qgroup_status_item, generation, 64)
+BTRFS_ACCESSOR(qgroup_status_flags, struct btrfs_qgroup_status_item, flags, 64)
+BTRFS_ACCESSOR(qgroup_info_generation, struct btrfs_qgroup_info_item, generation, 64)
+BTRFS_ACCESSOR(qgroup_info_rfer, struct btrfs_qgroup_info_item, rfer, 64)
+BTRFS_ACCESSOR(qgroup_info_excl, struct btrfs_qgroup_info_item, excl, 64)
 
 BTRFS_ACCESSOR(file_extent_generation, struct btrfs_file_extent_item, generation, 64)
 BTRFS_ACCESSOR(file_extent_ram_bytes, struct btrfs_file_extent_item, ram_bytes, 64)

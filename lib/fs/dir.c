@@ -5,6 +5,12 @@
  * index is the position a reader resumes from (next_pos = index + 1). Entries
  * naming subvolumes are resolved to their root directory here, so a caller
  * walking the tree crosses subvolume boundaries like the kernel's mount does.
+ *
+ * A rename gives the new name a fresh index past the directory's last one, so
+ * a listing that renames what it lists would never reach the end: a caller
+ * that lists while others change the directory takes the bound of
+ * butter_readdir_end() first (at opendir, as the kernel) and passes it to
+ * butter_readdir_until(); each name present then is reported at most once.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -27,10 +33,47 @@ static unsigned ft_to_dtype(u8 ft)
 	}
 }
 
+/* Read @dir's inode and subvolume: 0, -ENOTDIR, negative errno. */
+static int dir_subvol(struct butter_fs *fs, butter_ino_t dir, struct subvol *sv)
+{
+	struct btrfs_inode_item inode;
+	int ret = fs_read_inode(fs, dir, &inode);
+
+	if (ret)
+		return ret;
+	if (!S_ISDIR(btrfs_inode_mode(&inode)))
+		return -ENOTDIR;
+	return fs_get_subvol(fs, dir.subvol, sv);
+}
+
+int butter_readdir_end(struct butter_fs *fs, butter_ino_t dir, uint64_t *end)
+{
+	struct btrfs_key key = { dir.ino, BTRFS_DIR_INDEX_KEY, (u64)-1 };
+	struct subvol sv;
+	int ret;
+
+	*end = 0;
+	if (dir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
+		return 0;
+	ret = dir_subvol(fs, dir, &sv);
+	if (ret == 0)
+		ret = tree_find_key(&fs->cache, &sv.root, &key, 1, &key);
+	if (ret < 0)
+		return ret;
+	if (ret == 0 && key.objectid == dir.ino && key.type == BTRFS_DIR_INDEX_KEY)
+		*end = key.offset == UINT64_MAX ? UINT64_MAX : key.offset + 1;
+	return 0;
+}
+
 int butter_readdir(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, butter_dirent_fn fn,
 		   void *arg)
 {
-	struct btrfs_inode_item inode;
+	return butter_readdir_until(fs, dir, pos, UINT64_MAX, fn, arg);
+}
+
+int butter_readdir_until(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, uint64_t end,
+			 butter_dirent_fn fn, void *arg)
+{
 	struct btrfs_key key;
 	struct tree_path path;
 	struct subvol sv;
@@ -38,12 +81,7 @@ int butter_readdir(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, butter_
 
 	if (dir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return 0;
-	ret = fs_read_inode(fs, dir, &inode);
-	if (ret)
-		return ret;
-	if (!S_ISDIR(btrfs_inode_mode(&inode)))
-		return -ENOTDIR;
-	ret = fs_get_subvol(fs, dir.subvol, &sv);
+	ret = dir_subvol(fs, dir, &sv);
 	if (ret)
 		return ret;
 	key.objectid = dir.ino;
@@ -59,7 +97,7 @@ int butter_readdir(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, butter_
 		u32 size, name_len;
 
 		path_key(&path, &key);
-		if (key.objectid != dir.ino || key.type != BTRFS_DIR_INDEX_KEY)
+		if (key.objectid != dir.ino || key.type != BTRFS_DIR_INDEX_KEY || key.offset >= end)
 			break;
 		item = path_item(&path, &size);
 		di = (const struct btrfs_dir_item *)item;

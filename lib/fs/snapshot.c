@@ -132,6 +132,8 @@ int butter_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 	if (ret == 0 && (flags & BUTTER_SNAPSHOT_RDONLY))
 		ret = fs_uuid_tree_add(fs, ri.received_uuid, BTRFS_UUID_KEY_RECEIVED_SUBVOL, id);
 	if (ret == 0)
+		ret = fs_qgroup_create(fs, id, src->id);
+	if (ret == 0)
 		ret = fs_add_subvol_record(fs, sv);
 	if (ret) {
 		txn_ctx_forget_root(&w->txn, &sv->root);
@@ -375,6 +377,8 @@ static int drop_tree(struct butter_fs *fs, u64 id)
 		key.offset = id;
 		ret = delete_root_item(fs, &key);
 	}
+	if (ret == 0)
+		ret = fs_qgroup_remove(fs, id);
 	return ret;
 }
 

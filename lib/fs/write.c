@@ -172,6 +172,11 @@ int fs_setup_write(struct butter_fs *fs)
 	if (ret)
 		goto fail;
 	fs->w = w;
+	ret = fs_qgroup_setup(fs);
+	if (ret) {
+		fs->w = NULL;
+		goto fail;
+	}
 	return 0;
 fail:
 	txn_ctx_destroy(&w->txn);
@@ -346,11 +351,18 @@ int butter_set_readonly(struct butter_fs *fs, int readonly)
 	return ret;
 }
 
+/*
+ * The time of a change: the coarse real-time clock (the tick, not the
+ * nanosecond), the clock the kernel stamps inodes with (current_time()). One
+ * clock for every stamp: through the mount the kernel sets mtimes itself
+ * (writeback cache), and an atime from a finer clock would be later than an
+ * mtime set after it, so relatime would skip the next read's atime.
+ */
 void now_ts(struct btrfs_timespec *t)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
 	btrfs_set_timespec_sec(t, (u64)ts.tv_sec);
 	btrfs_set_timespec_nsec(t, (u32)ts.tv_nsec);
 }
@@ -788,6 +800,8 @@ int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *nam
 		ret = fs_link_subvol(fs, parent, dir.ino, name, namelen, id, index);
 	if (ret == 0)
 		ret = fs_uuid_tree_add(fs, ri.uuid, BTRFS_UUID_KEY_SUBVOL, id);
+	if (ret == 0)
+		ret = fs_qgroup_create(fs, id, 0);
 	if (ret == 0)
 		ret = fs_add_subvol_record(fs, sv);
 	if (ret == 0) {

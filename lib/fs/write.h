@@ -37,6 +37,9 @@ struct fs_write_state {
 	struct fs_open_files *open_files; /* orphan.c: opens the front end counts */
 	bool readonly;               /* butter_set_readonly(): changes refused; protected by lock */
 	struct tree_log *tlog;       /* tree_log.c: the fsync log of the running transaction */
+	/* qgroup.c: objectid 0 unless quotas are on; quota_marked: INCONSISTENT is set */
+	struct tree_root quota_tree;
+	int quota_marked;
 };
 
 struct dir_update {
@@ -156,6 +159,14 @@ bool fs_orphan_linkable(struct butter_fs *fs, butter_ino_t ino);
 int fs_orphan_relink(struct butter_fs *fs, struct subvol *sv, u64 ino);
 /* Free every orphan still open (at close: nobody can reach them any more). */
 void fs_orphan_free_open(struct butter_fs *fs);
+
+/* qgroup.c (quotas: its header comment has the rules) */
+/* At the end of fs_setup_write(): find the quota tree, hook the commit. -EOPNOTSUPP: squota. */
+int fs_qgroup_setup(struct butter_fs *fs);
+/* Give new subvolume @id its qgroup items (phase 2); @src: a snapshot's source, or 0. */
+int fs_qgroup_create(struct butter_fs *fs, u64 id, u64 src);
+/* Remove the qgroup of subvolume @id, dropped completely (phase 2). */
+int fs_qgroup_remove(struct butter_fs *fs, u64 id);
 
 /* log_replay.c */
 /*

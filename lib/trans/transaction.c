@@ -251,6 +251,11 @@ int txn_commit(struct txn_ctx *ctx)
 		ctx->running = 0;
 		return 0;
 	}
+	if (ctx->pre_write) {
+		ret = ctx->pre_write(ctx->pre_write_arg);
+		if (ret)
+			goto abort;
+	}
 	for (pass = 0; pass < MAX_COMMIT_PASSES; pass++) {
 		ret = extent_run_delayed_refs(ctx->es, &ctx->tt);
 		if (ret)

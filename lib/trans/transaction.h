@@ -12,6 +12,7 @@
  * Commit order (written once, here and in txn_commit()):
  *   0. the pre_commit hook: the tree log's blocks are pinned and the
  *      superblock's log root is cleared (this commit holds what it held);
+ *      then, if anything changed, the pre_write hook (quota status);
  *   1. until nothing changes: run delayed refs (extent tree), write block
  *      group items, write free space tree entries, update root items;
  *   2. write every dirty tree block (checksummed) to every copy;
@@ -47,6 +48,13 @@ struct txn_ctx {
 	 */
 	int (*pre_commit)(void *arg);
 	void *pre_commit_arg;
+	/*
+	 * Called by every commit that has changes to write, after pre_commit,
+	 * before step 1 (NULL: none): quotas (lib/fs/qgroup.c) mark their
+	 * counts stale and stamp the commit's transid.
+	 */
+	int (*pre_write)(void *arg);
+	void *pre_write_arg;
 };
 
 /* Register a tree whose root item must follow its root at commit. */
