@@ -1,0 +1,122 @@
+"""Where butter once differed from the kernel's btrfs (issue 10, parts 6 and 7).
+
+Each case makes the kernel the oracle: a kernel loop mount of the same image shows what
+butter (the library through the CLI, and `butter mount`) must show, and
+`btrfs check --readonly` must find every image butter wrote clean.
+
+  - st_blocks: the kernel reports an inode's bytes (nbytes) rounded up to whole sectors,
+    so a file of 5 inline bytes takes 8 blocks; compressed, sparse, prealloc, reflinked
+    files and directories alike, read offline (`butter ls -l` totals), through
+    `butter mount`, and for files `butter mount` wrote, read back by the kernel.
+
+Runtime: a few seconds per case (sanitizer build).
+"""
+import os
+import re
+import subprocess
+
+import pytest
+
+from butter_it import kfs
+from butter_it.fusemount import FuseMount
+from test_mkfs import btrfs_check, mounted
+
+KiB = 1024
+MiB = 1 << 20
+
+
+def ls_total(butter, image, path):
+    """Return the `total` line of `butter ls -l IMAGE PATH` (KiB, as ls prints it)."""
+    out = butter.run(["ls", "-l", image, path]).stdout.decode()
+    m = re.search(r"^total (\d+)$", out, re.M)
+    assert m, out
+    return int(m.group(1))
+
+
+# ---------------------------------------------------------------------------------
+# st_blocks
+
+# each kind lives alone in its own directory, so `butter ls -l DIR` totals one file
+BLOCK_KINDS = ["inline", "inline_big", "compressed", "sparse", "prealloc", "prealloc_keep",
+               "reflink", "plain", "empty", "emptydir"]
+
+
+def make_block_kinds(root):
+    """Write one file of each kind under root/<kind>/f (reflink: also root/reflink/src)."""
+    for kind in BLOCK_KINDS:
+        os.makedirs(os.path.join(root, kind), exist_ok=True)
+
+    def put(kind, data=b"", name="f"):
+        with open(os.path.join(root, kind, name), "wb") as f:
+            f.write(data)
+        return os.path.join(root, kind, name)
+
+    put("inline", b"hello")
+    put("inline_big", b"x" * 1500)
+    path = put("compressed", b"")
+    os.setxattr(path, "btrfs.compression", b"zstd")
+    with open(path, "wb") as f:
+        f.write(b"abcdefgh" * (40 * KiB))
+    path = put("sparse")
+    with open(path, "r+b") as f:
+        f.seek(1 * MiB + 100)
+        f.write(b"y" * 5000)
+        f.truncate(3 * MiB)
+    path = put("prealloc")
+    with open(path, "r+b") as f:
+        os.posix_fallocate(f.fileno(), 0, 100 * KiB)
+        f.write(b"z" * 3000)
+    path = put("prealloc_keep")
+    subprocess.run(["fallocate", "-n", "-l", str(64 * KiB), path], check=True)
+    src = put("reflink", os.urandom(200 * KiB), "src")
+    with open(src, "rb") as fin, open(os.path.join(root, "reflink", "f"), "wb") as fout:
+        # shares the extents on btrfs and through butter mount (cp --reflink=always
+        # cannot work on a FUSE mount)
+        assert os.copy_file_range(fin.fileno(), fout.fileno(), 200 * KiB) == 200 * KiB
+    put("plain", os.urandom(10 * KiB + 1))
+    put("empty")
+
+
+def blocks_of(root):
+    """Return {kind: st_blocks of root/<kind>/f (emptydir: of the directory)}, and the root's."""
+    found = {"/": os.lstat(root).st_blocks}
+    for kind in BLOCK_KINDS:
+        path = os.path.join(root, kind) if kind == "emptydir" else os.path.join(root, kind, "f")
+        found[kind] = os.lstat(path).st_blocks
+        found[kind + "/"] = os.lstat(os.path.join(root, kind)).st_blocks
+    found["reflink/src"] = os.lstat(os.path.join(root, "reflink", "src")).st_blocks
+    return found
+
+
+def ls_totals(butter, image, kinds):
+    """Return {kind: total of `butter ls -l` over the directory of that kind} (KiB)."""
+    return {kind: ls_total(butter, image, "/" + kind) for kind in kinds}
+
+
+def test_st_blocks_like_kernel(fuse, butter, workdir):
+    with kfs.kernel_fs(workdir, size=1 << 30, mount_opts=["max_inline=2048"]) as fs:
+        make_block_kinds(fs.mnt)
+        fs.sync()
+        kernel = blocks_of(fs.mnt)
+        fs.release()
+        image = fs.images[0]
+    assert kernel["inline"] == 8, kernel            # the premise: 5 bytes take a sector
+
+    # offline: each directory's `ls -l` total is its entries' blocks in KiB
+    want = {kind: kernel[kind] // 2 for kind in BLOCK_KINDS}
+    want["reflink"] = (kernel["reflink"] + kernel["reflink/src"]) // 2
+    want["emptydir"] = 0
+    assert ls_totals(butter, image, BLOCK_KINDS) == want
+
+    # through butter mount: the kernel's blocks for the kernel's files, and files
+    # written by butter mount read back by the kernel with the same blocks
+    with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
+        assert blocks_of(m.mnt) == kernel
+        os.makedirs(os.path.join(m.mnt, "b"))
+        make_block_kinds(os.path.join(m.mnt, "b"))
+        os.sync()
+        butter_made = blocks_of(os.path.join(m.mnt, "b"))
+        m.unmount()
+    btrfs_check([image])
+    with mounted(workdir, [image]) as mnt:
+        assert blocks_of(os.path.join(mnt, "b")) == butter_made
