@@ -120,3 +120,44 @@ def test_st_blocks_like_kernel(fuse, butter, workdir):
     btrfs_check([image])
     with mounted(workdir, [image]) as mnt:
         assert blocks_of(os.path.join(mnt, "b")) == butter_made
+
+
+# ---------------------------------------------------------------------------------
+# mkfs --rootdir --subvol: hard links on each side of a subvolume stay one inode
+
+# groups of host hard links: the names of one group are one host file; the walk
+# (sorted by name) meets the names in the order given, `dir1` being the subvolume
+LINK_GROUPS = {
+    "inside_first": ["dir1/g1", "z1", "z2"],
+    "outside_first": ["a1", "dir1/g2", "zz"],
+    "two_inside": ["b_out", "dir1/h1", "dir1/h2"],
+    "all_inside": ["dir1/k1", "dir1/k2"],
+}
+
+
+def test_rootdir_subvol_keeps_links_per_side(kernel, butter, workdir):
+    src = os.path.join(workdir, "src")
+    os.makedirs(os.path.join(src, "dir1"))
+    for group, names in LINK_GROUPS.items():
+        first = os.path.join(src, names[0])
+        with open(first, "wb") as f:
+            f.write(group.encode() * 1000)
+        for name in names[1:]:
+            os.link(first, os.path.join(src, name))
+    image = os.path.join(workdir, "img")
+    butter.run(["mkfs", "-b", "256M", "--rootdir", src, "--subvol", "dir1", image])
+    btrfs_check([image])
+    with mounted(workdir, [image]) as mnt:
+        top_dev = os.lstat(mnt).st_dev
+        assert os.lstat(os.path.join(mnt, "dir1")).st_dev != top_dev   # a subvolume
+        for group, names in LINK_GROUPS.items():
+            sides = {}
+            for name in names:
+                st = os.lstat(os.path.join(mnt, name))
+                with open(os.path.join(mnt, name), "rb") as f:
+                    assert f.read() == group.encode() * 1000, name
+                sides.setdefault(name.startswith("dir1/"), []).append((name, st))
+            for inside, found in sides.items():
+                # one inode per side, with as many links as names on that side
+                assert len({(st.st_dev, st.st_ino) for _, st in found}) == 1, (group, found)
+                assert all(st.st_nlink == len(found) for _, st in found), (group, found)
