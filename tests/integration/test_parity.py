@@ -161,3 +161,62 @@ def test_rootdir_subvol_keeps_links_per_side(kernel, butter, workdir):
                 # one inode per side, with as many links as names on that side
                 assert len({(st.st_dev, st.st_ino) for _, st in found}) == 1, (group, found)
                 assert all(st.st_nlink == len(found) for _, st in found), (group, found)
+
+
+# ---------------------------------------------------------------------------------
+# a failed mkfs: one line naming the cause, and no image file left that it created
+
+def one_line_failure(proc, cause):
+    """Assert that butter exited 1 by itself with exactly one stderr line, holding `cause`."""
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 1 and "Sanitizer" not in proc.stderr, proc.stderr
+    assert len(lines) == 1 and cause in lines[0], proc.stderr
+
+
+def test_failed_mkfs_removes_what_it_created(butter, workdir):
+    new = os.path.join(workdir, "new.img")
+    one_line_failure(butter.run(["mkfs", "-b", "10M", new], check=False), "too small")
+    assert not os.path.exists(new)
+
+    # a profile the devices cannot hold: refused after the files were created
+    one_line_failure(butter.run(["mkfs", "-b", "100M", "-d", "raid6", new], check=False),
+                     "raid6 needs at least 3")
+    assert not os.path.exists(new)
+
+    # two new files and one that exists: the new ones go, the old one stays as it was
+    old = os.path.join(workdir, "old.img")
+    with open(old, "wb") as f:
+        f.write(b"keep me" * 1000)
+    new2 = os.path.join(workdir, "new2.img")
+    one_line_failure(butter.run(["mkfs", "-b", "10M", new, old, new2], check=False),
+                     "too small")
+    assert not os.path.exists(new) and not os.path.exists(new2)
+    with open(old, "rb") as f:
+        assert f.read(7000) == b"keep me" * 1000
+
+    # an existing file that is too small is never removed
+    small = os.path.join(workdir, "small.img")
+    with open(small, "wb") as f:
+        f.truncate(20 * MiB)
+    one_line_failure(butter.run(["mkfs", "-f", small], check=False), "too small")
+    assert os.path.getsize(small) == 20 * MiB
+
+    # an existing filesystem without -f: kept, one line
+    fsimg = os.path.join(workdir, "fs.img")
+    butter.run(["mkfs", "-q", "-b", "128M", fsimg])
+    one_line_failure(butter.run(["mkfs", "-b", "128M", fsimg], check=False), "use -f")
+    assert os.path.exists(fsimg)
+    kfs.run(["btrfs", "check", "--readonly", fsimg])
+
+
+def test_failed_mkfs_on_small_device(kernel, butter, workdir):
+    backing = os.path.join(workdir, "backing.img")
+    with open(backing, "wb") as f:
+        f.truncate(20 * MiB)
+    dev = kfs.loop_attach(backing)
+    try:
+        one_line_failure(butter.run(["mkfs", "-f", dev], check=False), "too small")
+        assert os.path.exists(dev)
+    finally:
+        kfs.loop_detach(dev)
+    assert os.path.getsize(backing) == 20 * MiB
