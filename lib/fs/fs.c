@@ -437,6 +437,8 @@ int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
 	}
 	if (ret != -ENOENT)
 		return ret;
+	/* a writable handle: what its running transaction allocated counts too */
+	fs_live_data_usage(fs, &data_total, &data_used);
 	for (i = 0; i < fs->vol.ndevs; i++) {
 		const struct btrfs_device *d = fs->vol.devs[i];
 

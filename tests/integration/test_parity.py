@@ -11,7 +11,9 @@ butter (the library through the CLI, and `butter mount`) must show, and
 
 Runtime: a few seconds per case (sanitizer build).
 """
+import errno
 import os
+import random
 import re
 import subprocess
 
@@ -220,3 +222,140 @@ def test_failed_mkfs_on_small_device(kernel, butter, workdir):
     finally:
         kfs.loop_detach(dev)
     assert os.path.getsize(backing) == 20 * MiB
+
+
+# ---------------------------------------------------------------------------------
+# mixed block groups (mkfs.btrfs -M, butter mkfs -M): data and metadata share groups
+
+FILL_PIECE = 8 * MiB
+
+
+def pattern(seed, length):
+    """Return `length` bytes that differ per seed (cheap: one random MiB, repeated)."""
+    block = random.Random(seed).randbytes(MiB)
+    return (block * (length // MiB + 1))[:length]
+
+
+def write_file(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def fill_until_enospc(directory, model, rel_dir, limit):
+    """Write FILL_PIECE files into `directory` until ENOSPC; return the bytes written.
+
+    The file that hit ENOSPC is removed again (its size is whatever the write left).
+    """
+    os.makedirs(directory, exist_ok=True)
+    written = 0
+    for i in range(limit):
+        path = os.path.join(directory, f"f{i:04d}")
+        data = pattern(1000 + i, FILL_PIECE)
+        try:
+            write_file(path, data)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+            os.unlink(path)
+            return written
+        model[f"{rel_dir}/f{i:04d}"] = data
+        written += len(data)
+    raise AssertionError(f"no ENOSPC after {limit} files of {FILL_PIECE} bytes")
+
+
+def mount_workload(butter_bin, mnt, model):
+    """create/write/overwrite/rename/unlink/snapshot/fill/delete through a mount; `model`
+    ends up holding {relative path: bytes} of every regular file."""
+    rng = random.Random(7)
+    os.makedirs(os.path.join(mnt, "d1"))
+    os.makedirs(os.path.join(mnt, "d2"))
+    for i in range(200):
+        rel = f"d1/s{i:03d}"
+        model[rel] = rng.randbytes(rng.randrange(0, 3000))
+        write_file(os.path.join(mnt, rel), model[rel])
+    for i in range(20):
+        rel = f"d2/m{i:02d}"
+        model[rel] = pattern(i, rng.randrange(64 * KiB, 2 * MiB))
+        write_file(os.path.join(mnt, rel), model[rel])
+    for i in range(0, 20, 3):                       # overwrite inside and past the end
+        rel = f"d2/m{i:02d}"
+        off = rng.randrange(0, len(model[rel]))
+        new = rng.randbytes(rng.randrange(1, 300 * KiB))
+        with open(os.path.join(mnt, rel), "r+b") as f:
+            f.seek(off)
+            f.write(new)
+        data = bytearray(model[rel])
+        data[off:off + len(new)] = new
+        model[rel] = bytes(data)
+    for i in range(0, 200, 4):                      # rename across directories
+        os.rename(os.path.join(mnt, f"d1/s{i:03d}"), os.path.join(mnt, f"d2/r{i:03d}"))
+        model[f"d2/r{i:03d}"] = model.pop(f"d1/s{i:03d}")
+    for i in range(1, 200, 4):
+        os.unlink(os.path.join(mnt, f"d1/s{i:03d}"))
+        del model[f"d1/s{i:03d}"]
+    kfs.run([butter_bin, "subvolume", "create", f"{mnt}/vol"])
+    for i in range(10):
+        model[f"vol/v{i}"] = pattern(100 + i, 300 * KiB)
+        write_file(os.path.join(mnt, f"vol/v{i}"), model[f"vol/v{i}"])
+    kfs.run([butter_bin, "subvolume", "snapshot", f"{mnt}/vol", f"{mnt}/snap"])
+    for i in range(10):
+        model[f"snap/v{i}"] = model[f"vol/v{i}"]
+    os.unlink(os.path.join(mnt, "vol/v0"))
+    del model["vol/v0"]
+
+    # fill most of the space, then give it back
+    st = os.statvfs(mnt)
+    total = st.f_blocks * st.f_frsize
+    written = fill_until_enospc(os.path.join(mnt, "fill"), model, "fill", 1000)
+    st = os.statvfs(mnt)
+    free = st.f_bavail * st.f_frsize
+    assert written > total * 0.8 and free < total * 0.05, (written, free, total)
+    for rel in [r for r in model if r.startswith("fill/")][1:]:
+        os.unlink(os.path.join(mnt, rel))
+        del model[rel]
+    # the space comes back (after a commit the daemon makes by itself)
+    for i in range(8):
+        rel = f"d2/after{i}"
+        model[rel] = pattern(500 + i, FILL_PIECE)
+        write_file(os.path.join(mnt, rel), model[rel])
+
+
+def read_tree(root):
+    """Return {relative path: bytes} of every regular file below `root`."""
+    found = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, root)] = f.read()
+    return found
+
+
+def check_model(workdir, image, model):
+    """btrfs check clean; the kernel's mount shows exactly the files of `model`."""
+    btrfs_check([image])
+    with mounted(workdir, [image]) as mnt:
+        got = read_tree(mnt)
+        assert sorted(got) == sorted(model)
+        bad = [rel for rel in model if got[rel] != model[rel]]
+        assert not bad, bad[:10]
+
+
+def make_mixed(butter, image, maker, size=1 << 30):
+    if maker == "mkfs.btrfs":
+        with open(image, "wb") as f:
+            f.truncate(size)
+        kfs.run(["mkfs.btrfs", "-q", "-M", image])
+    else:
+        butter.run(["mkfs", "-q", "-M", "-b", str(size), image])
+
+
+@pytest.mark.parametrize("maker", ["mkfs.btrfs", "butter"])
+def test_mixed_groups_through_mount(fuse, butter, workdir, maker):
+    image = os.path.join(workdir, "mixed.img")
+    make_mixed(butter, image, maker)
+    model = {}
+    with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
+        mount_workload(butter.path, m.mnt, model)
+        assert read_tree(m.mnt) == model
+        m.unmount()
+    check_model(workdir, image, model)
