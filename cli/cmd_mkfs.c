@@ -368,6 +368,7 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 		{ "sectorsize", required_argument, NULL, 's' },
 		{ "byte-count", required_argument, NULL, 'b' },
 		{ "force", no_argument, NULL, 'f' },
+		{ "mixed", no_argument, NULL, 'M' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "nodiscard", no_argument, NULL, 'K' },
@@ -395,7 +396,7 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 	int status = CLI_EXIT_ERROR;
 	int c, ret;
 
-	while ((c = cli_getopt(&args, argc, argv, ":hL:d:m:n:s:b:fqvKr:", longopts)) != -1) {
+	while ((c = cli_getopt(&args, argc, argv, ":hL:d:m:n:s:b:fMqvKr:", longopts)) != -1) {
 		switch (c) {
 		case 'L':
 			o.label = optarg;
@@ -428,6 +429,9 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 			break;
 		case 'f':
 			o.force = 1;
+			break;
+		case 'M':
+			o.mixed = 1;
 			break;
 		case 'q':
 			quiet = true;

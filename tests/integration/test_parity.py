@@ -340,13 +340,22 @@ def check_model(workdir, image, model):
         assert not bad, bad[:10]
 
 
-def make_mixed(butter, image, maker, size=1 << 30):
+MIXED_SIZE = 512 * MiB       # the bug showed on 1 GiB; half of it fills twice as fast
+
+
+def make_mixed(butter, image, maker, size=MIXED_SIZE):
     if maker == "mkfs.btrfs":
         with open(image, "wb") as f:
             f.truncate(size)
         kfs.run(["mkfs.btrfs", "-q", "-M", image])
     else:
         butter.run(["mkfs", "-q", "-M", "-b", str(size), image])
+
+
+def mixed_chunks(image):
+    """Return the type strings of the chunk items, as dump-tree prints them."""
+    out = kfs.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", image]).stdout
+    return re.findall(r"owner \d+ stripe_len \d+ type (\S+)", out)
 
 
 @pytest.mark.parametrize("maker", ["mkfs.btrfs", "butter"])
@@ -359,3 +368,88 @@ def test_mixed_groups_through_mount(fuse, butter, workdir, maker):
         assert read_tree(m.mnt) == model
         m.unmount()
     check_model(workdir, image, model)
+    # every chunk butter added is mixed, as the kernel would make it
+    types = mixed_chunks(image)
+    assert len(types) > 2 and set(types) == {"SYSTEM|single", "DATA|METADATA|single"}, types
+
+
+def put(butter, image, host, dest, check=True):
+    return butter.run(["put", image, host, dest], check=check)
+
+
+@pytest.mark.parametrize("maker", ["mkfs.btrfs", "butter"])
+def test_mixed_groups_offline(kernel, butter, workdir, maker):
+    image = os.path.join(workdir, "mixed.img")
+    make_mixed(butter, image, maker)
+    host = os.path.join(workdir, "host")
+    rng = random.Random(11)
+    model = {}
+    for i in range(60):
+        rel = f"tree/s{i:02d}"
+        model[rel] = rng.randbytes(rng.randrange(0, 3000))
+        os.makedirs(os.path.dirname(os.path.join(host, rel)), exist_ok=True)
+        write_file(os.path.join(host, rel), model[rel])
+    for i in range(6):
+        model[f"tree/m{i}"] = pattern(i, rng.randrange(64 * KiB, 3 * MiB))
+        write_file(os.path.join(host, f"tree/m{i}"), model[f"tree/m{i}"])
+    put(butter, image, os.path.join(host, "tree"), "/tree")
+    butter.run(["rm", image] + [f"/tree/s{i:02d}" for i in range(0, 60, 3)])
+    for i in range(0, 60, 3):
+        del model[f"tree/s{i:02d}"]
+    butter.run(["subvolume", "create", image, "/vol"])
+    put(butter, image, os.path.join(host, "tree", "m1"), "/vol/m1")
+    model["vol/m1"] = model["tree/m1"]
+    butter.run(["subvolume", "snapshot", image, "/vol", "/snap"])
+    model["snap/m1"] = model["tree/m1"]
+    butter.run(["rm", image, "/vol/m1"])
+    del model["vol/m1"]
+
+    # fill with 32 MiB files until a put runs out of space (what it copied stays;
+    # removing it on the full filesystem must work)
+    big = os.path.join(host, "big")
+    write_file(big, pattern(99, 32 * MiB))
+    butter.run(["mkdir", image, "/fill"])
+    n = 0
+    while True:
+        proc = put(butter, image, big, f"/fill/f{n:02d}", check=False)
+        if proc.returncode != 0:
+            assert "no space left" in proc.stderr and "Sanitizer" not in proc.stderr, proc.stderr
+            butter.run(["rm", image, f"/fill/f{n:02d}"])
+            break
+        model[f"fill/f{n:02d}"] = pattern(99, 32 * MiB)
+        n += 1
+        assert n < 40, "no ENOSPC on a 512 MiB filesystem"
+    assert n * 32 * MiB > MIXED_SIZE * 0.8, n
+    check_model(workdir, image, model)
+    butter.run(["rm", "-r", image, "/fill"])
+    model = {rel: data for rel, data in model.items() if not rel.startswith("fill/")}
+    for i in range(n - 1):                           # the space came back
+        put(butter, image, big, f"/again{i}")
+        model[f"again{i}"] = pattern(99, 32 * MiB)
+    check_model(workdir, image, model)
+    types = mixed_chunks(image)
+    assert set(types) == {"SYSTEM|single", "DATA|METADATA|single"}, types
+
+
+def test_mkfs_mixed_like_mkfs_btrfs(kernel, butter, workdir):
+    """butter mkfs -M writes what mkfs.btrfs -M writes: the MIXED_GROUPS flag, nodesize
+    4096, one DATA|METADATA chunk beside the system chunk, one profile; the same refusals."""
+    mine = os.path.join(workdir, "mine.img")
+    butter.run(["mkfs", "-q", "-M", "-b", "256M", mine])
+    theirs = os.path.join(workdir, "theirs.img")
+    make_mixed(butter, theirs, "mkfs.btrfs", 256 * MiB)
+    for image in (mine, theirs):
+        sb = kfs.run(["btrfs", "inspect-internal", "dump-super", image]).stdout
+        assert "MIXED_GROUPS" in sb and re.search(r"^nodesize\s+4096$", sb, re.M), sb
+        assert mixed_chunks(image) == ["SYSTEM|single", "DATA|METADATA|single"]
+    btrfs_check([mine])
+    dup = os.path.join(workdir, "dup.img")
+    butter.run(["mkfs", "-q", "-M", "-d", "dup", "-b", "256M", dup])
+    assert mixed_chunks(dup) == ["SYSTEM|DUP", "DATA|METADATA|DUP"]
+    btrfs_check([dup])
+    for args, cause in ((["-n", "16K"], "node size 16384 must equal the sector size"),
+                        (["-d", "single", "-m", "dup"], "profiles must be the same")):
+        bad = os.path.join(workdir, "bad.img")
+        one_line_failure(butter.run(["mkfs", "-M", "-b", "256M"] + args + [bad], check=False),
+                         cause)
+        assert not os.path.exists(bad)
