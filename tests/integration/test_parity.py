@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from butter_it import kfs
+from butter_it import kfs, tools
 from butter_it.fusemount import FuseMount
 from test_mkfs import btrfs_check, mounted
 
@@ -456,3 +456,22 @@ def test_mkfs_mixed_like_mkfs_btrfs(kernel, butter, workdir):
         one_line_failure(butter.run(["mkfs", "-M", "-b", "256M"] + args + [bad], check=False),
                          cause)
         assert not os.path.exists(bad)
+
+
+
+def test_mixed_groups_fsync_commits(kernel, butter, workdir):
+    """butter_fsync on mixed block groups commits instead of writing a tree log (butter's
+    own replay refuses logs on mixed groups, so it must never leave one); the power cut
+    right after the fsync (butter-logtool's `crash`) keeps the fsynced data."""
+    image = os.path.join(workdir, "mixed.img")
+    make_mixed(butter, image, "mkfs.btrfs")
+    script = "create f\nsync\nwrite f 0 100000 1\nfsync f\ncrash\n"
+    r = subprocess.run([tools.tool("butter-logtool"), image], input=script.encode(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    assert r.returncode == 0 and r.stdout.split() == [b"0"] * 4, r.stderr.decode()[-3000:]
+    sb = kfs.run(["btrfs", "inspect-internal", "dump-super", image]).stdout
+    assert re.search(r"^log_root\s+0$", sb, re.M), sb
+    btrfs_check([image])
+    with mounted(workdir, [image]) as mnt:
+        assert os.path.getsize(os.path.join(mnt, "f")) == 100000
+    butter.run(["ls", image, "/f"])                  # butter opens it (no log to refuse)
