@@ -475,3 +475,21 @@ def test_mixed_groups_fsync_commits(kernel, butter, workdir):
     with mounted(workdir, [image]) as mnt:
         assert os.path.getsize(os.path.join(mnt, "f")) == 100000
     butter.run(["ls", image, "/f"])                  # butter opens it (no log to refuse)
+
+
+def test_data_below_all_others_on_4k_nodes(kernel, butter, workdir):
+    """A full-size csum item that sorts before every other one, on 4 KiB nodes (where such
+    an item fills a leaf alone; mixed groups always have 4 KiB nodes): the write reusing the
+    freed start of the data space used to abort the transaction (EOVERFLOW)."""
+    image = os.path.join(workdir, "img")
+    butter.run(["mkfs", "-q", "-n", "4096", "-b", "256M", image])
+    host = os.path.join(workdir, "host")
+    os.makedirs(host)
+    model = {"a": pattern(1, 4 * MiB), "b": pattern(2, 8 * MiB)}
+    for name, data in model.items():
+        write_file(os.path.join(host, name), data)
+        put(butter, image, os.path.join(host, name), "/" + name)
+    butter.run(["rm", image, "/a"])                 # the lowest data addresses are free again
+    put(butter, image, os.path.join(host, "a"), "/c")   # a new open allocates from there
+    model["c"] = model.pop("a")
+    check_model(workdir, image, model)
