@@ -8,8 +8,15 @@ butter (the library through the CLI, and `butter mount`) must show, and
     so a file of 5 inline bytes takes 8 blocks; compressed, sparse, prealloc, reflinked
     files and directories alike, read offline (`butter ls -l` totals), through
     `butter mount`, and for files `butter mount` wrote, read back by the kernel.
+  - mkfs --rootdir --subvol: a hard-link group split by a subvolume stays one inode on
+    each side (st_ino and st_nlink per side in the kernel's mount).
+  - a failed mkfs prints one line naming the cause and removes only the image files it
+    created (never a file or device that existed).
+  - mixed block groups (mkfs.btrfs -M, butter mkfs -M): workloads through `butter mount`
+    and offline up to ENOSPC and back; fsync commits there; a csum item sorting before all
+    others on 4 KiB nodes (which mixed groups always have).
 
-Runtime: a few seconds per case (sanitizer build).
+Runtime: a few seconds per case, 15-50 s for each mixed-group workload (sanitizer build).
 """
 import errno
 import os
@@ -80,7 +87,8 @@ def make_block_kinds(root):
 
 
 def blocks_of(root):
-    """Return {kind: st_blocks of root/<kind>/f (emptydir: of the directory)}, and the root's."""
+    """Return {kind: st_blocks of root/<kind>/f (emptydir: the directory itself)}, plus the
+    blocks of root ("/"), of each kind's directory ("kind/") and of reflink/src."""
     found = {"/": os.lstat(root).st_blocks}
     for kind in BLOCK_KINDS:
         path = os.path.join(root, kind) if kind == "emptydir" else os.path.join(root, kind, "f")
