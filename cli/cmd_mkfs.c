@@ -13,10 +13,17 @@
  *     that could not be copied is reported by path and the exit status is 1.
  *  3. The summary is read back from the new filesystem (butter_get_info and
  *     friends on a fresh read-only open), never from the options.
+ *  4. A failure names its cause in exactly one line (the library's message
+ *     when it gave one, else ours). When making the filesystem (or filling
+ *     it, or shrinking it) fails, the image files this run created (-b SIZE
+ *     on a path that did not exist) are removed again; a file or device that
+ *     existed before is never removed.
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -301,6 +308,55 @@ static int fill(const char *const *devs, size_t ndevs, const char *rootdir,
 	return status;
 }
 
+/* What the library said while making the filesystem (promise 4). */
+struct mkfs_messages {
+	unsigned errors; /* error-level messages printed */
+};
+
+/* Print a library message as the library would (butter: MSG) and count errors. */
+static void mkfs_log(void *arg, int level, const char *msg)
+{
+	struct mkfs_messages *said = arg;
+
+	if (level == BUTTER_LOG_ERROR)
+		said->errors++;
+	cli_error("%s", msg);
+}
+
+/*
+ * Create the image files of @devs that do not exist yet (-b SIZE), marking
+ * them in @created. O_EXCL: a path that appeared meanwhile is not ours.
+ * 0, or -1 (reported).
+ */
+static int create_images(const char *const *devs, size_t ndevs, bool *created)
+{
+	for (size_t i = 0; i < ndevs; i++) {
+		struct stat st;
+		int fd;
+
+		if (stat(devs[i], &st) == 0 || errno != ENOENT)
+			continue;
+		fd = open(devs[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd < 0) {
+			if (errno == EEXIST)
+				continue;
+			cli_error("%s: %s", devs[i], strerror(errno));
+			return -1;
+		}
+		close(fd);
+		created[i] = true;
+	}
+	return 0;
+}
+
+/* Remove the image files this run created (promise 4). */
+static void remove_created(const char *const *devs, size_t ndevs, const bool *created)
+{
+	for (size_t i = 0; created && i < ndevs; i++)
+		if (created[i] && unlink(devs[i]) < 0 && errno != ENOENT)
+			cli_error("%s: removing the image file: %s", devs[i], strerror(errno));
+}
+
 int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -312,6 +368,7 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 		{ "sectorsize", required_argument, NULL, 's' },
 		{ "byte-count", required_argument, NULL, 'b' },
 		{ "force", no_argument, NULL, 'f' },
+		{ "mixed", no_argument, NULL, 'M' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "nodiscard", no_argument, NULL, 'K' },
@@ -332,10 +389,14 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 	size_t nsubvols = 0;
 	bool quiet = false, verbose = false;
 	const char **devs = NULL;
+	size_t ndevs = 0;
+	bool *created = NULL;     /* devs[i] is an image file this run created */
+	bool made = false;        /* the filesystem is complete: keep created files */
+	struct mkfs_messages said = { 0 };
 	int status = CLI_EXIT_ERROR;
 	int c, ret;
 
-	while ((c = cli_getopt(&args, argc, argv, ":hL:d:m:n:s:b:fqvKr:", longopts)) != -1) {
+	while ((c = cli_getopt(&args, argc, argv, ":hL:d:m:n:s:b:fMqvKr:", longopts)) != -1) {
 		switch (c) {
 		case 'L':
 			o.label = optarg;
@@ -368,6 +429,9 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 			break;
 		case 'f':
 			o.force = 1;
+			break;
+		case 'M':
+			o.mixed = 1;
 			break;
 		case 'q':
 			quiet = true;
@@ -415,9 +479,10 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 	}
 
 	/* DEV operands first, then any --device: one list */
-	size_t ndevs = (size_t)(argc - optind) + args.ndevices;
+	ndevs = (size_t)(argc - optind) + args.ndevices;
 	devs = calloc(ndevs, sizeof(*devs));
-	if (!devs) {
+	created = calloc(ndevs, sizeof(*created));
+	if (!devs || !created) {
 		cli_error("%s", strerror(ENOMEM));
 		goto out;
 	}
@@ -493,12 +558,16 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 			goto out;
 	}
 
+	if (o.size && create_images(devs, ndevs, created) < 0)
+		goto out;
 	o.devices = devs;
 	o.ndevices = ndevs;
+	o.log = mkfs_log;
+	o.log_arg = &said;
 	ret = butter_mkfs(&o);
 	if (ret < 0) {
-		/* the library has named the device and the problem ("use -f" for -EEXIST) */
-		if (ret != -EEXIST)
+		/* one line: the library's when it named the device and the problem */
+		if (!said.errors)
 			cli_error("mkfs failed: %s", strerror(-ret));
 		goto out;
 	}
@@ -517,13 +586,17 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 		status = CLI_EXIT_ERROR;
 		goto out;
 	}
+	made = true;
 	if (!quiet && print_summary(cmd, devs, ndevs, &copied, rootdir) < 0)
 		status = CLI_EXIT_ERROR;
 
 out:
+	if (!made)
+		remove_created(devs, ndevs, created);
 	for (size_t i = 0; i < nsubvols; i++)
 		free(subvols[i]);
 	free(subvols);
+	free(created);
 	free(devs);
 	free(args.devices);
 	return cli_finish_stdout(status);

@@ -26,9 +26,11 @@
  *     xattrs, times. The library changes mtime as data and names arrive, so
  *     times come last; a directory's times are set when the walk leaves it,
  *     after its last entry was added.
- *  6. Non-directories with st_nlink > 1 are remembered by (st_dev, st_ino):
- *     their later names become butter_link()s to the first copy (in another
- *     subvolume, with --subvol, a separate copy: links cannot cross them).
+ *  6. Non-directories with st_nlink > 1 are remembered by (st_dev, st_ino,
+ *     image subvolume): their later names in the same subvolume become
+ *     butter_link()s to the copy made there. Links cannot cross subvolumes
+ *     (mkfs --subvol), so each subvolume gets one copy of such a file, and
+ *     the names inside a subvolume stay one inode.
  *  7. Host names are only used as single components (openat and friends on
  *     the current directory), so paths of any length can be copied.
  *  8. Reading ahead changes nothing but timing. A helper thread walks the
@@ -64,7 +66,11 @@
 #define AHEAD_ENTRIES 64u            /* how far the read-ahead helper may run in front */
 #define AHEAD_FILE_BYTES (1u << 20)  /* what it asks the kernel to read of each file */
 
-/* Map of host (st_dev, st_ino) → the image inode made for it. */
+/*
+ * Map of host (st_dev, st_ino) and image subvolume → the image inode made for
+ * it in that subvolume (to.subvol is the key's subvolume: at most one slot per
+ * host file and subvolume).
+ */
 struct link_slot {
 	uint64_t dev, ino;
 	butter_ino_t to;
@@ -165,26 +171,29 @@ static void image_error(struct copy *c, const char *what, int ret)
 
 /* ---- the link map ------------------------------------------------------- */
 
-static size_t link_hash(uint64_t dev, uint64_t ino)
+static size_t link_hash(uint64_t dev, uint64_t ino, uint64_t subvol)
 {
-	uint64_t h = (ino ^ (dev * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull;
+	uint64_t h = (ino ^ (dev * 0x9e3779b97f4a7c15ull) ^ (subvol * 0xc2b2ae3d27d4eb4full)) *
+		     0xff51afd7ed558ccdull;
 	return (size_t)(h ^ (h >> 32));
 }
 
-static butter_ino_t *link_find(struct link_map *m, const struct stat *st)
+/* The inode host file @st became in subvolume @subvol, or NULL if none yet. */
+static butter_ino_t *link_find(struct link_map *m, const struct stat *st, uint64_t subvol)
 {
 	if (!m->cap)
 		return NULL;
-	for (size_t i = link_hash(st->st_dev, st->st_ino) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+	for (size_t i = link_hash(st->st_dev, st->st_ino, subvol) & (m->cap - 1);;
+	     i = (i + 1) & (m->cap - 1)) {
 		struct link_slot *s = &m->v[i];
 		if (!s->used)
 			return NULL;
-		if (s->dev == st->st_dev && s->ino == st->st_ino)
+		if (s->dev == st->st_dev && s->ino == st->st_ino && s->to.subvol == subvol)
 			return &s->to;
 	}
 }
 
-/* Remember that host file @st became @to (absent so far); 0 or -ENOMEM. */
+/* Remember that host file @st became @to in to.subvol (absent so far); 0 or -ENOMEM. */
 static int link_add(struct link_map *m, const struct stat *st, butter_ino_t to)
 {
 	if ((m->n + 1) * 4 > m->cap * 3) {
@@ -195,7 +204,7 @@ static int link_add(struct link_map *m, const struct stat *st, butter_ino_t to)
 		for (size_t j = 0; j < m->cap; j++) {
 			if (!m->v[j].used)
 				continue;
-			size_t i = link_hash(m->v[j].dev, m->v[j].ino) & (cap - 1);
+			size_t i = link_hash(m->v[j].dev, m->v[j].ino, m->v[j].to.subvol) & (cap - 1);
 			while (v[i].used)
 				i = (i + 1) & (cap - 1);
 			v[i] = m->v[j];
@@ -204,7 +213,7 @@ static int link_add(struct link_map *m, const struct stat *st, butter_ino_t to)
 		m->v = v;
 		m->cap = cap;
 	}
-	size_t i = link_hash(st->st_dev, st->st_ino) & (m->cap - 1);
+	size_t i = link_hash(st->st_dev, st->st_ino, to.subvol) & (m->cap - 1);
 	while (m->v[i].used)
 		i = (i + 1) & (m->cap - 1);
 	m->v[i] = (struct link_slot){ st->st_dev, st->st_ino, to, true };
@@ -571,9 +580,9 @@ static void copy_leaf(struct copy *c, int dirfd, const char *hname, butter_ino_t
 	bool made;
 
 	if (linked) {
-		butter_ino_t *first = link_find(&c->links, st);
-		/* a link cannot cross subvolumes (mkfs --subvol): copy the file again */
-		if (first && first->subvol == dir.subvol) {
+		/* links cannot cross subvolumes: the first name in dir's subvolume is copied */
+		butter_ino_t *first = link_find(&c->links, st, dir.subvol);
+		if (first) {
 			int ret = butter_link(c->fs, *first, dir, name, strlen(name));
 			if (ret < 0) {
 				image_error(c, "creating hard link", ret);

@@ -220,14 +220,15 @@ static const struct cli_command commands[] = {
 		.main = cmd_mkfs,
 		.summary = "make a btrfs filesystem, optionally filled from a host directory",
 		.synopsis = "[-L LABEL] [-d PROFILE] [-m PROFILE] [-n NODESIZE] [-s SECTORSIZE]\n"
-			    "                   [--csum ALGO] [-b SIZE] [-f] [-q] [-v] [--rootdir DIR [--subvol PATH]...\n"
+			    "                   [--csum ALGO] [-b SIZE] [-f] [-M] [-q] [-v] [--rootdir DIR [--subvol PATH]...\n"
 			    "                   [--compress ALGO] [--shrink]]"
 			    "                   DEV...",
 		.usage = "Make one btrfs filesystem over the image files or block devices DEV...\n"
 			 "(with the features of current mkfs.btrfs: no-holes, free-space-tree,\n"
 			 "skinny-metadata, extref). An image file that does not exist is created\n"
 			 "with -b SIZE; a smaller one is grown to it. A device that holds a btrfs\n"
-			 "filesystem is refused without -f. SIZE takes K, M, G, T suffixes.\n"
+			 "filesystem is refused without -f. SIZE takes K, M, G, T suffixes. When\n"
+			 "mkfs fails, the image files it created are removed again.\n"
 			 "\n"
 			 "  -L, --label LABEL        filesystem label\n"
 			 "  -d, --data PROFILE       data profile: single, dup, raid0, raid1, raid1c3,\n"
@@ -240,6 +241,9 @@ static const struct cli_command commands[] = {
 			 "  -b, --byte-count SIZE    use (and create or grow image files to) SIZE bytes\n"
 			 "                           per device\n"
 			 "  -f, --force              overwrite an existing filesystem\n"
+			 "  -M, --mixed              mixed block groups: data and metadata share\n"
+			 "                           the same chunks (for small devices; node size\n"
+			 "                           = sector size, one profile, single by default)\n"
 			 "  -r, --rootdir DIR        copy the tree DIR into the top-level subvolume:\n"
 			 "                           data and holes, every file type, hard links,\n"
 			 "                           owners, modes, times, xattrs and ACLs\n"

@@ -606,6 +606,8 @@ struct butter_mkfs_opts {
 	int csum_type;              /* -1: crc32c */
 	uint64_t size;              /* bytes per device; 0: the device's size */
 	int force;                  /* overwrite an existing filesystem */
+	int mixed;                  /* mixed block groups (DATA|METADATA, mkfs.btrfs -M):
+				     * nodesize = sectorsize, one profile for both */
 	butter_log_fn log;
 	void *log_arg;
 };

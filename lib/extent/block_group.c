@@ -27,6 +27,8 @@ int extent_state_init(struct extent_state *es, struct btrfs_volumes *vol, struct
 	es->log = vol->log;
 	es->skinny = !!(btrfs_super_incompat_flags(&vol->super) &
 			BTRFS_FEATURE_INCOMPAT_SKINNY_METADATA);
+	es->mixed = !!(btrfs_super_incompat_flags(&vol->super) &
+		       BTRFS_FEATURE_INCOMPAT_MIXED_GROUPS);
 	range_set_init(&es->pinned);
 	return 0;
 }
@@ -331,7 +333,7 @@ int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical)
 		struct block_group *bg = es->bgs[(first + i) % n];
 		u64 start;
 
-		if ((bg->flags & BTRFS_BLOCK_GROUP_TYPE_MASK) != type)
+		if (!(bg->flags & type))
 			continue;
 		if (bg->free.total < len)
 			continue;

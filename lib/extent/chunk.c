@@ -145,6 +145,8 @@ int chunk_create(struct extent_state *es, u64 type, u64 stripe_size, u64 *logica
 	stripe_size = stripe_size / (1ULL << 20) * (1ULL << 20);
 	if (stripe_size == 0)
 		return -EINVAL;
+	if (es->mixed && (type & (BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA)))
+		type |= BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA;
 	cands = calloc(vol->ndevs ? vol->ndevs : 1, sizeof(*cands));
 	if (!cands)
 		return -ENOMEM;

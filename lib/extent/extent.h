@@ -11,6 +11,10 @@
  *  3. A block freed in the running transaction stays out of free space
  *     (pinned) until the commit has written the superblocks, because the last
  *     committed tree may still point at it.
+ *  4. With mixed block groups (incompat MIXED_GROUPS) every data or metadata
+ *     group is both (flags DATA|METADATA): data extents and tree blocks come
+ *     from the same groups, and every new data or metadata chunk is mixed.
+ *     System groups stay apart. nodesize equals sectorsize there.
  */
 #ifndef BUTTER_EXTENT_EXTENT_H
 #define BUTTER_EXTENT_EXTENT_H
@@ -61,6 +65,7 @@ struct extent_state {
 	struct node_cache *cache;
 	const struct blog *log;
 	int skinny;                 /* SKINNY_METADATA: METADATA_ITEM keys */
+	int mixed;                  /* MIXED_GROUPS: invariant 4 */
 	struct tree_root *extent_root;
 	struct tree_root *bg_root;  /* extent tree, or the block group tree */
 	struct tree_root *fst_root; /* NULL without a free space tree */
@@ -105,7 +110,8 @@ int extent_exclude_super_stripes(struct extent_state *es, struct block_group *bg
 
 /*
  * Allocate @len bytes in a block group of @type (BTRFS_BLOCK_GROUP_DATA,
- * METADATA or SYSTEM). -ENOSPC when no group of that type has room.
+ * METADATA or SYSTEM): a group whose flags hold that bit, so mixed groups
+ * serve data and metadata. -ENOSPC when no such group has room.
  */
 int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical);
 
@@ -192,8 +198,9 @@ int chunk_init_devspace(struct extent_state *es, int load);
 /*
  * Create a chunk of @type (a BTRFS_BLOCK_GROUP_* type and profile) with
  * about @stripe_size bytes per device stripe: the chunk map, its block group
- * (free space minus super stripes), device space. Tree items follow with
- * chunk_insert_items(). Returns 0 with *logical, -ENOSPC, -EINVAL.
+ * (free space minus super stripes), device space. On a filesystem with mixed
+ * block groups a data or metadata chunk is made DATA|METADATA. Tree items
+ * follow with chunk_insert_items(). Returns 0 with *logical, -ENOSPC, -EINVAL.
  */
 int chunk_create(struct extent_state *es, u64 type, u64 stripe_size, u64 *logical);
 

@@ -466,8 +466,13 @@ int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
 		if (d->total_bytes > d->bytes_used + DEVICE_RESERVED_BYTES)
 			unalloc += d->total_bytes - d->bytes_used - DEVICE_RESERVED_BYTES;
 	}
-	if (fs->w)
+	if (fs->w) {
+		/* a writable handle: what its running transaction allocated counts too */
+		u64 bg_used;
+
+		fs_live_data_usage(fs, &data_total, &bg_used);
 		space_now(fs, &data_used, &unalloc);
+	}
 	out->bsize = fs->vol.sectorsize;
 	out->blocks = (data_total + unalloc / factor) / out->bsize;
 	out->bfree = (data_total - (data_used < data_total ? data_used : data_total) +

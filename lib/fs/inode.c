@@ -262,6 +262,19 @@ static void fill_time(struct timespec *ts, const struct btrfs_timespec *t)
 		ts->tv_nsec = 999999999L;
 }
 
+/*
+ * Return st_blocks for an inode of @nbytes bytes, as the kernel's getattr
+ * reports it: the bytes rounded up to whole sectors, in 512-byte units (a file
+ * of 5 inline bytes holds one sector). butter has no delayed allocation: what
+ * a write adds is in nbytes when the write returns.
+ */
+static u64 stat_blocks(u64 nbytes, u32 sectorsize)
+{
+	u64 sectors = nbytes / sectorsize + (nbytes % sectorsize != 0);
+
+	return sectors * (sectorsize / 512);
+}
+
 int butter_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 {
 	struct btrfs_inode_item item;
@@ -285,7 +298,7 @@ int butter_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 	st->gid = btrfs_inode_gid(&item);
 	st->rdev = fs_rdev_to_user(btrfs_inode_rdev(&item));
 	st->size = btrfs_inode_size(&item);
-	st->blocks = btrfs_inode_nbytes(&item) / 512;
+	st->blocks = stat_blocks(btrfs_inode_nbytes(&item), fs->vol.sectorsize);
 	st->generation = btrfs_inode_generation(&item);
 	st->transid = btrfs_inode_transid(&item);
 	st->flags = btrfs_inode_flags(&item);

@@ -67,7 +67,8 @@
  *     committed chunk tree does not know it). Inodes logged earlier in T are
  *     checked again at every log sync; if one lost or moved a name, the sync
  *     commits.
- *  4. Only regular files are logged; directories, symlinks, special files,
+ *  4. Only regular files are logged, and not on mixed block groups (the
+ *     replay refuses those logs); directories, symlinks, special files,
  *     files without links and subvolumes without a committed root item
  *     commit. So does a log sync that would hold more than LOG_MAX_INODES
  *     inodes (the checks of invariant 3 grow with them) or copy more than
@@ -1179,11 +1180,17 @@ static int write_log(struct tree_log *l, struct tree_trans *t)
 	return ret;
 }
 
-/* Can this transaction log at all? Block groups made in it are unknown to the committed state. */
+/*
+ * Can this transaction log at all? Block groups made in it are unknown to the
+ * committed state. Mixed block groups commit: butter's replay refuses their
+ * logs (log_replay.c), and a log butter wrote must be one butter can replay.
+ */
 static int log_possible(struct fs_write_state *w)
 {
 	size_t i;
 
+	if (w->es.mixed)
+		return 0;
 	for (i = 0; i < w->es.nbgs; i++)
 		if (w->es.bgs[i]->is_new)
 			return 0;

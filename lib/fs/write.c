@@ -188,14 +188,17 @@ fail:
 }
 
 /* Start a change: take the lock and make sure a transaction runs. */
-/* Bytes free in block groups of @type, and the profile bits they use. */
+/*
+ * Bytes free in block groups that serve @type (mixed groups serve data and
+ * metadata alike), and the profile bits they use.
+ */
 static u64 group_free(const struct extent_state *es, u64 type, u64 *profile)
 {
 	u64 sum = 0;
 	size_t i;
 
 	for (i = 0; i < es->nbgs; i++) {
-		if ((es->bgs[i]->flags & BTRFS_BLOCK_GROUP_TYPE_MASK) != type)
+		if (!(es->bgs[i]->flags & type))
 			continue;
 		sum += es->bgs[i]->free.total;
 		if (profile)
@@ -227,6 +230,42 @@ static u64 unallocated(const struct extent_state *es, u64 profile)
  * Deletions may use the last reserve (they give space back). -ENOSPC
  * before anything changed, never half way through a change.
  */
+/*
+ * reserve_space() for mixed block groups: data and tree blocks share the
+ * groups, so the room a change may need (@data_bytes, then @floor for tree
+ * blocks) must be free in them before it starts: mixed chunks are added while
+ * less than that plus @low is free and device space is left. A data chunk
+ * made later by fs_alloc_data() only adds room.
+ */
+static int reserve_mixed(struct fs_write_state *w, u64 data_bytes, u64 floor, u64 low)
+{
+	u64 profile = w->data_profile, free = group_free(&w->es, BTRFS_BLOCK_GROUP_METADATA, &profile);
+	u64 need = data_bytes + floor;
+	int ret;
+
+	while (free < need + low && free >= META_RESERVE / 4) {
+		u64 chunk, size = chunk_max_size(&w->es, 256ULL << 20);
+
+		/* down to 1 MiB: the last of a small device is worth a chunk */
+		while (size >= (1ULL << 20) && unallocated(&w->es, profile) < size)
+			size /= 2;
+		if (size < (1ULL << 20))
+			break;
+		ret = chunk_create(&w->es, BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA | profile,
+				   size, &chunk);
+		if (ret == 0)
+			ret = chunk_insert_items(&w->es, &w->txn.tt, chunk);
+		if (ret == -ENOSPC)
+			break;
+		if (ret) {
+			txn_abort(&w->txn, ret, "allocating a mixed chunk");
+			return ret;
+		}
+		free = group_free(&w->es, BTRFS_BLOCK_GROUP_METADATA, NULL);
+	}
+	return free < need ? -ENOSPC : 0;
+}
+
 static int reserve_space(struct fs_write_state *w, u64 data_bytes, int deleting)
 {
 	u64 meta_profile = 0, data_profile = w->data_profile, meta_free, need;
@@ -235,6 +274,8 @@ static int reserve_space(struct fs_write_state *w, u64 data_bytes, int deleting)
 	u64 floor = deleting ? META_RESERVE / 4 : META_RESERVE;
 	int ret;
 
+	if (w->es.mixed)
+		return reserve_mixed(w, data_bytes, floor, low);
 	meta_free = group_free(&w->es, BTRFS_BLOCK_GROUP_METADATA, &meta_profile);
 	if (meta_free < low) {
 		u64 chunk, size = chunk_max_size(&w->es, 256ULL << 20);
@@ -281,7 +322,8 @@ int begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_
 		/*
 		 * Space freed in this transaction (queued reference drops, pinned
 		 * extents) comes back only after its commit: commit and ask again,
-		 * as the kernel does before it answers ENOSPC.
+		 * as the kernel does before it answers ENOSPC. The commit holds
+		 * the state before this change, after every change before it.
 		 */
 		ret = txn_commit(&w->txn);
 		if (ret == 0)
@@ -315,6 +357,27 @@ int end_change(struct fs_write_state *w, int ret, int failed_in_trees)
 	}
 	pthread_mutex_unlock(&w->lock);
 	return ret;
+}
+
+int fs_live_data_usage(struct butter_fs *fs, u64 *total, u64 *used)
+{
+	struct fs_write_state *w = fs->w;
+	size_t i;
+
+	if (!w)
+		return -ENOENT;
+	*total = *used = 0;
+	pthread_mutex_lock(&w->lock);
+	for (i = 0; i < w->es.nbgs; i++) {
+		const struct block_group *bg = w->es.bgs[i];
+
+		if (!(bg->flags & BTRFS_BLOCK_GROUP_DATA))
+			continue;
+		*total += bg->length;
+		*used += bg->length - (bg->free.total < bg->length ? bg->free.total : bg->length);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return 0;
 }
 
 int butter_sync(struct butter_fs *fs)

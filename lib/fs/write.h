@@ -54,6 +54,15 @@ int begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_
 /* End a change; @failed_in_trees: the error came from changing trees (abort). */
 int end_change(struct fs_write_state *w, int ret, int failed_in_trees);
 
+/*
+ * Data space of a writable handle as it is now (statfs): *total and *used
+ * over the block groups that hold data (mixed ones too), used being all that
+ * is not free: extents of the running transaction, pinned extents and super
+ * stripes count, as the kernel's statfs counts them. 0, or -ENOENT without a
+ * write state (then the committed block group items are the truth).
+ */
+int fs_live_data_usage(struct butter_fs *fs, u64 *total, u64 *used);
+
 void now_ts(struct btrfs_timespec *t);
 int insert_or_extend(struct tree_trans *t, struct tree_root *root, const struct btrfs_key *key,
 		     const void *data, u32 size);

@@ -8,6 +8,10 @@
  * commit writes tree blocks, extent items, the free space tree and the
  * superblocks. So mkfs exercises the same code every later change uses.
  *
+ * With mixed block groups (opts->mixed, mkfs.btrfs -M) the metadata and data
+ * chunks are one DATA|METADATA chunk, nodesize is the sector size and both
+ * use one profile (single unless one is given).
+ *
  * What an empty filesystem holds (as mkfs.btrfs makes it):
  *   root tree   ROOT_ITEMs of the extent, dev, fs (5), csum, free space and
  *               data reloc trees; the root tree directory (6) with its
@@ -201,7 +205,7 @@ static int check_opts(const struct butter_mkfs_opts *o, const struct blog *log, 
 		      u32 *sectorsize, u16 *csum_type, u64 *data_p, u64 *meta_p)
 {
 	*sectorsize = o->sectorsize ? o->sectorsize : 4096;
-	*nodesize = o->nodesize ? o->nodesize : 16384;
+	*nodesize = o->nodesize ? o->nodesize : o->mixed ? *sectorsize : 16384;
 	*csum_type = o->csum_type < 0 ? BTRFS_CSUM_TYPE_CRC32 : (u16)o->csum_type;
 	if (*sectorsize != 4096) {
 		blog_err(log, "sector size %u is not supported (only 4096, the page size here)",
@@ -212,6 +216,11 @@ static int check_opts(const struct butter_mkfs_opts *o, const struct blog *log, 
 	    (*nodesize & (*nodesize - 1))) {
 		blog_err(log, "invalid node size %u (a power of two from %u to 65536)", *nodesize,
 			 *sectorsize);
+		return -EINVAL;
+	}
+	if (o->mixed && *nodesize != *sectorsize) {
+		blog_err(log, "node size %u must equal the sector size %u with mixed block groups",
+			 *nodesize, *sectorsize);
 		return -EINVAL;
 	}
 	if (btrfs_csum_size(*csum_type) == 0) {
@@ -225,6 +234,17 @@ static int check_opts(const struct butter_mkfs_opts *o, const struct blog *log, 
 	*data_p = o->data_profile ? o->data_profile : BUTTER_PROFILE_SINGLE;
 	*meta_p = o->meta_profile ? o->meta_profile
 				  : (o->ndevices > 1 ? BTRFS_BLOCK_GROUP_RAID1 : BTRFS_BLOCK_GROUP_DUP);
+	if (o->mixed) {
+		/* one profile for both, single unless one is given (as mkfs.btrfs -M) */
+		if (o->data_profile && o->meta_profile && o->data_profile != o->meta_profile) {
+			blog_err(log, "with mixed block groups data and metadata profiles must be "
+				      "the same");
+			return -EINVAL;
+		}
+		*data_p = *meta_p = o->data_profile	? o->data_profile
+				    : o->meta_profile ? o->meta_profile
+						      : BUTTER_PROFILE_SINGLE;
+	}
 	if (((*data_p | *meta_p) & BTRFS_BLOCK_GROUP_RAID6) && o->ndevices < 3) {
 		blog_err(log, "raid6 needs at least 3 devices");
 		return -EINVAL;
@@ -318,6 +338,8 @@ static void init_super(struct mkfs_state *m, const struct butter_mkfs_opts *o, u
 		   BTRFS_FEATURE_INCOMPAT_SKINNY_METADATA | BTRFS_FEATURE_INCOMPAT_NO_HOLES;
 	if (m->vol.nodesize > 4096)
 		incompat |= BTRFS_FEATURE_INCOMPAT_BIG_METADATA;
+	if (o->mixed)
+		incompat |= BTRFS_FEATURE_INCOMPAT_MIXED_GROUPS;
 	if ((data_p | meta_p) & (BTRFS_BLOCK_GROUP_RAID1C3 | BTRFS_BLOCK_GROUP_RAID1C4))
 		incompat |= BTRFS_FEATURE_INCOMPAT_RAID1C34;
 	if ((data_p | meta_p) & BTRFS_BLOCK_GROUP_RAID56_MASK)
@@ -343,7 +365,7 @@ int butter_mkfs(const struct butter_mkfs_opts *o)
 {
 	struct mkfs_state *m;
 	struct timespec now;
-	u64 data_p, meta_p, sys_l, meta_l, data_l, smallest = UINT64_MAX;
+	u64 data_p, meta_p, sys_l = 0, meta_l = 0, data_l = 0, smallest = UINT64_MAX;
 	u16 csum_type;
 	u32 nodesize, sectorsize;
 	size_t i;
@@ -401,7 +423,9 @@ int butter_mkfs(const struct butter_mkfs_opts *o)
 	if (ret == 0)
 		ret = chunk_create(&m->es, BTRFS_BLOCK_GROUP_METADATA | meta_p,
 				   clamp_u64(smallest / 16, 8 * MIB, 256 * MIB), &meta_l);
-	if (ret == 0)
+	/* mixed: the metadata chunk is DATA|METADATA (chunk_create) and holds data too */
+	data_l = meta_l;
+	if (ret == 0 && !o->mixed)
 		ret = chunk_create(&m->es, BTRFS_BLOCK_GROUP_DATA | data_p,
 				   clamp_u64(smallest / 8, 8 * MIB, 1024 * MIB), &data_l);
 	if (ret) {
@@ -446,7 +470,7 @@ int butter_mkfs(const struct butter_mkfs_opts *o)
 		ret = chunk_insert_items(&m->es, &m->txn.tt, sys_l);
 	if (ret == 0)
 		ret = chunk_insert_items(&m->es, &m->txn.tt, meta_l);
-	if (ret == 0)
+	if (ret == 0 && data_l != meta_l)
 		ret = chunk_insert_items(&m->es, &m->txn.tt, data_l);
 	if (ret == 0)
 		ret = fs_make_root_dir(&m->txn.tt, &m->fs_tree, m->vol.nodesize);

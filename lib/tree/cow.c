@@ -315,6 +315,15 @@ static void copy_tail(const struct node_cache *cache, struct tree_node *leaf, u3
 	set_nritems(leaf, mid);
 }
 
+/* Is the path's leaf the first of the tree (slot 0 at every level above)? */
+static int leftmost(const struct tree_path *path)
+{
+	for (int i = 1; i < BTRFS_MAX_LEVEL && path->nodes[i]; i++)
+		if (path->slots[i] != 0)
+			return 0;
+	return 1;
+}
+
 /*
  * Split the leaf so that the change at its slot (a new item of @need bytes
  * when @new_item, or @need more bytes for the existing item) fits.
@@ -365,6 +374,20 @@ static int split_leaf(struct tree_trans *t, struct tree_root *root, struct tree_
 			best = 1;
 			found = 1;
 		}
+	}
+	if (!found && new_item && slot == 0 && n > 0 && need <= cap && leftmost(path)) {
+		/*
+		 * A new first item of the leftmost leaf that fits only alone: a
+		 * new empty leaf before this one (the caller searches again and
+		 * lands in it); its key is the new first key of every ancestor.
+		 */
+		ret = new_node(t, root, 0, &right);
+		if (ret)
+			return ret;
+		insert_ptr(path->nodes[1], 0, ins_key, right->bytenr, right->generation);
+		fixup_low_keys(path, ins_key, 2);
+		node_put(cache, right);
+		return 0;
 	}
 	if (!found) {
 		/* only an item alone in a new leaf fits: appending past the end */

@@ -296,7 +296,8 @@ def test_too_small(kernel, butter, workdir):
     proc = butter.run(["mkfs", "-b", "32M", images[0]], check=False)
     assert failed(proc)
     assert "too small" in proc.stderr, proc.stderr
-    with open(images[0], "r+b") as f:          # an existing 10 MiB file, no -b
+    assert not os.path.exists(images[0])       # the file it created is gone again
+    with open(images[0], "wb") as f:           # an existing 10 MiB file, no -b
         f.truncate(10 * MiB)
     proc = butter.run(["mkfs", "-f", images[0]], check=False)
     assert failed(proc) and "too small" in proc.stderr, proc.stderr
