@@ -394,6 +394,15 @@ int butter_subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *nam
 int butter_sync(struct butter_fs *fs);
 
 /*
+ * When a change finds no room while its transaction holds freed space (not
+ * reusable before a commit), the library commits, then tries again, as the
+ * kernel does. That commit holds the filesystem as it was before the change.
+ * @fn, if set, is called just before such a commit, outside the library's
+ * locks (a test that records what each commit holds lists the tree there).
+ */
+void butter_set_space_commit_hook(struct butter_fs *fs, void (*fn)(void *arg), void *arg);
+
+/*
  * Switch a read-write handle to read-only and back (a remount): going
  * read-only commits everything first (its error is returned, and the handle
  * stays writable); afterwards every change is refused with -EROFS and

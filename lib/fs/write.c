@@ -325,6 +325,11 @@ int begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_
 		 * as the kernel does before it answers ENOSPC. The commit holds
 		 * the state before this change, after every change before it.
 		 */
+		if (w->space_commit_fn) {
+			pthread_mutex_unlock(&w->lock);
+			w->space_commit_fn(w->space_commit_arg);
+			pthread_mutex_lock(&w->lock);
+		}
 		ret = txn_commit(&w->txn);
 		if (ret == 0)
 			ret = txn_begin(&w->txn);
@@ -391,6 +396,14 @@ int butter_sync(struct butter_fs *fs)
 	ret = txn_commit(&w->txn);
 	pthread_mutex_unlock(&w->lock);
 	return ret;
+}
+
+void butter_set_space_commit_hook(struct butter_fs *fs, void (*fn)(void *arg), void *arg)
+{
+	if (fs->w) {
+		fs->w->space_commit_fn = fn;
+		fs->w->space_commit_arg = arg;
+	}
 }
 
 int butter_set_readonly(struct butter_fs *fs, int readonly)

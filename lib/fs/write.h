@@ -36,6 +36,8 @@ struct fs_write_state {
 	int compress_force;          /* keep trying after data did not compress */
 	struct fs_open_files *open_files; /* orphan.c: opens the front end counts */
 	bool readonly;               /* butter_set_readonly(): changes refused; protected by lock */
+	void (*space_commit_fn)(void *arg); /* butter_set_space_commit_hook() */
+	void *space_commit_arg;
 	struct tree_log *tlog;       /* tree_log.c: the fsync log of the running transaction */
 	/* qgroup.c: objectid 0 unless quotas are on; quota_marked: INCONSISTENT is set */
 	struct tree_root quota_tree;

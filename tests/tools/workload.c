@@ -330,6 +330,22 @@ static void manifest_durable(uint64_t gen)
 	fflush(manifest);
 }
 
+/*
+ * The library commits on its own when a change finds no room while the
+ * running transaction holds freed space (butter_set_space_commit_hook):
+ * that commit holds the tree as it is before the change, written here
+ * before the commit; the operation's loop then knows that generation.
+ */
+static uint64_t space_gen; /* the generation the last such commit makes */
+
+static void on_space_commit(void *arg)
+{
+	struct butter_fs *fs = arg;
+
+	space_gen = generation(fs) + 1;
+	manifest_state(fs, space_gen);
+}
+
 /* --compress cycle: the next algorithm; forced every other round. */
 static void next_compression(struct butter_fs *fs)
 {
@@ -873,6 +889,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	the_fs = fs;
+	if (manifest)
+		butter_set_space_commit_hook(fs, on_space_commit, fs);
 	gen = generation(fs);
 	if (!log_replay || gen != gen0) {
 		manifest_state(fs, gen);
@@ -1098,9 +1116,14 @@ int main(int argc, char **argv)
 			op_snapdel(fs, &gen);
 		}
 		if (generation(fs) != gen) {
-			/* the library committed on its own (too much dirty metadata) */
+			/*
+			 * The library committed on its own: after the change (too much
+			 * dirty metadata: the tree now), or before it for room (its
+			 * state was written then, on_space_commit)
+			 */
 			gen = generation(fs);
-			manifest_state(fs, gen);
+			if (gen != space_gen)
+				manifest_state(fs, gen);
 			manifest_durable(gen);
 		}
 		if (sync_every && i % sync_every == sync_every - 1) {
