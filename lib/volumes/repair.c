@@ -25,11 +25,21 @@ static u32 nparity(const struct chunk_map *map)
 
 static int stripe_io(const struct map_stripe *s, void *buf, size_t len, u64 physical, int write)
 {
+	int ret;
+
 	if (!s->dev || !s->dev->bdev)
 		return -EIO;
-	if (write)
-		return blockdev_write(s->dev->bdev, buf, len, physical); /* its errno, as is */
-	return blockdev_read(s->dev->bdev, buf, len, physical) ? -EIO : 0;
+	if (write) {
+		ret = blockdev_write(s->dev->bdev, buf, len, physical); /* its errno, as is */
+		if (ret)
+			volumes_dev_stat_inc(s->dev, BTRFS_DEV_STAT_WRITE_ERRS);
+		return ret;
+	}
+	if (blockdev_read(s->dev->bdev, buf, len, physical)) {
+		volumes_dev_stat_inc(s->dev, BTRFS_DEV_STAT_READ_ERRS);
+		return -EIO;
+	}
+	return 0;
 }
 
 int volumes_write_copy(struct btrfs_volumes *vol, u64 logical, const void *buf, size_t len,
@@ -56,8 +66,17 @@ int volumes_write_copy(struct btrfs_volumes *vol, u64 logical, const void *buf, 
 			return -EIO;
 		piece = contiguous < len ? (size_t)contiguous : len;
 		ret = stripe_io(&map->stripes[idx], (void *)p, piece, physical, 1);
-		if (ret)
+		if (ret) {
+			const struct btrfs_device *dev = map->stripes[idx].dev;
+
+			if (dev && dev->bdev)
+				blog_err(vol->log, "write error: logical %llu copy %d on %s (devid %llu) "
+						   "physical %llu: %s",
+					 (unsigned long long)(map->logical + offset), mirror,
+					 dev->path ? dev->path : "?", (unsigned long long)dev->devid,
+					 (unsigned long long)physical, strerror(-ret));
 			return ret;
+		}
 		p += piece;
 		len -= piece;
 		offset += piece;
