@@ -196,7 +196,7 @@ def test_no_good_copy(kernel, butter, workdir):
     rc, f, err = butter_scrub(butter, images)
     assert rc == 3, f"exit {rc}\n{f}\n{err}"
     assert f["csum"] == 2 and f["uncorrectable"] == 2 and f["corrected"] == 0, f
-    assert f"inode {inodes['big']}, file offset {file_off}" in err, err
+    assert (f"inode {inodes['big']} path \"big\" file offset {file_off}" in err), err
     assert snapshot(images) == damaged, "nothing can be repaired, yet an image changed"
     counts = kernel_scrub(workdir, images)
     assert counts["csum_errors"] == 2, counts
