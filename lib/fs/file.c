@@ -147,7 +147,7 @@ int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodata
 		int mirror;
 
 		if (!nodatasum && !have[i]) {
-			report_bad_copy(fs, "no checksum recorded", logical, pos, 1, who,
+			report_bad_copy(fs, "without a recorded checksum", logical, pos, 1, who,
 					BUTTER_LOG_ERROR);
 			ret = -EIO;
 			goto out;
@@ -292,7 +292,11 @@ static int read_from_extent(struct butter_fs *fs, butter_ino_t ino, const struct
 			return -ENOMEM;
 		if (btrfs_decompress(fe->compression, fe->inline_data, fe->inline_len, plain,
 				     fe->ram_bytes, ss) < 0) {
-			blog_err(&fs->log, "inline extent: compressed data is corrupt");
+			char file[1400];
+
+			blog_err(&fs->log, "inline extent: compressed data is corrupt: %s",
+				 fs_describe_file_pos(fs, ino.subvol, ino.ino, fe->start, file,
+						      sizeof(file)));
 			ret = -EIO;
 		} else {
 			memcpy(out, plain + in_extent, len);
@@ -332,8 +336,12 @@ static int read_from_extent(struct butter_fs *fs, butter_ino_t ino, const struct
 		goto out;
 	if (btrfs_decompress(fe->compression, tmp, fe->disk_num_bytes, plain, fe->ram_bytes, ss) <
 	    0) {
-		blog_err(&fs->log, "extent at %llu: compressed data is corrupt",
-			 (unsigned long long)fe->disk_bytenr);
+		char file[1400];
+
+		blog_err(&fs->log, "extent at logical %llu: compressed data is corrupt: %s",
+			 (unsigned long long)fe->disk_bytenr,
+			 fs_describe_file_pos(fs, ino.subvol, ino.ino, fe->start, file,
+					      sizeof(file)));
 		ret = -EIO;
 		goto out;
 	}
