@@ -208,11 +208,10 @@ const char *volumes_describe(const struct btrfs_volumes *vol, u64 logical, int m
 			 mirror);
 		return buf;
 	}
-	snprintf(buf, size, "logical %llu copy %d %s%s%s (devid %llu) physical %llu",
+	snprintf(buf, size, "logical %llu copy %d %s%s (devid %llu) physical %llu",
 		 (unsigned long long)logical, mirror,
 		 rebuilt ? "rebuilt from parity for the data stripe on " : "on ",
-		 dev && dev->bdev ? "" : "missing device ",
-		 dev && dev->bdev && dev->path ? dev->path : "",
+		 !dev || !dev->bdev ? "missing device" : dev->path ? dev->path : "?",
 		 (unsigned long long)(dev ? dev->devid : 0), (unsigned long long)physical);
 	return buf;
 }
