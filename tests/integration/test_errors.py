@@ -19,6 +19,7 @@ import hashlib
 import os
 import random
 import re
+import struct
 
 from butter_it import kfs
 from butter_it.fusemount import FuseMount
@@ -224,4 +225,34 @@ def test_tree_block_copy_named_and_counted(kernel, butter, workdir):
     btrfs_check([image])
     _, st = butter_stats(butter, image)
     assert st["corruption_errs"] >= 1, st
+    assert kernel_stats(workdir, image) == st
+
+
+def test_stale_tree_block_copy_counts_generation(kernel, butter, workdir):
+    """Copy 1 of a tree block made stale (an older generation, checksum recomputed): read
+    from copy 2, named, and counted as a generation error once committed."""
+    from test_bad_input import crc32c
+    image, victim, ino, extents, cm, blocks = made(workdir)
+    bytenr = blocks[-1]
+    (devid, phys), (_, phys2) = cm.locate(bytenr)
+    nodesize = 16384
+    block = bytearray(kfs.read_image(image, phys, nodesize))
+    assert block == kfs.read_image(image, phys2, nodesize), "the two copies differ"
+    assert struct.unpack_from("<Q", block, 48)[0] == bytenr, "not the block's header"
+    gen = struct.unpack_from("<Q", block, 80)[0]
+    struct.pack_into("<Q", block, 80, gen - 1)
+    struct.pack_into("<I", block, 0, crc32c(bytes(block[32:])))
+    with open(image, "r+b") as f:
+        f.seek(phys)
+        f.write(block)
+    r = butter.run(["ls", image, "dir"])
+    assert "victim" in r.stdout.decode()
+    line = next((ln for ln in r.stderr.splitlines() if "generation" in ln), "")
+    for part in (f"tree block logical {bytenr} ", "copy 1 ", f"on {image} (devid 1)",
+                 f"physical {phys}"):
+        assert part in line, f"{part!r} missing from: {r.stderr[-2000:]}"
+    butter.run(["mkdir", image, "newdir"])
+    btrfs_check([image])
+    _, st = butter_stats(butter, image)
+    assert st["generation_errs"] >= 1 and st["corruption_errs"] == 0, st
     assert kernel_stats(workdir, image) == st
