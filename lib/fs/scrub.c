@@ -113,39 +113,53 @@ static int row_tainted(struct scrub *sc, u64 row)
 	return sc->ntainted && sc->tainted[0] == row;
 }
 
+/* "/dev/x (devid D) physical P" of one stripe of a row, for messages. */
+static const char *stripe_place(const struct btrfs_device *dev, u64 physical, char *buf,
+				size_t size)
+{
+	snprintf(buf, size, "%s (devid %llu) physical %llu",
+		 !dev || !dev->bdev ? "missing device" : dev->path ? dev->path : "?",
+		 (unsigned long long)(dev ? dev->devid : 0), (unsigned long long)physical);
+	return buf;
+}
+
 static int check_row(struct scrub *sc)
 {
-	int mismatch, ret;
+	struct raid56_parity_check res;
+	char at[2][256];
+	int ret, k;
 
 	if (!sc->row_pending)
 		return 0;
 	sc->row_pending = 0;
 	if (row_tainted(sc, sc->row)) {
 		/* parity computed over data known to be bad would say nothing */
-		blog_warn(&sc->fs->log, "scrub: stripe row at %llu: parity not checked (its data "
-			  "has errors left)", (unsigned long long)sc->row);
+		blog_warn(&sc->fs->log, "scrub: stripe row at logical %llu: parity not checked (its "
+			  "data has errors left)", (unsigned long long)sc->row);
 		return 0;
 	}
-	ret = volumes_raid56_check_parity(sc->vol, sc->row, sc->repair, &mismatch);
+	ret = volumes_raid56_check_parity(sc->vol, sc->row, sc->repair, &res);
 	if (ret == -EIO) {
-		blog_err(&sc->fs->log, "scrub: stripe row at %llu: a stripe cannot be read",
-			 (unsigned long long)sc->row);
+		blog_err(&sc->fs->log, "scrub: stripe row at logical %llu: the stripe on %s cannot "
+			 "be read", (unsigned long long)sc->row,
+			 stripe_place(res.unreadable_dev, res.unreadable_physical, at[0],
+				      sizeof(at[0])));
 		sc->st->read_errors++;
 		return 0;
 	}
 	if (ret)
 		return ret;
-	if (!mismatch)
+	if (!res.mismatch)
 		return 0;
-	sc->st->parity_errors += (u64)mismatch;
-	if (sc->repair) {
-		sc->st->corrected += (u64)mismatch;
-		blog_warn(&sc->fs->log, "scrub: stripe row at %llu: parity did not match the data; "
-			  "rewritten", (unsigned long long)sc->row);
-	} else {
-		blog_warn(&sc->fs->log, "scrub: stripe row at %llu: parity does not match the data",
-			  (unsigned long long)sc->row);
-	}
+	sc->st->parity_errors += (u64)res.mismatch;
+	if (sc->repair)
+		sc->st->corrected += (u64)res.mismatch;
+	for (k = 0; k < res.mismatch; k++)
+		stripe_place(res.dev[k], res.physical[k], at[k], sizeof(at[k]));
+	blog_warn(&sc->fs->log, "scrub: stripe row at logical %llu: parity on %s%s%s %s the data%s",
+		  (unsigned long long)sc->row, at[0], res.mismatch > 1 ? " and on " : "",
+		  res.mismatch > 1 ? at[1] : "", sc->repair ? "did not match" : "does not match",
+		  sc->repair ? "; rewritten" : "");
 	return 0;
 }
 

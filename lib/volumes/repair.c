@@ -99,7 +99,7 @@ int volumes_raid56_row(const struct btrfs_volumes *vol, u64 logical, u64 *row_lo
 }
 
 int volumes_raid56_check_parity(struct btrfs_volumes *vol, u64 row_logical, int repair,
-				int *mismatch)
+				struct raid56_parity_check *res)
 {
 	const struct chunk_map *map = volumes_find_chunk(vol, row_logical);
 	u32 n, np, ndata, k;
@@ -107,7 +107,7 @@ int volumes_raid56_check_parity(struct btrfs_volumes *vol, u64 row_logical, int 
 	unsigned char **blocks = NULL, *mem = NULL;
 	int ret = 0;
 
-	*mismatch = 0;
+	memset(res, 0, sizeof(*res));
 	if (!map || !(map->type & BTRFS_BLOCK_GROUP_RAID56_MASK))
 		return -EINVAL;
 	n = map->num_stripes;
@@ -127,10 +127,14 @@ int volumes_raid56_check_parity(struct btrfs_volumes *vol, u64 row_logical, int 
 	for (k = 0; k < n + np; k++)
 		blocks[k] = mem + (size_t)k * sl;
 	for (k = 0; k < n; k++) {
-		ret = stripe_io(&map->stripes[(row + k) % n], blocks[k], (size_t)sl,
-				map->stripes[(row + k) % n].physical + row * sl, 0);
-		if (ret)
+		const struct map_stripe *s = &map->stripes[(row + k) % n];
+
+		ret = stripe_io(s, blocks[k], (size_t)sl, s->physical + row * sl, 0);
+		if (ret) {
+			res->unreadable_dev = s->dev;
+			res->unreadable_physical = s->physical + row * sl;
 			goto out;
+		}
 	}
 	{
 		unsigned char *v[8], **cols = v;
@@ -155,7 +159,9 @@ int volumes_raid56_check_parity(struct btrfs_volumes *vol, u64 row_logical, int 
 
 		if (memcmp(blocks[at], blocks[n + k], (size_t)sl) == 0)
 			continue;
-		(*mismatch)++;
+		res->dev[res->mismatch] = s->dev;
+		res->physical[res->mismatch] = s->physical + row * sl;
+		res->mismatch++;
 		if (repair) {
 			ret = stripe_io(s, blocks[n + k], (size_t)sl, s->physical + row * sl, 1);
 			if (ret)

@@ -215,13 +215,22 @@ int volumes_write_copy(struct btrfs_volumes *vol, u64 logical, const void *buf, 
 int volumes_raid56_row(const struct btrfs_volumes *vol, u64 logical, u64 *row_logical,
 		       u64 *row_len);
 
+/* What volumes_raid56_check_parity() found, with the places for messages. */
+struct raid56_parity_check {
+	int mismatch;                  /* parity stripes that differ (0..2) */
+	struct btrfs_device *dev[2];   /* each differing one (P before Q): device */
+	u64 physical[2];               /* and physical byte of its stripe in the row */
+	struct btrfs_device *unreadable_dev; /* -EIO: the stripe that could not be read */
+	u64 unreadable_physical;
+};
+
 /*
  * Check the parity of the row starting at @row_logical against its data
- * stripes as they are on disk: *mismatch set to the number of parity stripes
- * that differ; with @repair those are rewritten. -EIO if a stripe of the row
- * cannot be read (nothing is written then).
+ * stripes as they are on disk: @res says how many parity stripes differ and
+ * where they are; with @repair those are rewritten. -EIO if a stripe of the
+ * row cannot be read (res names it; nothing is written then).
  */
 int volumes_raid56_check_parity(struct btrfs_volumes *vol, u64 row_logical, int repair,
-				int *mismatch);
+				struct raid56_parity_check *res);
 
 #endif

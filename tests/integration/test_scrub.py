@@ -159,12 +159,14 @@ def made(workdir, profile, ndev, rng):
         return fs.images, want, maps, inodes, cm, devids, blocks
 
 
-def repaired_as_before(workdir, butter, images, want, before, expect):
-    """butter scrub -r reports `expect` and changes nothing; butter scrub repairs to
-    `before`; the kernel agrees."""
+def repaired_as_before(workdir, butter, images, want, before, expect, said=()):
+    """butter scrub -r reports `expect` (with each text of `said` in its messages) and
+    changes nothing; butter scrub repairs to `before`; the kernel agrees."""
     damaged = snapshot(images)
     rc, f, err = butter_scrub(butter, images, readonly=True)
     assert rc == 3, f"scrub -r exit {rc}, want 3\n{err}"
+    for text in said:
+        assert text in err, f"{text!r} not in the scrub's messages:\n{err[-3000:]}"
     for k, v in expect.items():
         assert f[k] == v, f"scrub -r: {k} {f[k]}, want {v}\n{f}\n{err}"
     assert f["corrected"] == 0 and f["uncorrectable"] == 0, f
@@ -186,7 +188,7 @@ def repaired_as_before(workdir, butter, images, want, before, expect):
                                           ("raid10", 4)])
 def test_mirrored_data(kernel, butter, workdir, profile, ndev):
     rng = random.Random(f"data-{profile}")
-    images, want, maps, _, cm, devids, _ = made(workdir, profile, ndev, rng)
+    images, want, maps, inodes, cm, devids, _ = made(workdir, profile, ndev, rng)
     before = snapshot(images)
     # copy 2 of a sector of "big"; on RAID1C3 also copy 3 of another sector
     hits = [(256 * 1024, 1)] + ([(512 * 1024 + 3 * SECTOR, 2)] if profile == "raid1c3" else [])
@@ -197,7 +199,14 @@ def test_mirrored_data(kernel, butter, workdir, profile, ndev):
         damage(devids[devid], phys, want["big"][file_off:file_off + SECTOR])
     counts = kernel_scrub(workdir, images)
     assert counts["csum_errors"] == len(hits), f"the kernel counted {counts}"
-    repaired_as_before(workdir, butter, images, want, before, {"csum": len(hits), "verify": 0})
+    said = []
+    for file_off, copy in hits:
+        devid, phys = cm.locate(logical_of(maps["big"], file_off))[copy]
+        said.append(f"scrub: data logical {logical_of(maps['big'], file_off)} copy {copy + 1} "
+                    f"on {devids[devid]} (devid {devid}) physical {phys}: checksum mismatch, "
+                    f"subvolume 5 inode {inodes['big']} path \"big\" file offset {file_off}")
+    repaired_as_before(workdir, butter, images, want, before, {"csum": len(hits), "verify": 0},
+                       said)
 
 
 def test_tree_block(kernel, butter, workdir):
@@ -269,7 +278,9 @@ def test_raid56(kernel, butter, workdir, profile, ndev):
         for i, b in enumerate(kfs.read_image(devids[d], p, SECTOR)):
             xor[i] ^= b
     damage(devids[pdev], pphys, bytes(xor))
-    repaired_as_before(workdir, butter, images, want, before, {"csum": 1, "parity": 1})
+    repaired_as_before(workdir, butter, images, want, before, {"csum": 1, "parity": 1},
+                       [f"parity on {devids[pdev]} (devid {pdev}) physical ",
+                        f"on {devids[devid]} (devid {devid}) physical {phys}: checksum mismatch"])
 
 
 def test_superblock(kernel, butter, workdir):
