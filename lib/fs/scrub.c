@@ -573,14 +573,23 @@ static u64 scrub_supers(struct scrub *sc)
 			if (ret == 0 && memcmp(sb->fsid, vol->super.fsid, BTRFS_FSID_SIZE) == 0 &&
 			    btrfs_super_generation(sb) == btrfs_super_generation(&vol->super))
 				continue;
-			if (ret == 0)
-				blog_warn(&sc->fs->log, "scrub: %s: superblock copy %d is at generation "
-					  "%llu, the filesystem at %llu", bdev->name, m,
+			if (ret == 0) {
+				volumes_dev_stat_inc(vol->devs[d], BTRFS_DEV_STAT_GENERATION_ERRS);
+				blog_warn(&sc->fs->log, "scrub: %s (devid %llu): superblock copy %d "
+					  "(physical %llu) is at generation %llu, the filesystem at "
+					  "%llu", bdev->name, (unsigned long long)vol->devs[d]->devid,
+					  m, (unsigned long long)btrfs_sb_offset(m),
 					  (unsigned long long)btrfs_super_generation(sb),
 					  (unsigned long long)btrfs_super_generation(&vol->super));
-			else
-				blog_warn(&sc->fs->log, "scrub: %s: superblock copy %d is bad",
-					  bdev->name, m);
+			} else {
+				volumes_dev_stat_inc(vol->devs[d],
+						     ret == -EIO ? BTRFS_DEV_STAT_READ_ERRS
+								 : BTRFS_DEV_STAT_CORRUPTION_ERRS);
+				blog_warn(&sc->fs->log, "scrub: %s (devid %llu): superblock copy %d "
+					  "(physical %llu) is bad", bdev->name,
+					  (unsigned long long)vol->devs[d]->devid, m,
+					  (unsigned long long)btrfs_sb_offset(m));
+			}
 			bad++;
 		}
 	}
