@@ -256,3 +256,31 @@ def test_stale_tree_block_copy_counts_generation(kernel, butter, workdir):
     _, st = butter_stats(butter, image)
     assert st["generation_errs"] >= 1 and st["corruption_errs"] == 0, st
     assert kernel_stats(workdir, image) == st
+
+
+def test_read_errors_named_and_counted(kernel, butter, workdir):
+    """I/O errors (the fault device): a data sector that cannot be read is named like a
+    bad checksum; a tree block copy that cannot be read is read from the other copy and
+    counted as a read error by a read-write open."""
+    image, victim, ino, extents, cm, blocks = made(workdir)
+    (off, logical, _, _), = extents
+    file_off = 2 * SECTOR
+    logical += file_off - off
+    (_, phys), = cm.locate(logical)
+    r = butter.run(["--fault", f"read-eio,start={phys},len={SECTOR}", "cat", image,
+                    "dir/victim"], check=False)
+    assert 0 < r.returncode < 128, r.returncode
+    line = next((ln for ln in r.stderr.splitlines() if "read error" in ln), "")
+    for part in (f"logical {logical} ", "copy 1 ", f"on {image} (devid 1)", f"physical {phys}",
+                 f"inode {ino} ", 'path "dir/victim"', f"file offset {file_off}"):
+        assert part in line, f"{part!r} missing from: {r.stderr[-2000:]}"
+    # copy 1 of an fs tree block unreadable while butter changes the image
+    bytenr = blocks[-1]
+    (_, tphys), _ = cm.locate(bytenr)
+    r = butter.run(["--fault", f"read-eio,start={tphys},len=16384", "mkdir", image, "newdir"])
+    assert f"tree block logical {bytenr} copy 1 on {image} (devid 1) physical {tphys}: " \
+           f"read error" in r.stderr, r.stderr
+    btrfs_check([image])
+    _, st = butter_stats(butter, image)
+    assert st["read_io_errs"] >= 1 and st["corruption_errs"] == 0, st
+    assert kernel_stats(workdir, image) == st
