@@ -177,6 +177,14 @@ void fs_load_dev_stats(struct butter_fs *fs);
 
 /* ino_path.c */
 /*
+ * The first name of @ino in @root among its refs of @type (INODE_REF or
+ * INODE_EXTREF): the parent directory and the name (not NUL-terminated, up
+ * to BTRFS_NAME_LEN bytes). 0, -ENOENT if it has none, -EUCLEAN for a
+ * malformed ref (logged), or -errno.
+ */
+int fs_inode_first_name(struct butter_fs *fs, const struct tree_root *root, u64 ino, u8 type,
+			u64 *parent, char *name, size_t *name_len);
+/*
  * One path of inode @ino from its subvolume's root directory ("a/b") into
  * @out. 0, -ENOENT (no name), -ENAMETOOLONG, -ELOOP, -EUCLEAN or -errno.
  */

@@ -5,6 +5,9 @@
  * the root, and the "subvolume S inode I path P file offset O" text every
  * data error carries (lib/fs/file.c, lib/fs/scrub.c).
  *
+ * It is also the one reader of "the first name of an inode" for the rest of
+ * the layer (subvol.c builds subvolume paths with it).
+ *
  * Promises:
  *  1. Only reads: safe from any reader, at any time, on any handle.
  *  2. A name that cannot be found (an orphan, a damaged ref, a loop, a path
@@ -19,13 +22,8 @@
 
 #define MAX_DEPTH 4096
 
-/*
- * The first name of @ino in @root: its parent directory and the name
- * (not NUL-terminated, up to BTRFS_NAME_LEN bytes). Returns 0, -ENOENT if
- * the inode has no ref, -EUCLEAN for a malformed one, or -errno.
- */
-static int first_name(struct butter_fs *fs, const struct tree_root *root, u64 ino, u8 type,
-		      u64 *parent, char *name, size_t *name_len)
+int fs_inode_first_name(struct butter_fs *fs, const struct tree_root *root, u64 ino, u8 type,
+			u64 *parent, char *name, size_t *name_len)
 {
 	struct btrfs_key key = { ino, type, 0 };
 	struct tree_path path;
@@ -44,7 +42,8 @@ static int first_name(struct butter_fs *fs, const struct tree_root *root, u64 in
 		if (key.objectid != ino || key.type != type) {
 			ret = -ENOENT;
 		} else if (size < hdr) {
-			ret = -EUCLEAN;
+			ret = BLOG_CORRUPT(&fs->log, "inode ref of %llu: malformed",
+					   (unsigned long long)ino);
 		} else {
 			if (type == BTRFS_INODE_REF_KEY) {
 				nlen = btrfs_inode_ref_name_len((const void *)item);
@@ -54,7 +53,8 @@ static int first_name(struct butter_fs *fs, const struct tree_root *root, u64 in
 				*parent = btrfs_inode_extref_parent((const void *)item);
 			}
 			if (nlen == 0 || nlen > BTRFS_NAME_LEN || nlen > size - hdr) {
-				ret = -EUCLEAN;
+				ret = BLOG_CORRUPT(&fs->log, "inode ref of %llu: malformed",
+						   (unsigned long long)ino);
 			} else {
 				memcpy(name, item + hdr, nlen);
 				*name_len = nlen;
@@ -91,10 +91,11 @@ int fs_inode_path(struct butter_fs *fs, u64 subvol, u64 ino, char *out, size_t c
 
 		if (depth == MAX_DEPTH)
 			return -ELOOP;
-		ret = first_name(fs, &sv.root, ino, BTRFS_INODE_REF_KEY, &parent, name, &nlen);
+		ret = fs_inode_first_name(fs, &sv.root, ino, BTRFS_INODE_REF_KEY, &parent, name,
+					  &nlen);
 		if (ret == -ENOENT)
-			ret = first_name(fs, &sv.root, ino, BTRFS_INODE_EXTREF_KEY, &parent, name,
-					 &nlen);
+			ret = fs_inode_first_name(fs, &sv.root, ino, BTRFS_INODE_EXTREF_KEY, &parent,
+						  name, &nlen);
 		if (ret)
 			return ret;
 		if (parent == ino)
