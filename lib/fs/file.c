@@ -18,6 +18,11 @@
  *     the read fails with -EIO.
  *  2. Compressed extents are verified on their on-disk (compressed) bytes,
  *     then decompressed; a stream that does not decompress is -EIO.
+ *  3. Each bad copy met (checksum mismatch or read error) is logged once,
+ *     naming the device, devid, logical and physical address, the copy, and
+ *     the subvolume, inode, a path and the file offset it belongs to; a
+ *     mismatch counts as a corruption error of that device (a read error is
+ *     counted where it happens, lib/volumes).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -96,7 +101,11 @@ static int sector_ok(struct butter_fs *fs, const u8 *data, const u8 *expect)
 	return memcmp(csum, expect, fs->vol.csum_size) == 0;
 }
 
-/* Log one bad copy of the sector at @pos: "what: where (file)". */
+/*
+ * Log one bad copy of the sector at @pos (inside a read that starts at
+ * @logical): "data WHAT: logical L copy M on DEV (devid D) physical P,
+ * subvolume S inode I path \"P\" file offset O".
+ */
 static void report_bad_copy(struct butter_fs *fs, const char *what, u64 logical, u64 pos,
 			    int mirror, const struct data_owner *who, int level)
 {
