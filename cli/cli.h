@@ -158,6 +158,7 @@ int cmd_scrub(const struct cli_command *cmd, int argc, char **argv);
 int cmd_send(const struct cli_command *cmd, int argc, char **argv);
 int cmd_receive(const struct cli_command *cmd, int argc, char **argv);
 int cmd_device_add(const struct cli_command *cmd, int argc, char **argv);
+int cmd_device_stats(const struct cli_command *cmd, int argc, char **argv);
 int cmd_check(const struct cli_command *cmd, int argc, char **argv);
 
 /* One `btrfs filesystem df` style line: "Data, single: total=..., used=..." (cmd_info.c). */

@@ -1,16 +1,27 @@
 /*
  * cmd_device.c — whole-filesystem maintenance commands: `butter device add`
  * makes another device (image file or block device) a member of an image's
- * filesystem (butter_device_add()); `butter check` runs butter_check() on an
- * image opened read-only and exits 1 when it found a problem.
+ * filesystem (butter_device_add()); `butter device stats` prints (and with
+ * -z resets) each device's error counters as `btrfs device stats` does, for
+ * an image or a live mount (BUTTER_IOC_DEV_STATS); `butter check` runs
+ * butter_check() on an image opened read-only and exits 1 when it found a
+ * problem.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <butter/control.h>
 
 #include "cli.h"
 #include "copyin.h"
+
+#define CLI_EXIT_STATS_NONZERO 64
 
 int cmd_device_add(const struct cli_command *cmd, int argc, char **argv)
 {
@@ -49,6 +60,121 @@ int cmd_device_add(const struct cli_command *cmd, int argc, char **argv)
 	butter_close(fs);
 	printf("added %s as device %" PRIu64 "\n", newdev, devid);
 	return cli_finish_stdout(CLI_EXIT_OK);
+}
+
+/* The counters' names, as btrfs-progs prints them (BUTTER_DEV_STAT_* order). */
+static const char *const stat_names[BUTTER_DEV_STAT_NR] = {
+	"write_io_errs", "read_io_errs", "flush_io_errs", "corruption_errs", "generation_errs",
+};
+
+/* Print one device's counters; returns 1 if one is not zero. */
+static int print_dev_stats(const char *path, uint64_t devid, const uint64_t *values)
+{
+	char name[64];
+	int k, nonzero = 0;
+
+	if (!path || !path[0]) {
+		snprintf(name, sizeof(name), "devid:%" PRIu64, devid);
+		path = name;
+	}
+	for (k = 0; k < BUTTER_DEV_STAT_NR; k++) {
+		printf("[%s].%-16s %" PRIu64 "\n", path, stat_names[k], values[k]);
+		nonzero |= values[k] != 0;
+	}
+	return nonzero;
+}
+
+/* Device stats of the live mount holding @path; exit status, or -1 after an error. */
+static int ctl_dev_stats(const char *path, bool reset, int *nonzero)
+{
+	struct butter_ioc_dev_stats s;
+	struct butter_ioc_info info;
+	uint64_t idx;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		cli_error("%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (ioctl(fd, BUTTER_IOC_INFO, &info) < 0) {
+		cli_error("%s: %s", path,
+			  errno == ENOTTY || errno == EINVAL || errno == ENOSYS
+				  ? "not inside a butter mount (give the image file instead)"
+				  : strerror(errno));
+		close(fd);
+		return -1;
+	}
+	for (idx = 0;; idx++) {
+		memset(&s, 0, sizeof(s));
+		s.idx = idx;
+		s.flags = reset ? BUTTER_DEV_STATS_RESET : 0;
+		if (ioctl(fd, BUTTER_IOC_DEV_STATS, &s) < 0) {
+			if (errno == ENOENT && idx > 0)
+				break;
+			cli_error("%s: device stats: %s", path, strerror(errno));
+			close(fd);
+			return -1;
+		}
+		*nonzero |= print_dev_stats(s.path, s.devid, s.values);
+	}
+	close(fd);
+	return 0;
+}
+
+int cmd_device_stats(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "reset", no_argument, NULL, 'z' },
+		{ "check", no_argument, NULL, 'c' },
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	struct butter_device_stats st;
+	struct butter_fs *fs;
+	bool reset = false, check = false;
+	int c, ret, nonzero = 0;
+	size_t idx;
+	struct stat sb;
+
+	while ((c = cli_getopt(&args, argc, argv, ":hzc", longopts)) != -1) {
+		if (c == 'z')
+			reset = true;
+		else if (c == 'c')
+			check = true;
+	}
+	if (argc - optind != 1) {
+		free(args.devices);
+		return cli_usage_error(cmd, argc - optind < 1 ? "missing IMAGE or PATH"
+							     : "too many arguments");
+	}
+	const char *image = argv[optind];
+
+	if (stat(image, &sb) == 0 && S_ISDIR(sb.st_mode) && args.ndevices == 0) {
+		free(args.devices);
+		if (ctl_dev_stats(image, reset, &nonzero) < 0)
+			return CLI_EXIT_ERROR;
+		goto status;
+	}
+	ret = reset ? copyin_open_rw(image, args.devices, args.ndevices, &fs)
+		    : cli_open(&args, image, &fs);
+	free(args.devices);
+	if (ret < 0)
+		return CLI_EXIT_ERROR;
+	for (idx = 0; (ret = butter_device_stats(fs, idx, reset ? BUTTER_DEV_STATS_RESET : 0,
+						  &st)) == 0;
+	     idx++)
+		nonzero |= print_dev_stats(st.path, st.devid, st.values);
+	if (ret == -ENOENT)
+		ret = reset ? butter_sync(fs) : 0;
+	butter_close(fs);
+	if (ret < 0) {
+		cli_error("%s: device stats: %s", image, strerror(-ret));
+		return CLI_EXIT_ERROR;
+	}
+status:
+	/* as btrfs-progs: --check gives 64 when a counter is not zero */
+	return cli_finish_stdout(check && nonzero ? CLI_EXIT_STATS_NONZERO : CLI_EXIT_OK);
 }
 
 /* `butter check`: butter_check() on an image opened read-only. */

@@ -155,6 +155,21 @@ static const struct cli_command commands[] = {
 			 "  -f, --force    overwrite a device that holds another btrfs filesystem\n",
 	},
 	{
+		.name = "device stats",
+		.main = cmd_device_stats,
+		.summary = "show (or reset) each device's error counters",
+		.synopsis = "[-z] [-c] [--device DEV]... IMAGE|PATH",
+		.usage = "Print the error counters the filesystem keeps per device, as `btrfs\n"
+			 "device stats`: write, read and flush I/O errors, corruption (checksum\n"
+			 "mismatches) and generation errors (stale tree blocks). butter counts them\n"
+			 "as the kernel does and a read-write open writes them to the device tree,\n"
+			 "where the kernel finds them (and the other way round). PATH, a directory\n"
+			 "inside a live `butter mount`, asks that mount.\n"
+			 "\n"
+			 "  -z, --reset    print the counters, then set them to zero (committed)\n"
+			 "  -c, --check    exit 64 if a counter is not zero\n",
+	},
+	{
 		.name = "check",
 		.main = cmd_check,
 		.summary = "check the trees and the extent tree's bookkeeping (read-only)",

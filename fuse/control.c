@@ -154,6 +154,36 @@ static int do_fsync_many(struct daemon *d, const struct butter_ioc_fsync *f)
 	return ret;
 }
 
+/* BUTTER_IOC_DEV_STATS: one device's counters; a reset is committed at once. */
+static int do_dev_stats(struct daemon *d, struct butter_ioc_dev_stats *s)
+{
+	struct butter_device_stats st;
+	unsigned flags = (unsigned)s->flags;
+	int k, ret;
+
+	if (s->flags & ~(uint64_t)BUTTER_DEV_STATS_RESET)
+		return -EINVAL;
+	if ((flags & BUTTER_DEV_STATS_RESET) && d->readonly)
+		return -EROFS;
+	if (flags & BUTTER_DEV_STATS_RESET)
+		pthread_rwlock_wrlock(&d->fs_lock);
+	else
+		pthread_rwlock_rdlock(&d->fs_lock);
+	ret = butter_device_stats(d->fs, (size_t)s->idx, flags, &st);
+	if (ret == 0 && (flags & BUTTER_DEV_STATS_RESET))
+		ret = butter_sync(d->fs);
+	if (ret == 0)
+		ret = copy_str(s->path, sizeof(s->path), st.path ? st.path : "");
+	pthread_rwlock_unlock(&d->fs_lock);
+	if (ret)
+		return ret;
+	s->devid = st.devid;
+	s->nr_items = BUTTER_DEV_STAT_NR;
+	for (k = 0; k < BUTTER_DEV_STAT_NR; k++)
+		s->values[k] = st.values[k];
+	return 0;
+}
+
 void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		       struct fuse_file_info *fi, unsigned flags, const void *in_buf,
 		       size_t in_bufsz, size_t out_bufsz)
@@ -170,6 +200,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_ioc_fsync fsync;
 		struct butter_ioc_daemon_info daemon;
 		struct butter_ioc_remount remount;
+		struct butter_ioc_dev_stats dev_stats;
 	} u;
 	size_t size = _IOC_SIZE(cmd), out = 0;
 	int ret = 0, inval = 0;
@@ -295,6 +326,10 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		break;
 	case BUTTER_IOC_FSYNC:
 		ret = do_fsync_many(d, &u.fsync);
+		break;
+	case BUTTER_IOC_DEV_STATS:
+		ret = do_dev_stats(d, &u.dev_stats);
+		out = sizeof(u.dev_stats);
 		break;
 	default:
 		fuse_reply_err(req, ENOTTY);

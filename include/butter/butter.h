@@ -441,6 +441,38 @@ int butter_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size);
 #define BUTTER_DEVICE_ADD_FORCE 0x1u
 int butter_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid);
 
+/*
+ * Error counters of one device, as the kernel keeps them in the device tree
+ * and `btrfs device stats` prints them: I/O errors of writes, reads and
+ * flushes, checksum (and other block header) mismatches, and tree blocks
+ * older than their parent says (a lost write). Counted while the handle is
+ * open, added to what was on disk; a read-write handle writes them at its
+ * next commit, a read-only one never.
+ */
+#define BUTTER_DEV_STAT_WRITE_ERRS 0
+#define BUTTER_DEV_STAT_READ_ERRS 1
+#define BUTTER_DEV_STAT_FLUSH_ERRS 2
+#define BUTTER_DEV_STAT_CORRUPTION_ERRS 3
+#define BUTTER_DEV_STAT_GENERATION_ERRS 4
+#define BUTTER_DEV_STAT_NR 5
+
+struct butter_device_stats {
+	uint64_t devid;
+	const char *path;                    /* NULL if the device is missing */
+	uint64_t values[BUTTER_DEV_STAT_NR]; /* BUTTER_DEV_STAT_* */
+};
+
+/*
+ * The counters of the @idx-th device (devid order) into @out. With
+ * BUTTER_DEV_STATS_RESET they are also set to zero (@out holds the values
+ * before), which the next commit writes (butter_sync()). -ENOENT past the
+ * end, -EROFS for a reset on a read-only handle, -EINVAL for unknown flags.
+ * Safe beside any other call.
+ */
+#define BUTTER_DEV_STATS_RESET 0x1u
+int butter_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
+			struct butter_device_stats *out);
+
 /* Set the filesystem label (at most 255 bytes; -EINVAL if longer); committed at once. */
 int butter_set_label(struct butter_fs *fs, const char *label);
 

@@ -22,6 +22,9 @@
  *   BUTTER_IOC_DAEMON_INFO    the daemon's pid and state (`butter umount`
  *                             waits for that pid to exit)
  *   BUTTER_IOC_REMOUNT        read-only / read-write on a live mount
+ *   BUTTER_IOC_DEV_STATS      the error counters of the @idx-th device
+ *                             (butter_device_stats); with the reset flag they
+ *                             are zeroed and the zeros committed
  * Errors come back as errno of the ioctl(2) call, as the library's.
  * A snapshot or subvolume change commits first, so it sees every write
  * made before the call.
@@ -136,6 +139,20 @@ struct butter_ioc_remount {
 };
 
 #define BUTTER_IOC_REMOUNT _IOW(BUTTER_IOC_MAGIC, 15, struct butter_ioc_remount)
+
+/* One device's error counters (butter_device_stats() in <butter/butter.h>). */
+#define BUTTER_IOC_DEV_STATS_MAX 8
+#define BUTTER_IOC_DEV_PATH_MAX 1024
+struct butter_ioc_dev_stats {
+	uint64_t idx;           /* in: the idx-th device in devid order (ENOENT past the end) */
+	uint64_t flags;         /* in: BUTTER_DEV_STATS_RESET (1): zero them, committed */
+	uint64_t devid;         /* out */
+	uint64_t nr_items;      /* out: counters filled in values[] (BUTTER_DEV_STAT_NR) */
+	uint64_t values[BUTTER_IOC_DEV_STATS_MAX]; /* out: BUTTER_DEV_STAT_* order */
+	char path[BUTTER_IOC_DEV_PATH_MAX];        /* out: "" if the device is missing */
+};
+
+#define BUTTER_IOC_DEV_STATS _IOWR(BUTTER_IOC_MAGIC, 14, struct butter_ioc_dev_stats)
 
 /*
  * BUTTER_IOC_FSYNC: fsync many files of the mount in one log sync

@@ -175,6 +175,18 @@ static inline u64 btrfs_sb_offset(int mirror)
 #define BTRFS_QGROUP_RELATION_KEY 246
 #define BTRFS_TEMPORARY_ITEM_KEY 248
 #define BTRFS_PERSISTENT_ITEM_KEY 249
+
+/*
+ * Device statistics: item (BTRFS_DEV_STATS_OBJECTID, BTRFS_PERSISTENT_ITEM_KEY,
+ * devid) in the device tree, BTRFS_DEV_STAT_VALUES_MAX __le64 counters in this
+ * order (an older, shorter item holds a prefix of them).
+ */
+#define BTRFS_DEV_STAT_WRITE_ERRS 0      /* a write failed (I/O error) */
+#define BTRFS_DEV_STAT_READ_ERRS 1       /* a read failed */
+#define BTRFS_DEV_STAT_FLUSH_ERRS 2      /* a flush failed */
+#define BTRFS_DEV_STAT_CORRUPTION_ERRS 3 /* checksum, bytenr or other header mismatch */
+#define BTRFS_DEV_STAT_GENERATION_ERRS 4 /* a tree block older than its parent expects */
+#define BTRFS_DEV_STAT_VALUES_MAX 5
 #define BTRFS_DEV_REPLACE_KEY 250
 #define BTRFS_UUID_KEY_SUBVOL 251
 #define BTRFS_UUID_KEY_RECEIVED_SUBVOL 252

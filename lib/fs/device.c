@@ -10,6 +10,11 @@
  * becomes a member at the commit that ends the call, which writes the
  * superblocks to every device including the new one; a crash before that
  * leaves the filesystem as it was (the device is then just zeroed space).
+ *
+ * Also the device statistics' read side: fs_load_dev_stats() adds the
+ * DEV_STATS items of the device tree to the counters at open, and
+ * butter_device_stats() reports (and resets) them; the commit writes them
+ * (lib/trans/dev_stats.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -146,4 +151,68 @@ int butter_device_add(struct butter_fs *fs, const char *path, unsigned flags, ui
 	if (ret == 0 && devid)
 		*devid = dev->devid;
 	return end_change(w, ret, 1);
+}
+
+void fs_load_dev_stats(struct butter_fs *fs)
+{
+	struct btrfs_root_item item;
+	struct tree_root dev_tree = { 0 };
+	size_t i;
+	int k, ret;
+
+	ret = fs_read_root_item(fs, BTRFS_DEV_TREE_OBJECTID, &item, NULL);
+	if (ret) {
+		if (ret != -ENOENT)
+			blog_warn(&fs->log, "device statistics not loaded: %s", strerror(-ret));
+		return;
+	}
+	dev_tree.objectid = BTRFS_DEV_TREE_OBJECTID;
+	dev_tree.bytenr = btrfs_root_bytenr(&item);
+	dev_tree.generation = btrfs_root_generation(&item);
+	dev_tree.level = item.level;
+	for (i = 0; i < fs->vol.ndevs; i++) {
+		struct btrfs_device *dev = fs->vol.devs[i];
+		struct btrfs_key key = { BTRFS_DEV_STATS_OBJECTID, BTRFS_PERSISTENT_ITEM_KEY,
+					 dev->devid };
+		le64 values[BTRFS_DEV_STAT_VALUES_MAX];
+
+		ret = tree_lookup_item(&fs->cache, &dev_tree, &key, values, sizeof(values));
+		if (ret == -ENOENT)
+			continue;
+		if (ret < 0) {
+			blog_warn(&fs->log, "device statistics of devid %llu not loaded: %s",
+				  (unsigned long long)dev->devid, strerror(-ret));
+			continue;
+		}
+		/* an older, shorter item holds the first counters only */
+		for (k = 0; k < BTRFS_DEV_STAT_VALUES_MAX && (size_t)(k + 1) * 8 <= (size_t)ret; k++)
+			__atomic_fetch_add(&dev->stats[k], get_le64(&values[k]), __ATOMIC_RELAXED);
+	}
+}
+
+int butter_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
+			struct butter_device_stats *out)
+{
+	struct btrfs_device *dev;
+	int k;
+
+	if (flags & ~BUTTER_DEV_STATS_RESET)
+		return -EINVAL;
+	if (idx >= fs->vol.ndevs)
+		return -ENOENT;
+	if ((flags & BUTTER_DEV_STATS_RESET) && !fs->w)
+		return -EROFS;
+	dev = fs->vol.devs[idx];
+	memset(out, 0, sizeof(*out));
+	out->devid = dev->devid;
+	out->path = dev->bdev ? dev->path : NULL;
+	for (k = 0; k < BTRFS_DEV_STAT_VALUES_MAX && k < BUTTER_DEV_STAT_NR; k++) {
+		if (flags & BUTTER_DEV_STATS_RESET)
+			out->values[k] = __atomic_exchange_n(&dev->stats[k], 0, __ATOMIC_RELAXED);
+		else
+			out->values[k] = __atomic_load_n(&dev->stats[k], __ATOMIC_RELAXED);
+	}
+	if (flags & BUTTER_DEV_STATS_RESET)
+		__atomic_store_n(&dev->stats_dirty, 1, __ATOMIC_RELEASE);
+	return 0;
 }

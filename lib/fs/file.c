@@ -18,6 +18,11 @@
  *     the read fails with -EIO.
  *  2. Compressed extents are verified on their on-disk (compressed) bytes,
  *     then decompressed; a stream that does not decompress is -EIO.
+ *  3. Each bad copy met (checksum mismatch or read error) is logged once,
+ *     naming the device, devid, logical and physical address, the copy, and
+ *     the subvolume, inode, a path and the file offset it belongs to; a
+ *     mismatch counts as a corruption error of that device (a read error is
+ *     counted where it happens, lib/volumes).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -96,7 +101,29 @@ static int sector_ok(struct butter_fs *fs, const u8 *data, const u8 *expect)
 	return memcmp(csum, expect, fs->vol.csum_size) == 0;
 }
 
-int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum)
+/*
+ * Log one bad copy of the sector at @pos (inside a read that starts at
+ * @logical): "data WHAT: logical L copy M on DEV (devid D) physical P,
+ * subvolume S inode I path \"P\" file offset O".
+ */
+static void report_bad_copy(struct butter_fs *fs, const char *what, u64 logical, u64 pos,
+			    int mirror, const struct data_owner *who, int level)
+{
+	char where[256], file[1400];
+
+	volumes_describe(&fs->vol, pos, mirror, where, sizeof(where));
+	if (who && who->compressed)
+		fs_describe_file_pos(fs, who->subvol, who->ino, who->file_offset, file,
+				     sizeof(file));
+	else if (who)
+		fs_describe_file_pos(fs, who->subvol, who->ino, who->file_offset + (pos - logical),
+				     file, sizeof(file));
+	blog_msg(&fs->log, level, "data %s: %s%s%s%s", what, where, who ? ", " : "",
+		 who ? file : "", who && who->compressed ? " (compressed extent)" : "");
+}
+
+int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum,
+		 const struct data_owner *who)
 {
 	const u32 ss = fs->vol.sectorsize, cs = fs->vol.csum_size;
 	u32 nsectors = (u32)(len / ss), i;
@@ -129,28 +156,42 @@ int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodata
 		int mirror;
 
 		if (!nodatasum && !have[i]) {
-			blog_err(&fs->log, "data at %llu: no checksum recorded",
-				 (unsigned long long)pos);
+			report_bad_copy(fs, "without a recorded checksum", logical, pos, 1, who,
+					BUTTER_LOG_ERROR);
 			ret = -EIO;
 			goto out;
 		}
 		if (first_ok && (nodatasum || sector_ok(fs, sector, csums + (size_t)i * cs)))
 			continue;
-		if (first_ok)
-			blog_warn(&fs->log, "data at %llu copy 1: checksum mismatch",
-				  (unsigned long long)pos);
+		if (first_ok) {
+			volumes_count_error(&fs->vol, pos, 1, BTRFS_DEV_STAT_CORRUPTION_ERRS);
+			report_bad_copy(fs, "checksum mismatch", logical, pos, 1, who,
+					BUTTER_LOG_WARNING);
+		}
 		/* after a failed bulk read, copy 1 of this sector may still be fine */
 		for (mirror = first_ok ? 2 : 1; mirror <= copies; mirror++) {
-			if (volumes_read(&fs->vol, pos, sector, ss, mirror) != 0)
+			if (volumes_read(&fs->vol, pos, sector, ss, mirror) != 0) {
+				if (!volumes_copy_missing(&fs->vol, pos, mirror))
+					report_bad_copy(fs, "read error", logical, pos, mirror, who,
+							BUTTER_LOG_WARNING);
 				continue;
+			}
 			if (nodatasum || sector_ok(fs, sector, csums + (size_t)i * cs))
 				break;
-			blog_warn(&fs->log, "data at %llu copy %d: checksum mismatch",
-				  (unsigned long long)pos, mirror);
+			volumes_count_error(&fs->vol, pos, mirror, BTRFS_DEV_STAT_CORRUPTION_ERRS);
+			report_bad_copy(fs, "checksum mismatch", logical, pos, mirror, who,
+					BUTTER_LOG_WARNING);
 		}
 		if (mirror > copies) {
-			blog_err(&fs->log, "data at %llu: no good copy among %d",
-				 (unsigned long long)pos, copies);
+			char file[1400] = "";
+
+			if (who)
+				fs_describe_file_pos(fs, who->subvol, who->ino,
+						     who->compressed ? who->file_offset
+								     : who->file_offset + (pos - logical),
+						     file, sizeof(file));
+			blog_err(&fs->log, "data at logical %llu: no good copy among %d%s%s",
+				 (unsigned long long)pos, copies, who ? ", " : "", file);
 			ret = -EIO;
 			goto out;
 		}
@@ -236,9 +277,10 @@ bad:
 /*
  * Copy file bytes [pos, pos+len) that lie inside extent @fe into @out.
  */
-static int read_from_extent(struct butter_fs *fs, const struct file_extent *fe, u64 pos,
-			    size_t len, u8 *out, int nodatasum)
+static int read_from_extent(struct butter_fs *fs, butter_ino_t ino, const struct file_extent *fe,
+			    u64 pos, size_t len, u8 *out, int nodatasum)
 {
+	struct data_owner who = { ino.subvol, ino.ino, 0, 0 };
 	const u32 ss = fs->vol.sectorsize;
 	u64 in_extent = pos - fe->start;
 	u8 *tmp = NULL, *plain = NULL;
@@ -259,7 +301,11 @@ static int read_from_extent(struct butter_fs *fs, const struct file_extent *fe, 
 			return -ENOMEM;
 		if (btrfs_decompress(fe->compression, fe->inline_data, fe->inline_len, plain,
 				     fe->ram_bytes, ss) < 0) {
-			blog_err(&fs->log, "inline extent: compressed data is corrupt");
+			char file[1400];
+
+			blog_err(&fs->log, "inline extent: compressed data is corrupt: %s",
+				 fs_describe_file_pos(fs, ino.subvol, ino.ino, fe->start, file,
+						      sizeof(file)));
 			ret = -EIO;
 		} else {
 			memcpy(out, plain + in_extent, len);
@@ -279,7 +325,8 @@ static int read_from_extent(struct butter_fs *fs, const struct file_extent *fe, 
 		tmp = malloc(aend - astart);
 		if (!tmp)
 			return -ENOMEM;
-		ret = fs_read_data(fs, astart, aend - astart, tmp, nodatasum);
+		who.file_offset = pos - (disk - astart); /* the file byte at astart */
+		ret = fs_read_data(fs, astart, aend - astart, tmp, nodatasum, &who);
 		if (ret == 0)
 			memcpy(out, tmp + (disk - astart), len);
 		free(tmp);
@@ -291,13 +338,19 @@ static int read_from_extent(struct butter_fs *fs, const struct file_extent *fe, 
 		ret = -ENOMEM;
 		goto out;
 	}
-	ret = fs_read_data(fs, fe->disk_bytenr, fe->disk_num_bytes, tmp, nodatasum);
+	who.file_offset = fe->start;
+	who.compressed = 1;
+	ret = fs_read_data(fs, fe->disk_bytenr, fe->disk_num_bytes, tmp, nodatasum, &who);
 	if (ret)
 		goto out;
 	if (btrfs_decompress(fe->compression, tmp, fe->disk_num_bytes, plain, fe->ram_bytes, ss) <
 	    0) {
-		blog_err(&fs->log, "extent at %llu: compressed data is corrupt",
-			 (unsigned long long)fe->disk_bytenr);
+		char file[1400];
+
+		blog_err(&fs->log, "extent at logical %llu: compressed data is corrupt: %s",
+			 (unsigned long long)fe->disk_bytenr,
+			 fs_describe_file_pos(fs, ino.subvol, ino.ino, fe->start, file,
+					      sizeof(file)));
 		ret = -EIO;
 		goto out;
 	}
@@ -366,7 +419,7 @@ static int read_range(struct butter_fs *fs, butter_ino_t ino, const struct subvo
 		}
 		if (fe.end > pos) {
 			stop = fe.end < end ? fe.end : end;
-			ret = read_from_extent(fs, &fe, pos, stop - pos, buf + (pos - off), nodatasum);
+			ret = read_from_extent(fs, ino, &fe, pos, stop - pos, buf + (pos - off), nodatasum);
 			if (ret)
 				break;
 			pos = stop;

@@ -261,6 +261,7 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 	ret = load_default_subvol(fs);
 	if (ret)
 		goto fail_cache;
+	fs_load_dev_stats(fs);
 	if (btrfs_super_log_root(&fs->vol.super) && (opts->flags & BUTTER_OPEN_RDONLY))
 		blog_warn(&fs->log,
 			  "%s: the filesystem has a tree log (it was not unmounted cleanly); "

@@ -150,12 +150,51 @@ int fs_xattr_prop_check(const char *name, size_t len, const void *value, size_t 
 			u64 iflags);
 
 /*
+ * Whose data a read is, for its error messages: file byte @file_offset of
+ * inode @ino in @subvol is the byte at the read's @logical (for a compressed
+ * extent, @file_offset is where the extent's data starts in the file and
+ * @compressed is set: its sectors have no file offset of their own).
+ */
+struct data_owner {
+	u64 subvol, ino;
+	u64 file_offset;
+	int compressed;
+};
+
+/*
  * Read @len bytes of data at @logical (both sector-aligned) into @buf,
  * verifying each sector against the csum tree unless @nodatasum; bad or
  * unreadable sectors are retried on every other copy. -EIO if some sector
- * has no good copy.
+ * has no good copy. Each bad copy is logged once, naming its device and
+ * physical place and (@who not NULL) the file, and counted in the device's
+ * statistics (corruption or read errors).
  */
-int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum);
+int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum,
+		 const struct data_owner *who);
+
+/* device.c: add the DEV_STATS items of the device tree to the counters (at open; warns). */
+void fs_load_dev_stats(struct butter_fs *fs);
+
+/* ino_path.c */
+/*
+ * The first name of @ino in @root among its refs of @type (INODE_REF or
+ * INODE_EXTREF): the parent directory and the name (not NUL-terminated, up
+ * to BTRFS_NAME_LEN bytes). 0, -ENOENT if it has none, -EUCLEAN for a
+ * malformed ref (logged), or -errno.
+ */
+int fs_inode_first_name(struct butter_fs *fs, const struct tree_root *root, u64 ino, u8 type,
+			u64 *parent, char *name, size_t *name_len);
+/*
+ * One path of inode @ino from its subvolume's root directory ("a/b") into
+ * @out. 0, -ENOENT (no name), -ENAMETOOLONG, -ELOOP, -EUCLEAN or -errno.
+ */
+int fs_inode_path(struct butter_fs *fs, u64 subvol, u64 ino, char *out, size_t cap);
+/*
+ * "subvolume S inode I path "P" file offset O" into @buf (the path said to
+ * be unknown, and why, when it cannot be resolved); returns @buf.
+ */
+const char *fs_describe_file_pos(struct butter_fs *fs, u64 subvol, u64 ino, u64 file_offset,
+				 char *buf, size_t size);
 
 /*
  * The data checksums of the @nsectors sectors from @logical, as the csum tree

@@ -113,39 +113,53 @@ static int row_tainted(struct scrub *sc, u64 row)
 	return sc->ntainted && sc->tainted[0] == row;
 }
 
+/* "/dev/x (devid D) physical P" of one stripe of a row, for messages. */
+static const char *stripe_place(const struct btrfs_device *dev, u64 physical, char *buf,
+				size_t size)
+{
+	snprintf(buf, size, "%s (devid %llu) physical %llu",
+		 !dev || !dev->bdev ? "missing device" : dev->path ? dev->path : "?",
+		 (unsigned long long)(dev ? dev->devid : 0), (unsigned long long)physical);
+	return buf;
+}
+
 static int check_row(struct scrub *sc)
 {
-	int mismatch, ret;
+	struct raid56_parity_check res;
+	char at[2][256];
+	int ret, k;
 
 	if (!sc->row_pending)
 		return 0;
 	sc->row_pending = 0;
 	if (row_tainted(sc, sc->row)) {
 		/* parity computed over data known to be bad would say nothing */
-		blog_warn(&sc->fs->log, "scrub: stripe row at %llu: parity not checked (its data "
-			  "has errors left)", (unsigned long long)sc->row);
+		blog_warn(&sc->fs->log, "scrub: stripe row at logical %llu: parity not checked (its "
+			  "data has errors left)", (unsigned long long)sc->row);
 		return 0;
 	}
-	ret = volumes_raid56_check_parity(sc->vol, sc->row, sc->repair, &mismatch);
+	ret = volumes_raid56_check_parity(sc->vol, sc->row, sc->repair, &res);
 	if (ret == -EIO) {
-		blog_err(&sc->fs->log, "scrub: stripe row at %llu: a stripe cannot be read",
-			 (unsigned long long)sc->row);
+		blog_err(&sc->fs->log, "scrub: stripe row at logical %llu: the stripe on %s cannot "
+			 "be read", (unsigned long long)sc->row,
+			 stripe_place(res.unreadable_dev, res.unreadable_physical, at[0],
+				      sizeof(at[0])));
 		sc->st->read_errors++;
 		return 0;
 	}
 	if (ret)
 		return ret;
-	if (!mismatch)
+	if (!res.mismatch)
 		return 0;
-	sc->st->parity_errors += (u64)mismatch;
-	if (sc->repair) {
-		sc->st->corrected += (u64)mismatch;
-		blog_warn(&sc->fs->log, "scrub: stripe row at %llu: parity did not match the data; "
-			  "rewritten", (unsigned long long)sc->row);
-	} else {
-		blog_warn(&sc->fs->log, "scrub: stripe row at %llu: parity does not match the data",
-			  (unsigned long long)sc->row);
-	}
+	sc->st->parity_errors += (u64)res.mismatch;
+	if (sc->repair)
+		sc->st->corrected += (u64)res.mismatch;
+	for (k = 0; k < res.mismatch; k++)
+		stripe_place(res.dev[k], res.physical[k], at[k], sizeof(at[k]));
+	blog_warn(&sc->fs->log, "scrub: stripe row at logical %llu: parity on %s%s%s %s the data%s",
+		  (unsigned long long)sc->row, at[0], res.mismatch > 1 ? " and on " : "",
+		  res.mismatch > 1 ? at[1] : "", sc->repair ? "did not match" : "does not match",
+		  sc->repair ? "; rewritten" : "");
 	return 0;
 }
 
@@ -185,15 +199,26 @@ static int note_rows(struct scrub *sc, u64 logical, u64 len)
 	return 0;
 }
 
-/* " (subvolume R, inode I, file offset O)" for the sector @delta bytes into @o's range */
-static void describe(const struct owner *o, u64 delta, char *buf, size_t size)
+/*
+ * ", subvolume R inode I path "P" file offset O" for the sector @delta bytes
+ * into @o's range; empty when the owner is not known.
+ */
+static void describe(struct scrub *sc, const struct owner *o, u64 delta, char *buf, size_t size)
 {
+	char file[1400];
+
 	if (o && o->known)
-		snprintf(buf, size, " (subvolume %llu, inode %llu, file offset %llu)",
-			 (unsigned long long)o->root, (unsigned long long)o->ino,
-			 (unsigned long long)(o->offset + delta));
+		snprintf(buf, size, ", %s",
+			 fs_describe_file_pos(sc->fs, o->root, o->ino, o->offset + delta, file,
+					      sizeof(file)));
 	else
 		buf[0] = '\0';
+}
+
+/* "logical L copy M on DEV (devid D) physical P" into @buf. */
+static const char *where(struct scrub *sc, u64 logical, int mirror, char *buf, size_t size)
+{
+	return volumes_describe(sc->vol, logical, mirror, buf, size);
 }
 
 /* ---- tree blocks ---------------------------------------------------------- */
@@ -211,18 +236,20 @@ static int scrub_tree_block(struct scrub *sc, u64 bytenr, int level)
 	int m, good = 0, nbad = 0, ret;
 	const u8 *source = NULL;
 	const char *why;
+	char at[256];
 
 	sc->st->tree_bytes += nodesize;
 	for (m = 1; m <= stored; m++) {
 		sc->ok[m][0] = 0;
 		if (volumes_read(vol, bytenr, sc->copy[m], nodesize, m) != 0) {
 			sc->st->read_errors++;
-			blog_warn(&sc->fs->log, "scrub: tree block %llu copy %d: read error",
-				  (unsigned long long)bytenr, m);
+			blog_warn(&sc->fs->log, "scrub: tree block %s: read error",
+				  where(sc, bytenr, m, at, sizeof(at)));
 		} else if (!block_good(sc, sc->copy[m], bytenr, level, &why)) {
 			sc->st->verify_errors++;
-			blog_warn(&sc->fs->log, "scrub: tree block %llu copy %d: %s",
-				  (unsigned long long)bytenr, m, why);
+			volumes_count_error(vol, bytenr, m, BTRFS_DEV_STAT_CORRUPTION_ERRS);
+			blog_warn(&sc->fs->log, "scrub: tree block %s: %s",
+				  where(sc, bytenr, m, at, sizeof(at)), why);
 		} else {
 			sc->ok[m][0] = 1;
 			if (!good) {
@@ -258,13 +285,13 @@ static int scrub_tree_block(struct scrub *sc, u64 bytenr, int level)
 			continue;
 		ret = volumes_write_copy(vol, bytenr, source, nodesize, m);
 		if (ret) {
-			blog_err(&sc->fs->log, "scrub: tree block %llu copy %d: repair write failed",
-				 (unsigned long long)bytenr, m);
+			blog_err(&sc->fs->log, "scrub: tree block %s: repair write failed",
+				 where(sc, bytenr, m, at, sizeof(at)));
 			return ret;
 		}
 		sc->st->corrected++;
-		blog_warn(&sc->fs->log, "scrub: tree block %llu copy %d: rewritten from copy %d",
-			  (unsigned long long)bytenr, m, good);
+		blog_warn(&sc->fs->log, "scrub: tree block %s: rewritten from copy %d",
+			  where(sc, bytenr, m, at, sizeof(at)), good);
 	}
 	return note_rows(sc, bytenr, nodesize);
 }
@@ -285,7 +312,7 @@ static int sector_matches(struct scrub *sc, const u8 *data, u32 i)
 static void read_copy(struct scrub *sc, u64 logical, u32 n, int m, const struct owner *o)
 {
 	const u32 ss = sc->vol->sectorsize;
-	char who[128];
+	char who[1500], at[256];
 	u32 i;
 
 	if (volumes_read(sc->vol, logical, sc->copy[m], (size_t)n * ss, m) == 0) {
@@ -298,10 +325,10 @@ static void read_copy(struct scrub *sc, u64 logical, u32 n, int m, const struct 
 			sc->ok[m][i] = volumes_read(sc->vol, pos, sc->copy[m] + (size_t)i * ss, ss,
 						    m) == 0;
 			if (!sc->ok[m][i]) {
-				describe(o, (u64)i * ss, who, sizeof(who));
+				describe(sc, o, (u64)i * ss, who, sizeof(who));
 				sc->st->read_errors++;
-				blog_warn(&sc->fs->log, "scrub: data %llu copy %d: read error%s",
-					  (unsigned long long)pos, m, who);
+				blog_warn(&sc->fs->log, "scrub: data %s: read error%s",
+					  where(sc, pos, m, at, sizeof(at)), who);
 			}
 		}
 	}
@@ -312,9 +339,10 @@ static void read_copy(struct scrub *sc, u64 logical, u32 n, int m, const struct 
 			continue;
 		sc->ok[m][i] = 0;
 		sc->st->csum_errors++;
-		describe(o, (u64)i * ss, who, sizeof(who));
-		blog_warn(&sc->fs->log, "scrub: data %llu copy %d: checksum mismatch%s",
-			  (unsigned long long)pos, m, who);
+		volumes_count_error(sc->vol, pos, m, BTRFS_DEV_STAT_CORRUPTION_ERRS);
+		describe(sc, o, (u64)i * ss, who, sizeof(who));
+		blog_warn(&sc->fs->log, "scrub: data %s: checksum mismatch%s",
+			  where(sc, pos, m, at, sizeof(at)), who);
 	}
 }
 
@@ -324,7 +352,7 @@ static int scrub_data_batch(struct scrub *sc, u64 logical, u32 n, const struct o
 	struct btrfs_volumes *vol = sc->vol;
 	const u32 ss = vol->sectorsize;
 	int copies = volumes_num_copies(vol, logical), stored = stored_copies(vol, logical);
-	char who[128];
+	char who[1500], at[256];
 	u32 i;
 	int m, ret;
 
@@ -358,7 +386,7 @@ static int scrub_data_batch(struct scrub *sc, u64 logical, u32 n, const struct o
 				from = m;
 			}
 		}
-		describe(o, (u64)i * ss, who, sizeof(who));
+		describe(sc, o, (u64)i * ss, who, sizeof(who));
 		if (!sc->repair || !good) {
 			ret = taint(sc, pos);
 			if (ret)
@@ -366,7 +394,7 @@ static int scrub_data_batch(struct scrub *sc, u64 logical, u32 n, const struct o
 		}
 		if (!good) {
 			sc->st->uncorrectable += (u64)nbad;
-			blog_err(&sc->fs->log, "scrub: data %llu: no good copy among %d%s",
+			blog_err(&sc->fs->log, "scrub: data at logical %llu: no good copy among %d%s",
 				 (unsigned long long)pos, copies, who);
 			continue;
 		}
@@ -375,13 +403,13 @@ static int scrub_data_batch(struct scrub *sc, u64 logical, u32 n, const struct o
 				continue;
 			ret = volumes_write_copy(vol, pos, good, ss, m);
 			if (ret) {
-				blog_err(&sc->fs->log, "scrub: data %llu copy %d: repair write failed",
-					 (unsigned long long)pos, m);
+				blog_err(&sc->fs->log, "scrub: data %s: repair write failed%s",
+					 where(sc, pos, m, at, sizeof(at)), who);
 				return ret;
 			}
 			sc->st->corrected++;
-			blog_warn(&sc->fs->log, "scrub: data %llu copy %d: rewritten from copy %d%s",
-				  (unsigned long long)pos, m, from, who);
+			blog_warn(&sc->fs->log, "scrub: data %s: rewritten from copy %d%s",
+				  where(sc, pos, m, at, sizeof(at)), from, who);
 		}
 	}
 	return 0;
@@ -545,14 +573,23 @@ static u64 scrub_supers(struct scrub *sc)
 			if (ret == 0 && memcmp(sb->fsid, vol->super.fsid, BTRFS_FSID_SIZE) == 0 &&
 			    btrfs_super_generation(sb) == btrfs_super_generation(&vol->super))
 				continue;
-			if (ret == 0)
-				blog_warn(&sc->fs->log, "scrub: %s: superblock copy %d is at generation "
-					  "%llu, the filesystem at %llu", bdev->name, m,
+			if (ret == 0) {
+				volumes_dev_stat_inc(vol->devs[d], BTRFS_DEV_STAT_GENERATION_ERRS);
+				blog_warn(&sc->fs->log, "scrub: %s (devid %llu): superblock copy %d "
+					  "(physical %llu) is at generation %llu, the filesystem at "
+					  "%llu", bdev->name, (unsigned long long)vol->devs[d]->devid,
+					  m, (unsigned long long)btrfs_sb_offset(m),
 					  (unsigned long long)btrfs_super_generation(sb),
 					  (unsigned long long)btrfs_super_generation(&vol->super));
-			else
-				blog_warn(&sc->fs->log, "scrub: %s: superblock copy %d is bad",
-					  bdev->name, m);
+			} else {
+				volumes_dev_stat_inc(vol->devs[d],
+						     ret == -EIO ? BTRFS_DEV_STAT_READ_ERRS
+								 : BTRFS_DEV_STAT_CORRUPTION_ERRS);
+				blog_warn(&sc->fs->log, "scrub: %s (devid %llu): superblock copy %d "
+					  "(physical %llu) is bad", bdev->name,
+					  (unsigned long long)vol->devs[d]->devid, m,
+					  (unsigned long long)btrfs_sb_offset(m));
+			}
 			bad++;
 		}
 	}

@@ -61,42 +61,6 @@ static int read_backref(struct butter_fs *fs, u64 id, u64 *parent, u64 *dirid, c
 	return ret;
 }
 
-/* First INODE_REF of @ino in @sv: parent inode and name. */
-static int read_inode_ref(struct butter_fs *fs, const struct subvol *sv, u64 ino, u64 *parent,
-			  char *name, size_t *name_len)
-{
-	struct btrfs_key key = { ino, BTRFS_INODE_REF_KEY, 0 };
-	struct tree_path path;
-	int ret;
-
-	tree_path_init(&path);
-	ret = tree_search_forward(&fs->cache, &sv->root, &key, &path);
-	if (ret == 0) {
-		const u8 *item;
-		u32 size, nlen;
-
-		path_key(&path, &key);
-		item = path_item(&path, &size);
-		if (key.objectid != ino || key.type != BTRFS_INODE_REF_KEY) {
-			ret = -ENOENT;
-		} else if (size < sizeof(struct btrfs_inode_ref) ||
-			   (nlen = btrfs_inode_ref_name_len((const void *)item)) >
-				   size - sizeof(struct btrfs_inode_ref) ||
-			   nlen == 0 || nlen > BTRFS_NAME_LEN) {
-			ret = BLOG_CORRUPT(&fs->log, "inode ref of %llu: malformed",
-					   (unsigned long long)ino);
-		} else {
-			*parent = key.offset;
-			memcpy(name, item + sizeof(struct btrfs_inode_ref), nlen);
-			*name_len = nlen;
-		}
-	} else if (ret == 1) {
-		ret = -ENOENT;
-	}
-	tree_path_release(&fs->cache, &path);
-	return ret;
-}
-
 /* Build @id's path from the top level into @out (no leading slash). */
 static int subvol_path(struct butter_fs *fs, u64 id, char *out, size_t cap, u64 *parent_id,
 		       u64 *dirid_out)
@@ -135,7 +99,8 @@ static int subvol_path(struct butter_fs *fs, u64 id, char *out, size_t cap, u64 
 			if (++depth > MAX_PATH_DEPTH)
 				return BLOG_CORRUPT(&fs->log, "subvolume %llu: directory path loops",
 						    (unsigned long long)parent);
-			ret = read_inode_ref(fs, &psv, dirid, &up, name, &name_len);
+			ret = fs_inode_first_name(fs, &psv.root, dirid, BTRFS_INODE_REF_KEY, &up, name,
+						  &name_len);
 			if (ret)
 				return ret;
 			ret = prepend(buf, &start, name, name_len);

@@ -57,7 +57,7 @@ void fs_teardown_write(struct butter_fs *fs)
 		return;
 	if (w->open_files)
 		fs_orphan_free_open(fs);
-	if (w->txn.running && !w->txn.aborted) {
+	if ((w->txn.running || volumes_stats_dirty(&fs->vol)) && !w->txn.aborted) {
 		int ret = txn_commit(&w->txn);
 
 		if (ret)

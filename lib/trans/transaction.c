@@ -239,6 +239,13 @@ int txn_commit(struct txn_ctx *ctx)
 
 	if (ctx->aborted)
 		return -EROFS;
+	if (ctx->es && ctx->es->dev_root && volumes_stats_dirty(ctx->vol)) {
+		ret = txn_begin(ctx);
+		if (ret == 0)
+			ret = txn_write_dev_stats(ctx);
+		if (ret)
+			goto abort;
+	}
 	if (!ctx->running)
 		return 0;
 	if (ctx->pre_commit) {

@@ -10,7 +10,9 @@
  *                            +--error anywhere------> ABORTED (read-only for good)
  *
  * Commit order (written once, here and in txn_commit()):
- *   0. the pre_commit hook: the tree log's blocks are pinned and the
+ *   0. the device error counters that changed go into the device tree
+ *      (a commit runs for them alone if nothing else changed); then the
+ *      pre_commit hook: the tree log's blocks are pinned and the
  *      superblock's log root is cleared (this commit holds what it held);
  *      then, if anything changed, the pre_write hook (quota status);
  *   1. until nothing changes: run delayed refs (extent tree), write block
@@ -67,6 +69,13 @@ int txn_begin(struct txn_ctx *ctx);
 
 /* Commit the running transaction (see the order above). */
 int txn_commit(struct txn_ctx *ctx);
+
+/*
+ * Write the DEV_STATS item of every device whose error counters changed
+ * (dev_stats.c); part of every commit, which starts a transaction for them
+ * alone when nothing else changed.
+ */
+int txn_write_dev_stats(struct txn_ctx *ctx);
 
 /* Abort: the filesystem refuses further changes; @err is logged. */
 void txn_abort(struct txn_ctx *ctx, int err, const char *where);

@@ -16,6 +16,8 @@
 
 #define HASH_SIZE 4096
 
+const char node_stale_generation[] = "generation differs from what the parent expects (stale copy)";
+
 int node_cache_init(struct node_cache *cache, struct btrfs_volumes *vol, u64 limit_bytes)
 {
 	memset(cache, 0, sizeof(*cache));
@@ -143,7 +145,7 @@ int node_validate(const struct node_cache *cache, const u8 *data, u64 bytenr, u6
 	if (level >= 0 && h->level != level)
 		return *why = "level differs from what the parent expects", -EUCLEAN;
 	if (gen && btrfs_header_generation(h) != gen)
-		return *why = "generation differs from what the parent expects (stale copy)", -EUCLEAN;
+		return *why = node_stale_generation, -EUCLEAN;
 	nritems = btrfs_header_nritems(h);
 	if (h->level == 0) {
 		u32 data_end = data_size;
@@ -258,19 +260,29 @@ int node_read(struct node_cache *cache, u64 bytenr, u64 gen, int level,
 		return -ENOMEM;
 	copies = volumes_num_copies(cache->vol, bytenr);
 	for (mirror = 1; mirror <= copies; mirror++) {
+		char where[256];
+
 		ret = volumes_read(cache->vol, bytenr, data, cache->nodesize, mirror);
 		if (ret == -ENOENT) {
 			blog_err(cache->log, "tree block %llu: no chunk maps this address",
 				 (unsigned long long)bytenr);
 			break;
 		}
-		if (ret)
+		if (ret) {
+			if (!volumes_copy_missing(cache->vol, bytenr, mirror))
+				blog_warn(cache->log, "tree block %s: read error",
+					  volumes_describe(cache->vol, bytenr, mirror, where,
+							   sizeof(where)));
 			continue;
+		}
 		ret = node_validate(cache, data, bytenr, gen, level, first_key, &why);
 		if (ret == 0)
 			break;
-		blog_warn(cache->log, "tree block %llu copy %d: %s", (unsigned long long)bytenr,
-			  mirror, why);
+		volumes_count_error(cache->vol, bytenr, mirror,
+				    why == node_stale_generation ? BTRFS_DEV_STAT_GENERATION_ERRS
+								 : BTRFS_DEV_STAT_CORRUPTION_ERRS);
+		blog_warn(cache->log, "tree block %s: %s",
+			  volumes_describe(cache->vol, bytenr, mirror, where, sizeof(where)), why);
 	}
 	if (ret) {
 		free(data);

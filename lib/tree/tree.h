@@ -88,6 +88,9 @@ int node_cache_insert(struct node_cache *cache, struct tree_node *node);
 void node_cache_remove(struct node_cache *cache, struct tree_node *node);
 void node_get(struct node_cache *cache, struct tree_node *node);
 
+/* The reason node_validate() gives for a block older than its parent expects (a stale copy). */
+extern const char node_stale_generation[];
+
 /*
  * Validate a raw block as node_read() does (used by node_read and tests).
  * Returns 0 or -EUCLEAN with @why set to a static reason.

@@ -25,11 +25,21 @@ static u32 nparity(const struct chunk_map *map)
 
 static int stripe_io(const struct map_stripe *s, void *buf, size_t len, u64 physical, int write)
 {
+	int ret;
+
 	if (!s->dev || !s->dev->bdev)
 		return -EIO;
-	if (write)
-		return blockdev_write(s->dev->bdev, buf, len, physical); /* its errno, as is */
-	return blockdev_read(s->dev->bdev, buf, len, physical) ? -EIO : 0;
+	if (write) {
+		ret = blockdev_write(s->dev->bdev, buf, len, physical); /* its errno, as is */
+		if (ret)
+			volumes_dev_stat_inc(s->dev, BTRFS_DEV_STAT_WRITE_ERRS);
+		return ret;
+	}
+	if (blockdev_read(s->dev->bdev, buf, len, physical)) {
+		volumes_dev_stat_inc(s->dev, BTRFS_DEV_STAT_READ_ERRS);
+		return -EIO;
+	}
+	return 0;
 }
 
 int volumes_write_copy(struct btrfs_volumes *vol, u64 logical, const void *buf, size_t len,
@@ -56,8 +66,17 @@ int volumes_write_copy(struct btrfs_volumes *vol, u64 logical, const void *buf, 
 			return -EIO;
 		piece = contiguous < len ? (size_t)contiguous : len;
 		ret = stripe_io(&map->stripes[idx], (void *)p, piece, physical, 1);
-		if (ret)
+		if (ret) {
+			const struct btrfs_device *dev = map->stripes[idx].dev;
+
+			if (dev && dev->bdev)
+				blog_err(vol->log, "write error: logical %llu copy %d on %s (devid %llu) "
+						   "physical %llu: %s",
+					 (unsigned long long)(map->logical + offset), mirror,
+					 dev->path ? dev->path : "?", (unsigned long long)dev->devid,
+					 (unsigned long long)physical, strerror(-ret));
 			return ret;
+		}
 		p += piece;
 		len -= piece;
 		offset += piece;
@@ -80,7 +99,7 @@ int volumes_raid56_row(const struct btrfs_volumes *vol, u64 logical, u64 *row_lo
 }
 
 int volumes_raid56_check_parity(struct btrfs_volumes *vol, u64 row_logical, int repair,
-				int *mismatch)
+				struct raid56_parity_check *res)
 {
 	const struct chunk_map *map = volumes_find_chunk(vol, row_logical);
 	u32 n, np, ndata, k;
@@ -88,7 +107,7 @@ int volumes_raid56_check_parity(struct btrfs_volumes *vol, u64 row_logical, int 
 	unsigned char **blocks = NULL, *mem = NULL;
 	int ret = 0;
 
-	*mismatch = 0;
+	memset(res, 0, sizeof(*res));
 	if (!map || !(map->type & BTRFS_BLOCK_GROUP_RAID56_MASK))
 		return -EINVAL;
 	n = map->num_stripes;
@@ -108,10 +127,14 @@ int volumes_raid56_check_parity(struct btrfs_volumes *vol, u64 row_logical, int 
 	for (k = 0; k < n + np; k++)
 		blocks[k] = mem + (size_t)k * sl;
 	for (k = 0; k < n; k++) {
-		ret = stripe_io(&map->stripes[(row + k) % n], blocks[k], (size_t)sl,
-				map->stripes[(row + k) % n].physical + row * sl, 0);
-		if (ret)
+		const struct map_stripe *s = &map->stripes[(row + k) % n];
+
+		ret = stripe_io(s, blocks[k], (size_t)sl, s->physical + row * sl, 0);
+		if (ret) {
+			res->unreadable_dev = s->dev;
+			res->unreadable_physical = s->physical + row * sl;
 			goto out;
+		}
 	}
 	{
 		unsigned char *v[8], **cols = v;
@@ -136,7 +159,9 @@ int volumes_raid56_check_parity(struct btrfs_volumes *vol, u64 row_logical, int 
 
 		if (memcmp(blocks[at], blocks[n + k], (size_t)sl) == 0)
 			continue;
-		(*mismatch)++;
+		res->dev[res->mismatch] = s->dev;
+		res->physical[res->mismatch] = s->physical + row * sl;
+		res->mismatch++;
 		if (repair) {
 			ret = stripe_io(s, blocks[n + k], (size_t)sl, s->physical + row * sl, 1);
 			if (ret)

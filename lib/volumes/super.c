@@ -103,7 +103,8 @@ int btrfs_read_super_copy(struct blockdev *dev, int mirror, const struct blog *l
 	if (btrfs_super_magic(sb) != BTRFS_MAGIC)
 		return -EINVAL;
 	*has_magic = 1;
-	snprintf(where, sizeof(where), "%s: superblock copy %d", dev->name, mirror);
+	snprintf(where, sizeof(where), "%s: superblock copy %d (physical %llu)", dev->name, mirror,
+		 (unsigned long long)offset);
 	if (btrfs_super_bytenr(sb) != offset)
 		return BLOG_CORRUPT(log, "%s: bytenr %llu does not match its offset", where,
 				    (unsigned long long)btrfs_super_bytenr(sb));

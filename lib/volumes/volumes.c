@@ -22,6 +22,7 @@
  * The caller checks checksums and walks the mirrors until one is good.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,10 +144,98 @@ static int stripe_read(struct btrfs_volumes *vol, const struct map_stripe *s, vo
 	if (!s->dev || !s->dev->bdev)
 		return -EIO;
 	ret = blockdev_read(s->dev->bdev, buf, len, physical);
-	if (ret)
-		blog_debug(vol->log, "read error on device %llu at %llu: %d",
-			   (unsigned long long)s->devid, (unsigned long long)physical, ret);
+	if (ret) {
+		/* the caller names the error once, with what it is reading */
+		volumes_dev_stat_inc(s->dev, BTRFS_DEV_STAT_READ_ERRS);
+		blog_debug(vol->log, "read error on %s (devid %llu) at physical %llu: %d",
+			   s->dev->path ? s->dev->path : "?", (unsigned long long)s->devid,
+			   (unsigned long long)physical, ret);
+	}
 	return ret ? -EIO : 0;
+}
+
+void volumes_dev_stat_inc(struct btrfs_device *dev, int which)
+{
+	if (!dev || which < 0 || which >= BTRFS_DEV_STAT_VALUES_MAX)
+		return;
+	__atomic_fetch_add(&dev->stats[which], 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&dev->stats_dirty, 1, __ATOMIC_RELEASE);
+}
+
+int volumes_stats_dirty(const struct btrfs_volumes *vol)
+{
+	size_t i;
+
+	for (i = 0; i < vol->ndevs; i++)
+		if (__atomic_load_n(&vol->devs[i]->stats_dirty, __ATOMIC_ACQUIRE))
+			return 1;
+	return 0;
+}
+
+int volumes_locate(const struct btrfs_volumes *vol, u64 logical, int mirror,
+		   struct btrfs_device **dev, u64 *physical, int *rebuilt)
+{
+	const struct chunk_map *map = volumes_find_chunk(vol, logical);
+	u64 contiguous;
+	u32 idx;
+
+	*dev = NULL;
+	*physical = 0;
+	*rebuilt = 0;
+	if (!map)
+		return -ENOENT;
+	if (mirror < 1 || mirror > volumes_num_copies(vol, logical))
+		return -EIO;
+	if (map->type & BTRFS_BLOCK_GROUP_RAID56_MASK) {
+		*rebuilt = mirror > 1;
+		mirror = 1;
+	}
+	if (chunk_map_position(map, logical - map->logical, mirror, &idx, physical, &contiguous))
+		return -EIO;
+	*dev = map->stripes[idx].dev;
+	return 0;
+}
+
+const char *volumes_describe(const struct btrfs_volumes *vol, u64 logical, int mirror,
+			     char *buf, size_t size)
+{
+	struct btrfs_device *dev;
+	u64 physical;
+	int rebuilt;
+
+	if (volumes_locate(vol, logical, mirror, &dev, &physical, &rebuilt)) {
+		snprintf(buf, size, "logical %llu copy %d (not mapped)", (unsigned long long)logical,
+			 mirror);
+		return buf;
+	}
+	snprintf(buf, size, "logical %llu copy %d %s%s (devid %llu) physical %llu",
+		 (unsigned long long)logical, mirror,
+		 rebuilt ? "rebuilt from parity for the data stripe on " : "on ",
+		 !dev || !dev->bdev ? "missing device" : dev->path ? dev->path : "?",
+		 (unsigned long long)(dev ? dev->devid : 0), (unsigned long long)physical);
+	return buf;
+}
+
+int volumes_copy_missing(const struct btrfs_volumes *vol, u64 logical, int mirror)
+{
+	struct btrfs_device *dev;
+	u64 physical;
+	int rebuilt;
+
+	if (volumes_locate(vol, logical, mirror, &dev, &physical, &rebuilt))
+		return 0;
+	return !rebuilt && (!dev || !dev->bdev);
+}
+
+void volumes_count_error(struct btrfs_volumes *vol, u64 logical, int mirror, int which)
+{
+	struct btrfs_device *dev;
+	u64 physical;
+	int rebuilt;
+
+	if (volumes_locate(vol, logical, mirror, &dev, &physical, &rebuilt) == 0 && !rebuilt &&
+	    dev && dev->bdev)
+		volumes_dev_stat_inc(dev, which);
 }
 
 /*
@@ -697,11 +786,23 @@ static int raid56_write(struct btrfs_volumes *vol, const struct chunk_map *map, 
 				lo = w0 - s0;
 				hi = w1 - s0;
 			}
-			if (!s->dev || !s->dev->bdev)
+			if (!s->dev || !s->dev->bdev) {
 				ret = -EIO;
-			else
+			} else {
 				ret = blockdev_write(s->dev->bdev, blocks[k] + lo, (size_t)(hi - lo),
 						     s->physical + row * sl + lo);
+				if (ret) {
+					volumes_dev_stat_inc(s->dev, BTRFS_DEV_STAT_WRITE_ERRS);
+					blog_err(vol->log, "write error: stripe row at logical %llu, "
+							   "%s %u on %s (devid %llu) physical %llu: %s",
+						 (unsigned long long)(map->logical + row_start),
+						 k < ndata ? "data stripe" : "parity stripe", k,
+						 s->dev->path ? s->dev->path : "?",
+						 (unsigned long long)s->devid,
+						 (unsigned long long)(s->physical + row * sl + lo),
+						 strerror(-ret));
+				}
+			}
 		}
 		buf += b - a;
 		len -= (size_t)(b - a);
@@ -743,8 +844,13 @@ int volumes_flush(struct btrfs_volumes *vol)
 		if (!vol->devs[i]->bdev)
 			continue;
 		ret = blockdev_flush(vol->devs[i]->bdev);
-		if (ret)
+		if (ret) {
+			volumes_dev_stat_inc(vol->devs[i], BTRFS_DEV_STAT_FLUSH_ERRS);
+			blog_err(vol->log, "flush error on %s (devid %llu): %s",
+				 vol->devs[i]->path ? vol->devs[i]->path : "?",
+				 (unsigned long long)vol->devs[i]->devid, strerror(-ret));
 			return ret;
+		}
 	}
 	return 0;
 }
@@ -780,8 +886,15 @@ int volumes_write_supers(struct btrfs_volumes *vol)
 			btrfs_csum_compute(vol->csum_type, (u8 *)sb + BTRFS_CSUM_SIZE,
 					   BTRFS_SUPER_INFO_SIZE - BTRFS_CSUM_SIZE, sb->csum);
 			ret = blockdev_write(dev->bdev, sb, sizeof(*sb), offset);
-			if (ret)
+			if (ret) {
+				volumes_dev_stat_inc(dev, BTRFS_DEV_STAT_WRITE_ERRS);
+				blog_err(vol->log, "write error: superblock copy %d on %s (devid %llu) "
+						   "physical %llu: %s",
+					 mirror, dev->path ? dev->path : "?",
+					 (unsigned long long)dev->devid, (unsigned long long)offset,
+					 strerror(-ret));
 				break;
+			}
 			written++;
 		}
 	}

@@ -28,6 +28,15 @@ struct btrfs_device {
 	u64 generation;         /* superblock generation read from this device */
 	struct blockdev *bdev;  /* NULL: missing */
 	char *path;
+	/*
+	 * Error counters as the device tree's DEV_STATS item keeps them
+	 * (BTRFS_DEV_STAT_*): loaded at open and added to, by any thread, with
+	 * atomic operations only (volumes_dev_stat_inc()). stats_dirty is set
+	 * after every change and cleared (atomically, before the values are
+	 * read) by the commit that writes the item, so no count is ever lost.
+	 */
+	u64 stats[BTRFS_DEV_STAT_VALUES_MAX];
+	int stats_dirty;
 };
 
 struct map_stripe {
@@ -131,6 +140,40 @@ int volumes_read(struct btrfs_volumes *vol, u64 logical, void *buf, size_t len, 
  */
 int volumes_write(struct btrfs_volumes *vol, u64 logical, const void *buf, size_t len);
 
+/* ---- error reporting and device statistics ---- */
+
+/*
+ * Where copy @mirror of @logical is stored: its device (NULL if the chunk
+ * names a device not known) and physical byte. For a RAID5/6 rebuild mirror
+ * (> 1) that is the data stripe the rebuild stands in for, and *rebuilt is
+ * set. -ENOENT if no chunk maps @logical, -EIO if the mirror does not exist.
+ */
+int volumes_locate(const struct btrfs_volumes *vol, u64 logical, int mirror,
+		   struct btrfs_device **dev, u64 *physical, int *rebuilt);
+
+/*
+ * Describe copy @mirror of @logical for a message, into @buf:
+ * "logical L copy M on /dev/x (devid D) physical P" (the device "missing"
+ * when absent; "rebuilt from parity for ..." for RAID5/6 rebuilds).
+ */
+const char *volumes_describe(const struct btrfs_volumes *vol, u64 logical, int mirror,
+			     char *buf, size_t size);
+
+/* Is copy @mirror of @logical on a device that is missing (so a read error is expected)? */
+int volumes_copy_missing(const struct btrfs_volumes *vol, u64 logical, int mirror);
+
+/* Count one error of kind @which (BTRFS_DEV_STAT_*) on @dev. Thread-safe. */
+void volumes_dev_stat_inc(struct btrfs_device *dev, int which);
+
+/*
+ * Count one error of kind @which on the device storing copy @mirror of
+ * @logical; nothing for RAID5/6 rebuilds (no one device holds them).
+ */
+void volumes_count_error(struct btrfs_volumes *vol, u64 logical, int mirror, int which);
+
+/* Does some device hold counts not yet written to the device tree? */
+int volumes_stats_dirty(const struct btrfs_volumes *vol);
+
 /* Flush every present device. */
 int volumes_flush(struct btrfs_volumes *vol);
 
@@ -172,13 +215,22 @@ int volumes_write_copy(struct btrfs_volumes *vol, u64 logical, const void *buf, 
 int volumes_raid56_row(const struct btrfs_volumes *vol, u64 logical, u64 *row_logical,
 		       u64 *row_len);
 
+/* What volumes_raid56_check_parity() found, with the places for messages. */
+struct raid56_parity_check {
+	int mismatch;                  /* parity stripes that differ (0..2) */
+	struct btrfs_device *dev[2];   /* each differing one (P before Q): device */
+	u64 physical[2];               /* and physical byte of its stripe in the row */
+	struct btrfs_device *unreadable_dev; /* -EIO: the stripe that could not be read */
+	u64 unreadable_physical;
+};
+
 /*
  * Check the parity of the row starting at @row_logical against its data
- * stripes as they are on disk: *mismatch set to the number of parity stripes
- * that differ; with @repair those are rewritten. -EIO if a stripe of the row
- * cannot be read (nothing is written then).
+ * stripes as they are on disk: @res says how many parity stripes differ and
+ * where they are; with @repair those are rewritten. -EIO if a stripe of the
+ * row cannot be read (res names it; nothing is written then).
  */
 int volumes_raid56_check_parity(struct btrfs_volumes *vol, u64 row_logical, int repair,
-				int *mismatch);
+				struct raid56_parity_check *res);
 
 #endif

@@ -8,8 +8,10 @@ bytes there first (a wrong mapping fails the test, it never passes silently). Th
   - the kernel's read-only scrub sees the damage (and, for data sectors, counts exactly
     as many errors as butter);
   - `butter scrub -r` reports it, exits 3 and changes no byte of any image;
-  - `butter scrub` repairs it and exits 0: every image is byte for byte what it was
-    before the damage (a superblock repair commits, so there the kernel judges alone);
+  - `butter scrub` repairs it and exits 0: every damaged place holds its bytes from
+    before the damage again (the scrub's commit also writes the device error counters,
+    so the images are not byte for byte as before: the kernel's device stats show the
+    errors butter found; a superblock repair commits too);
   - the kernel's scrub then finds nothing, btrfs check is clean and every file reads
     back as written.
 A copy with no good twin is reported as uncorrectable, naming the inode.
@@ -115,11 +117,32 @@ def logical_of(extents, file_off):
     raise AssertionError(f"no extent holds file offset {file_off}")
 
 
+# (image, offset, bytes before the damage) of every damage() so far
+DAMAGED = []
+
+
 def damage(image, offset, expect):
     """Flip the sector at `offset` of `image` after checking it holds `expect`."""
     got = kfs.read_image(image, offset, len(expect))
     assert got == expect, f"{image}@{offset}: the mapping is wrong (bytes differ)"
     kfs.flip_bytes(image, offset, len(expect))
+    DAMAGED.append((image, offset, expect))
+
+
+def damaged_places(images):
+    return [d for d in DAMAGED if d[0] in images]
+
+
+def kernel_corruption_errs(workdir, images):
+    """The sum of corruption_errs that `btrfs device stats` shows on a kernel mount."""
+    mnt = os.path.join(workdir, "kstats")
+    with attached(images) as devs:
+        kfs.mount(devs[0], mnt, ["ro"] + [f"device={d}" for d in devs[1:]])
+        try:
+            out = kfs.run(["btrfs", "device", "stats", mnt]).stdout
+        finally:
+            kfs.umount(mnt)
+    return sum(int(v) for v in re.findall(r"\.corruption_errs\s+(\d+)", out))
 
 
 def made(workdir, profile, ndev, rng):
@@ -136,12 +159,14 @@ def made(workdir, profile, ndev, rng):
         return fs.images, want, maps, inodes, cm, devids, blocks
 
 
-def repaired_as_before(workdir, butter, images, want, before, expect):
-    """butter scrub -r reports `expect` and changes nothing; butter scrub repairs to
-    `before`; the kernel agrees."""
+def repaired_as_before(workdir, butter, images, want, before, expect, said=()):
+    """butter scrub -r reports `expect` (with each text of `said` in its messages) and
+    changes nothing; butter scrub repairs to `before`; the kernel agrees."""
     damaged = snapshot(images)
     rc, f, err = butter_scrub(butter, images, readonly=True)
     assert rc == 3, f"scrub -r exit {rc}, want 3\n{err}"
+    for text in said:
+        assert text in err, f"{text!r} not in the scrub's messages:\n{err[-3000:]}"
     for k, v in expect.items():
         assert f[k] == v, f"scrub -r: {k} {f[k]}, want {v}\n{f}\n{err}"
     assert f["corrected"] == 0 and f["uncorrectable"] == 0, f
@@ -149,7 +174,10 @@ def repaired_as_before(workdir, butter, images, want, before, expect):
     rc, f, err = butter_scrub(butter, images)
     assert rc == 0, f"scrub exit {rc}\n{f}\n{err}"
     assert f["corrected"] == f["errors"] and f["errors"] > 0 and f["uncorrectable"] == 0, f
-    assert snapshot(images) == before, "the repaired images differ from the undamaged ones"
+    for image, offset, was in damaged_places(images):
+        assert kfs.read_image(image, offset, len(was)) == was, f"{image}@{offset} not repaired"
+    assert kernel_corruption_errs(workdir, images) >= f["errors"] - expect.get("parity", 0), \
+        "the scrub's errors are not in the device stats"
     rc, f, err = butter_scrub(butter, images, readonly=True)
     assert rc == 0 and f["errors"] == 0, f"after the repair:\n{f}\n{err}"
     assert kernel_errors(kernel_scrub(workdir, images)) == 0
@@ -160,7 +188,7 @@ def repaired_as_before(workdir, butter, images, want, before, expect):
                                           ("raid10", 4)])
 def test_mirrored_data(kernel, butter, workdir, profile, ndev):
     rng = random.Random(f"data-{profile}")
-    images, want, maps, _, cm, devids, _ = made(workdir, profile, ndev, rng)
+    images, want, maps, inodes, cm, devids, _ = made(workdir, profile, ndev, rng)
     before = snapshot(images)
     # copy 2 of a sector of "big"; on RAID1C3 also copy 3 of another sector
     hits = [(256 * 1024, 1)] + ([(512 * 1024 + 3 * SECTOR, 2)] if profile == "raid1c3" else [])
@@ -171,7 +199,14 @@ def test_mirrored_data(kernel, butter, workdir, profile, ndev):
         damage(devids[devid], phys, want["big"][file_off:file_off + SECTOR])
     counts = kernel_scrub(workdir, images)
     assert counts["csum_errors"] == len(hits), f"the kernel counted {counts}"
-    repaired_as_before(workdir, butter, images, want, before, {"csum": len(hits), "verify": 0})
+    said = []
+    for file_off, copy in hits:
+        devid, phys = cm.locate(logical_of(maps["big"], file_off))[copy]
+        said.append(f"scrub: data logical {logical_of(maps['big'], file_off)} copy {copy + 1} "
+                    f"on {devids[devid]} (devid {devid}) physical {phys}: checksum mismatch, "
+                    f"subvolume 5 inode {inodes['big']} path \"big\" file offset {file_off}")
+    repaired_as_before(workdir, butter, images, want, before, {"csum": len(hits), "verify": 0},
+                       said)
 
 
 def test_tree_block(kernel, butter, workdir):
@@ -196,8 +231,11 @@ def test_no_good_copy(kernel, butter, workdir):
     rc, f, err = butter_scrub(butter, images)
     assert rc == 3, f"exit {rc}\n{f}\n{err}"
     assert f["csum"] == 2 and f["uncorrectable"] == 2 and f["corrected"] == 0, f
-    assert f"inode {inodes['big']}, file offset {file_off}" in err, err
-    assert snapshot(images) == damaged, "nothing can be repaired, yet an image changed"
+    assert (f"inode {inodes['big']} path \"big\" file offset {file_off}" in err), err
+    for image, offset, was in damaged_places(images):
+        assert kfs.read_image(image, offset, len(was)) != was, "a damaged copy changed"
+    assert snapshot(images) != damaged, "the device stats were not committed"
+    assert kernel_corruption_errs(workdir, images) == 2
     counts = kernel_scrub(workdir, images)
     assert counts["csum_errors"] == 2, counts
 
@@ -240,7 +278,9 @@ def test_raid56(kernel, butter, workdir, profile, ndev):
         for i, b in enumerate(kfs.read_image(devids[d], p, SECTOR)):
             xor[i] ^= b
     damage(devids[pdev], pphys, bytes(xor))
-    repaired_as_before(workdir, butter, images, want, before, {"csum": 1, "parity": 1})
+    repaired_as_before(workdir, butter, images, want, before, {"csum": 1, "parity": 1},
+                       [f"parity on {devids[pdev]} (devid {pdev}) physical ",
+                        f"on {devids[devid]} (devid {devid}) physical {phys}: checksum mismatch"])
 
 
 def test_superblock(kernel, butter, workdir):

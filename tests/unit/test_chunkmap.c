@@ -1233,6 +1233,76 @@ static void test_e2e_degraded_bulk(void)
 	e2e_teardown(&e);
 }
 
+/*
+ * volumes_locate() names where each stored copy's bytes are (they are read
+ * back there); a read error counts on the device that failed, a corruption
+ * on the device of the copy named, a RAID5/6 rebuild on none.
+ */
+static void test_e2e_locate_and_stats(void)
+{
+	struct e2e e;
+	struct btrfs_device *dev;
+	struct blockdev *mem = NULL, *faulty = NULL;
+	u64 phys;
+	int rebuilt, same = 0;
+
+	if (e2e_setup(&e)) {
+		CHECK(0);
+		e2e_teardown(&e);
+		return;
+	}
+	for (int k = 0; k < e.nchunks; k++) {
+		const struct e2e_chunk *c = &e.chunks[k];
+		int copies = volumes_num_copies(&e.vol, c->logical);
+		int raid56 = (c->type & BTRFS_BLOCK_GROUP_RAID56_MASK) != 0;
+
+		for (u64 off = 0; off + SECTOR <= c->length; off += 5 * SLEN + 3 * SECTOR) {
+			for (int m = 1; m <= copies; m++) {
+				u8 buf[SECTOR];
+
+				CHECK_EQ_U64(volumes_locate(&e.vol, c->logical + off, m, &dev, &phys,
+							    &rebuilt), 0);
+				CHECK(rebuilt == (raid56 && m > 1));
+				CHECK(dev != NULL);
+				if (!dev)
+					continue;
+				CHECK_EQ_U64(blockdev_read(dev->bdev, buf, SECTOR, phys), 0);
+				CHECK_MEM(buf, c->data + off, SECTOR);
+			}
+		}
+		CHECK(volumes_locate(&e.vol, c->logical, copies + 1, &dev, &phys, &rebuilt) == -EIO);
+	}
+	CHECK(volumes_locate(&e.vol, 4096, 1, &dev, &phys, &rebuilt) == -ENOENT);
+	CHECK(!volumes_stats_dirty(&e.vol));
+
+	/* devid 3 (copy 1 of the raid1c3 chunk) fails every read */
+	CHECK_EQ_U64(blockdev_open_memory(e.mem[3], DEV_SIZE, 1, &mem), 0);
+	CHECK_EQ_U64(blockdev_open_fault(mem, "read-eio", 0, &faulty), 0);
+	if (faulty) {
+		const struct e2e_chunk *c = &e.chunks[3];
+
+		e.dev[3]->bdev = faulty;
+		CHECK(read_cmp(&e, c, 0, SECTOR, 1, &same) == -EIO);
+		CHECK(!volumes_copy_missing(&e.vol, c->logical, 1));
+		CHECK_EQ_U64(e.dev[3]->stats[BTRFS_DEV_STAT_READ_ERRS], 1);
+		CHECK(volumes_stats_dirty(&e.vol));
+		CHECK_EQ_U64(read_cmp(&e, c, 0, SECTOR, 2, &same), 0);
+		CHECK(same);
+		/* a checksum mismatch of copy 2 counts on devid 1, where copy 2 is */
+		volumes_count_error(&e.vol, c->logical, 2, BTRFS_DEV_STAT_CORRUPTION_ERRS);
+		CHECK_EQ_U64(e.dev[1]->stats[BTRFS_DEV_STAT_CORRUPTION_ERRS], 1);
+		/* a rebuild from parity is no one device's copy */
+		volumes_count_error(&e.vol, e.chunks[0].logical, 2, BTRFS_DEV_STAT_CORRUPTION_ERRS);
+		for (u64 id = 1; id <= NDEVS; id++)
+			CHECK_EQ_U64(e.dev[id]->stats[BTRFS_DEV_STAT_CORRUPTION_ERRS], id == 1);
+		e.dev[3]->bdev = e.bdev[3];
+		blockdev_close(faulty);
+	} else if (mem) {
+		blockdev_close(mem);
+	}
+	e2e_teardown(&e);
+}
+
 int main(void)
 {
 	RUN(test_positions);
@@ -1242,5 +1312,6 @@ int main(void)
 	RUN(test_e2e_one_bad);
 	RUN(test_e2e_two_bad);
 	RUN(test_e2e_degraded_bulk);
+	RUN(test_e2e_locate_and_stats);
 	return check_summary();
 }
