@@ -76,7 +76,7 @@ int butter_device_add(struct butter_fs *fs, const char *path, unsigned flags, ui
 		return -EINVAL;
 	if (!fs->w)
 		return -EROFS;
-	ret = blockdev_open_file(path, 0, &bdev);
+	ret = blockdev_open_file(path, 0, &fs->log, &bdev);
 	if (ret) {
 		blog_err(&fs->log, "%s: cannot open: %s", path, strerror(-ret));
 		return ret;
