@@ -45,7 +45,8 @@
  * with a descriptor on the same file (a link in /proc/PID/fd whose target
  * has the same path, confirmed by st_dev/st_ino), preferring the one whose
  * /proc/PID/fdinfo lists an OFD lock (OFD locks report pid -1 through
- * F_OFD_GETLK); the calling process is skipped. A `butter mount` is found in
+ * F_OFD_GETLK); the calling process is named only when it holds the lock
+ * itself (rule 2). A `butter mount` is found in
  * /proc/self/mountinfo by its source (fsname=IMAGE) and type fuse.butter; a
  * kernel mount by the device's major:minor or its source (btrfs mounts show
  * an anonymous major:minor).
@@ -115,13 +116,15 @@ static int fd_has_ofd_lock(const char *pid, const char *fd)
 }
 
 /*
- * The process (not this one) with a descriptor on @real (resolved path,
- * confirmed by @st), preferring one that holds an OFD lock there; 0 if none.
+ * The process with a descriptor on @real (resolved path, confirmed by @st):
+ * another one holding an OFD lock there, else this one if it holds one (a
+ * second open of the same file), else another one with it open; 0 if none.
  */
 static pid_t find_pid(const char *real, const struct stat *st)
 {
 	char link[PATH_MAX + 1], path[600];
 	pid_t self = getpid(), any = 0, locker = 0;
+	int self_locks = 0;
 	struct dirent *p, *d;
 	DIR *proc, *fds;
 
@@ -129,7 +132,7 @@ static pid_t find_pid(const char *real, const struct stat *st)
 	if (!proc)
 		return 0;
 	while (!locker && (p = readdir(proc))) {
-		if (!isdigit((unsigned char)p->d_name[0]) || atoi(p->d_name) == self)
+		if (!isdigit((unsigned char)p->d_name[0]))
 			continue;
 		snprintf(path, sizeof(path), "/proc/%s/fd", p->d_name);
 		fds = opendir(path);
@@ -149,6 +152,10 @@ static pid_t find_pid(const char *real, const struct stat *st)
 			/* compare names first: stat through every link could block on a stuck mount */
 			if (strcmp(link, real) != 0 || stat(path, &fst) < 0 || !same_file(&fst, st))
 				continue;
+			if (atoi(p->d_name) == self) {
+				self_locks |= fd_has_ofd_lock(p->d_name, d->d_name);
+				continue;
+			}
 			if (!any)
 				any = (pid_t)atoi(p->d_name);
 			if (fd_has_ofd_lock(p->d_name, d->d_name)) {
@@ -159,7 +166,9 @@ static pid_t find_pid(const char *real, const struct stat *st)
 		closedir(fds);
 	}
 	closedir(proc);
-	return locker ? locker : any;
+	if (locker)
+		return locker;
+	return self_locks ? self : any;
 }
 
 /* The command name of @pid into @buf ("?" if gone). */
@@ -262,7 +271,9 @@ void claim_describe_holder(const char *path, const struct stat *st, char *buf, s
 	buf[0] = '\0';
 	if (realpath(path, real))
 		pid = find_pid(real, st);
-	if (pid) {
+	if (pid == getpid()) {
+		n = snprintf(buf, size, "this process (it has the file open already)");
+	} else if (pid) {
 		pid_comm(pid, comm, sizeof(comm));
 		n = snprintf(buf, size, "pid %d (%s)", (int)pid, comm);
 	}
