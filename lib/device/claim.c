@@ -23,7 +23,8 @@
  *                refuses it as well;
  *   byte 1 free  the holder is closing (or between its two lock calls): the
  *                opener waits, trying byte 0 every 20 ms for at most
- *                CLAIM_WAIT_SECONDS, and says once whom it waits for. A
+ *                CLAIM_WAIT_SECONDS, and says once whom it waits for
+ *                (after 100 ms, not for a holder between its locks). A
  *                holder that takes byte 1 meanwhile turns the wait into the
  *                case above.
  *
@@ -281,7 +282,7 @@ void claim_describe_holder(const char *path, const struct stat *st, char *buf, s
 		snprintf(buf + n, size - (size_t)n, "%smounted at %s", n ? ", " : "", mnt);
 }
 
-/* "by HOLDER" or "by another program" for messages. */
+/* The holder as claim_describe_holder() says it, or "another program". */
 static void holder_phrase(const char *path, const struct stat *st, char *buf, size_t size)
 {
 	char who[PATH_MAX + 128];
@@ -305,7 +306,7 @@ int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
 	short type = readonly ? F_RDLCK : F_WRLCK;
 	char who[PATH_MAX + 160];
 	double deadline = 0;
-	int ret;
+	int ret, said = 0;
 
 	while ((ret = lock_byte(fd, type, BYTE_OPEN)) != 0) {
 		if (ret != -EAGAIN) /* rule 3: no locks here */
@@ -325,16 +326,19 @@ int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
 			return -EBUSY;
 		}
 		if (!deadline) {
+			deadline = now_seconds() + CLAIM_WAIT_SECONDS;
+		} else if (!said && now_seconds() > deadline - CLAIM_WAIT_SECONDS + 0.1) {
+			/* said after 100 ms: not for a holder between its two lock calls */
 			char real[PATH_MAX], comm[64];
 			pid_t pid = realpath(path, real) ? find_pid(real, st) : 0;
 
-			deadline = now_seconds() + CLAIM_WAIT_SECONDS;
 			pid_comm(pid, comm, sizeof(comm));
 			if (pid)
 				blog_warn(log, "waiting for %d (%s) to finish closing %s", (int)pid,
 					  comm, path);
 			else
 				blog_warn(log, "waiting for its holder to finish closing %s", path);
+			said = 1;
 		} else if (now_seconds() > deadline) {
 			holder_phrase(path, st, who, sizeof(who));
 			blog_err(log, "%s: in use: %s is still closing it after %d s", path, who,

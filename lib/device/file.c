@@ -149,6 +149,8 @@ static int open_file(const char *path, unsigned flags, int create, uint64_t grow
 		ret = hold_block_device(path, &st, log, &excl_fd);
 	if (ret == 0 && !readonly && S_ISREG(st.st_mode))
 		ret = claim_check_loops(path, &st, log);
+	if (ret == 0 && fstat(fd, &st) < 0) /* the size may have changed while we waited */
+		ret = -errno;
 	if (ret)
 		goto fail_fd;
 	if (S_ISBLK(st.st_mode)) {
