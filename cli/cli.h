@@ -55,6 +55,7 @@ struct cli_args {
 	const struct cli_command *cmd;
 	const char **devices; /* --device values, in order */
 	size_t ndevices;
+	unsigned open_flags;  /* BUTTER_OPEN_* that cli_open() adds to its own */
 };
 
 /*
@@ -76,8 +77,9 @@ int cli_usage_error(const struct cli_command *cmd, const char *fmt, ...)
 void cli_print_usage(const struct cli_command *cmd, FILE *out);
 
 /*
- * Open @image and the --device members read-only, degraded allowed. On failure
- * print "butter: WHAT: problem" and return the negative errno.
+ * Open @image and the --device members read-only, degraded allowed, plus
+ * args->open_flags. On failure print "butter: WHAT: problem" and return the
+ * negative errno.
  */
 int cli_open(const struct cli_args *args, const char *image, struct butter_fs **fs);
 

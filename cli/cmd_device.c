@@ -177,20 +177,27 @@ status:
 	return cli_finish_stdout(check && nonzero ? CLI_EXIT_STATS_NONZERO : CLI_EXIT_OK);
 }
 
-/* `butter check`: butter_check() on an image opened read-only. */
+/*
+ * `butter check`: butter_check() on an image opened read-only; refused while
+ * another program has it open read-write (its trees change under the check),
+ * unless --force.
+ */
 int cmd_check(const struct cli_command *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		CLI_COMMON_LONGOPTS,
+		{ "force", no_argument, NULL, 'f' },
 		{ 0 },
 	};
-	struct cli_args args = { .cmd = cmd };
+	struct cli_args args = { .cmd = cmd, .open_flags = BUTTER_OPEN_NO_WRITER };
 	struct butter_check_result res;
 	struct butter_fs *fs;
 	int c, ret;
 
-	while ((c = cli_getopt(&args, argc, argv, ":h", longopts)) != -1)
-		;
+	while ((c = cli_getopt(&args, argc, argv, ":hf", longopts)) != -1) {
+		if (c == 'f')
+			args.open_flags &= ~BUTTER_OPEN_NO_WRITER;
+	}
 	if (argc - optind != 1) {
 		free(args.devices);
 		return cli_usage_error(cmd, argc - optind < 1 ? "missing IMAGE" : "too many arguments");
@@ -199,6 +206,9 @@ int cmd_check(const struct cli_command *cmd, int argc, char **argv)
 
 	ret = cli_open(&args, image, &fs);
 	free(args.devices);
+	if (ret == -EBUSY)
+		cli_error("%s: open read-write elsewhere; check it once that is closed, or "
+			  "--force to check it as it is now", image);
 	if (ret < 0)
 		return CLI_EXIT_ERROR;
 	ret = butter_check(fs, &res);

@@ -102,6 +102,10 @@ const char *cli_open_error(int err)
 		return "filesystem is corrupt";
 	case EOPNOTSUPP:
 		return "uses a feature butter does not support";
+	case EBUSY:
+		return "in use (see above)";
+	case EFBIG:
+		return "a device is smaller than the filesystem on it (see above)";
 	default:
 		return strerror(err);
 	}
@@ -128,7 +132,7 @@ int cli_open(const struct cli_args *args, const char *image, struct butter_fs **
 	struct butter_open_opts opts = {
 		.devices = args->devices,
 		.ndevices = args->ndevices,
-		.flags = BUTTER_OPEN_RDONLY | BUTTER_OPEN_DEGRADED,
+		.flags = BUTTER_OPEN_RDONLY | BUTTER_OPEN_DEGRADED | args->open_flags,
 		.record_log = cli_test_devices.record_log,
 		.fault_spec = cli_test_devices.fault_spec,
 	};

@@ -173,13 +173,17 @@ static const struct cli_command commands[] = {
 		.name = "check",
 		.main = cmd_check,
 		.summary = "check the trees and the extent tree's bookkeeping (read-only)",
-		.synopsis = "[--device DEV]... IMAGE",
+		.synopsis = "[-f] [--device DEV]... IMAGE",
 		.usage = "Read every tree and check that it hangs together, that the extent\n"
-			 "tree's reference counts match the pointers the trees hold, and that\n"
-			 "block group usage matches its extents. Each problem is printed on\n"
-			 "stderr. Exit status 1 when a problem was found. Not checked yet:\n"
-			 "inode link counts and directory entries, checksum coverage, the free\n"
-			 "space tree (btrfs check --readonly covers those).\n",
+			 "tree's reference counts match the pointers the trees hold, that\n"
+			 "block group usage matches its extents, and that no device is smaller\n"
+			 "than the filesystem records. Each problem is printed on stderr. Exit\n"
+			 "status 1 when a problem was found. Not checked yet: inode link counts\n"
+			 "and directory entries, checksum coverage, the free space tree (btrfs\n"
+			 "check --readonly covers those). A filesystem open read-write elsewhere\n"
+			 "(a live `butter mount`) is refused, as btrfs check refuses it.\n"
+			 "\n"
+			 "  -f, --force    check it anyway, as it is on disk now\n",
 	},
 	{
 		.name = "scrub",

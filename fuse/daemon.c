@@ -823,6 +823,8 @@ static int run(const struct mount_opts *o)
 		daemon_log(&d, BUTTER_LOG_ERROR, "FUSE session ended: %s", strerror(-ret));
 
 out:
+	/* a `butter mount` of the same image made now waits for our last commit */
+	butter_begin_close(d.fs);
 	atomic_store(&d.loop_done, true);
 	if (sig_running) {
 		pthread_kill(sig_thread, SIGTERM); /* ends its sigwait; it sees loop_done */

@@ -41,6 +41,7 @@ typedef void (*butter_log_fn)(void *arg, int level, const char *msg);
 /* butter_open() flags */
 #define BUTTER_OPEN_RDONLY 0x1u   /* never write to any device */
 #define BUTTER_OPEN_DEGRADED 0x2u /* allow missing devices within the profiles' tolerance */
+#define BUTTER_OPEN_NO_WRITER 0x4u /* with RDONLY: -EBUSY while another opener writes it */
 
 struct butter_open_opts {
 	const char *const *devices; /* further members of a multi-device filesystem */
@@ -65,9 +66,21 @@ struct butter_open_opts {
 /*
  * Open the filesystem on @path (an image file or block device) plus
  * opts->devices. @opts may be NULL. On success *out holds the handle.
+ *
+ * Exclusive access: a read-write open claims every device exclusively until
+ * butter_close() (open file description locks; block devices also O_EXCL);
+ * a read-only open shares them with other readers, and beside a writer it
+ * reads what the writer's last commit left (with a warning; -EBUSY instead
+ * with BUTTER_OPEN_NO_WRITER). A read-write open beside any other opener is
+ * refused, except that it waits (up to 60 s, saying so in the log) for an
+ * opener that has called butter_begin_close() and is finishing.
+ *
  * Errors: -ENOENT/-EACCES (a path), -EINVAL (not btrfs), -EOPNOTSUPP (an
  * unsupported feature, named in the log), -EUCLEAN (corrupt), -ENXIO (a device
- * is missing and the profile cannot do without it).
+ * is missing and the profile cannot do without it), -EBUSY (a device is in
+ * use: open read-write elsewhere, or mounted by the kernel; the holder is
+ * named in the log), -EFBIG (read-write only: a device is smaller than the
+ * size the filesystem records for it; read-only opens warn and go on).
  */
 int butter_open(const char *path, const struct butter_open_opts *opts, struct butter_fs **out);
 
@@ -90,7 +103,16 @@ int butter_open_memory(const void *image, size_t size, const struct butter_open_
 int butter_open_memory_cow(const void *image, size_t size, const struct butter_open_opts *opts,
 			   struct butter_fs **out);
 
-/* Release everything the handle holds. */
+/*
+ * Say that the handle is closing: no change will start any more. Openers
+ * waiting for its devices then wait for butter_close() instead of being
+ * refused. Call it as soon as the last user of the handle is gone (the FUSE
+ * daemon: when its session ends, before its final butter_sync()); reads and
+ * butter_sync() still work. butter_close() calls it itself.
+ */
+void butter_begin_close(struct butter_fs *fs);
+
+/* Commit what is left (read-write), release everything the handle holds. */
 void butter_close(struct butter_fs *fs);
 
 /* ---- filesystem information --------------------------------------------- */

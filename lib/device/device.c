@@ -39,6 +39,12 @@ int blockdev_flush(struct blockdev *dev)
 	return dev->ops->flush(dev);
 }
 
+void blockdev_end_service(struct blockdev *dev)
+{
+	if (dev && dev->ops->end_service)
+		dev->ops->end_service(dev);
+}
+
 void blockdev_close(struct blockdev *dev)
 {
 	if (dev)

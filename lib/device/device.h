@@ -8,12 +8,17 @@
  *     negative errno; a range beyond the end of the device is -EIO.
  *  2. flush returns only when every write that completed before it is durable.
  *  3. close frees the handle; it does not flush.
+ *  4. end_service (optional) tells whoever waits to open the same device
+ *     that this holder has started closing (file.c, claim.c); wrappers
+ *     pass it to the device they wrap.
  */
 #ifndef BUTTER_DEVICE_DEVICE_H
 #define BUTTER_DEVICE_DEVICE_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "log.h"
 
 struct blockdev;
 
@@ -22,6 +27,7 @@ struct blockdev_ops {
 	int (*write)(struct blockdev *dev, const void *buf, size_t len, uint64_t offset);
 	int (*flush)(struct blockdev *dev);
 	void (*close)(struct blockdev *dev);
+	void (*end_service)(struct blockdev *dev);
 };
 
 struct blockdev {
@@ -37,11 +43,28 @@ int blockdev_write(struct blockdev *dev, const void *buf, size_t len, uint64_t o
 int blockdev_flush(struct blockdev *dev);
 void blockdev_close(struct blockdev *dev);
 
-/* Open a regular file or block device. -errno from open(2)/fstat(2). */
-int blockdev_open_file(const char *path, int readonly, struct blockdev **out);
+/* Tell waiting openers that the holder of @dev has started closing (contract 4). */
+void blockdev_end_service(struct blockdev *dev);
 
-/* Create @path if missing and grow a regular file to at least @size bytes. */
-int blockdev_prepare_file(const char *path, uint64_t size);
+/* blockdev_open_file() flags */
+#define BLOCKDEV_OPEN_RDONLY 0x1u    /* never written; claimed shared */
+#define BLOCKDEV_OPEN_NO_WRITER 0x2u /* with RDONLY: refuse while a read-write holder has it */
+
+/*
+ * Open a regular file or block device and claim it (protocol in claim.c):
+ * read-write exclusively (waiting up to 60 s for a holder that is closing),
+ * read-only shared when no writer holds it. -EBUSY when it is in use (the
+ * holder is named in the log), else -errno from open(2)/fstat(2).
+ */
+int blockdev_open_file(const char *path, unsigned flags, const struct blog *log,
+		       struct blockdev **out);
+
+/*
+ * As blockdev_open_file() read-write, creating @path if it is missing; a
+ * regular file smaller than @size bytes is grown to @size once claimed.
+ */
+int blockdev_create_file(const char *path, uint64_t size, const struct blog *log,
+			 struct blockdev **out);
 
 /*
  * A device over @size bytes of memory. With @copy the bytes at @data are

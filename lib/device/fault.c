@@ -362,11 +362,19 @@ static void fault_close(struct blockdev *dev)
 	free(dev);
 }
 
+static void fault_end_service(struct blockdev *dev)
+{
+	struct fault_priv *fp = dev->priv;
+
+	blockdev_end_service(fp->inner);
+}
+
 static const struct blockdev_ops fault_ops = {
 	.read = fault_read,
 	.write = fault_write,
 	.flush = fault_flush,
 	.close = fault_close,
+	.end_service = fault_end_service,
 };
 
 int blockdev_open_fault(struct blockdev *inner, const char *spec, int devidx,

@@ -2,9 +2,16 @@
  * file.c — the device backend for regular files and block devices, over
  * pread/pwrite/fdatasync. The only place butter issues raw I/O system calls
  * against storage.
+ *
+ * Every open claims the file (claim.c: OFD locks on bytes 0 and 1, shared
+ * read-only, exclusive read-write, with a bounded wait for a holder that is
+ * closing). A read-write open of a block device also holds it with O_EXCL
+ * (a second descriptor, so the wait above runs first); a read-write open of
+ * an image file is refused while a loop device over it is mounted.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -12,10 +19,12 @@
 #include <unistd.h>
 #include <linux/fs.h>
 
+#include "device/claim.h"
 #include "device/device.h"
 
 struct file_priv {
-	int fd;
+	int fd;      /* I/O, and the claim's locks */
+	int excl_fd; /* a read-write block device held with O_EXCL; -1 otherwise */
 };
 
 /*
@@ -70,10 +79,19 @@ static void file_close(struct blockdev *dev)
 {
 	struct file_priv *fp = dev->priv;
 
+	if (fp->excl_fd >= 0)
+		close(fp->excl_fd);
 	close(fp->fd);
 	free(fp);
 	free(dev->name);
 	free(dev);
+}
+
+static void file_end_service(struct blockdev *dev)
+{
+	struct file_priv *fp = dev->priv;
+
+	claim_end_service(fp->fd);
 }
 
 static const struct blockdev_ops file_ops = {
@@ -81,34 +99,74 @@ static const struct blockdev_ops file_ops = {
 	.write = file_write,
 	.flush = file_flush,
 	.close = file_close,
+	.end_service = file_end_service,
 };
 
-/* Open @path; its size comes from fstat, or BLKGETSIZE64 for block devices. */
-int blockdev_open_file(const char *path, int readonly, struct blockdev **out)
+/* O_EXCL on a read-write block device: 0 with the descriptor in *excl_fd, or -EBUSY (logged). */
+static int hold_block_device(const char *path, const struct stat *st, const struct blog *log,
+			     int *excl_fd)
 {
-	struct blockdev *dev;
+	char who[PATH_MAX + 128];
+
+	*excl_fd = open(path, O_RDWR | O_EXCL | O_CLOEXEC);
+	if (*excl_fd >= 0)
+		return 0;
+	if (errno != EBUSY)
+		return -errno;
+	claim_describe_holder(path, st, who, sizeof(who));
+	blog_err(log, "%s: in use: %s", path, who[0] ? who : "held exclusively (mounted?)");
+	return -EBUSY;
+}
+
+/*
+ * Open @path (created with @create; a regular file smaller than @grow_to is
+ * grown once claimed), claim it, and size it: fstat, or BLKGETSIZE64 for
+ * block devices.
+ */
+static int open_file(const char *path, unsigned flags, int create, uint64_t grow_to,
+		     const struct blog *log, struct blockdev **out)
+{
+	int readonly = !!(flags & BLOCKDEV_OPEN_RDONLY);
 	struct file_priv *fp;
+	struct blockdev *dev;
+	int fd, excl_fd = -1, ret;
 	struct stat st;
 	uint64_t size;
-	int fd, ret;
 
-	fd = open(path, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+	fd = open(path, (readonly ? O_RDONLY : O_RDWR) | (create ? O_CREAT : 0) | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &st) < 0) {
 		ret = -errno;
 		goto fail_fd;
 	}
+	if (!S_ISBLK(st.st_mode) && !S_ISREG(st.st_mode)) {
+		ret = S_ISDIR(st.st_mode) ? -EISDIR : -ENODEV;
+		goto fail_fd;
+	}
+	ret = claim_take(fd, path, &st, flags, log);
+	if (ret == 0 && !readonly && S_ISBLK(st.st_mode))
+		ret = hold_block_device(path, &st, log, &excl_fd);
+	if (ret == 0 && !readonly && S_ISREG(st.st_mode))
+		ret = claim_check_loops(path, &st, log);
+	if (ret == 0 && fstat(fd, &st) < 0) /* the size may have changed while we waited */
+		ret = -errno;
+	if (ret)
+		goto fail_fd;
 	if (S_ISBLK(st.st_mode)) {
 		if (ioctl(fd, BLKGETSIZE64, &size) < 0) {
 			ret = -errno;
 			goto fail_fd;
 		}
-	} else if (S_ISREG(st.st_mode)) {
-		size = (uint64_t)st.st_size;
 	} else {
-		ret = S_ISDIR(st.st_mode) ? -EISDIR : -ENODEV;
-		goto fail_fd;
+		size = (uint64_t)st.st_size;
+		if (grow_to > size) {
+			if (ftruncate(fd, (off_t)grow_to) < 0) {
+				ret = -errno;
+				goto fail_fd;
+			}
+			size = grow_to;
+		}
 	}
 	dev = calloc(1, sizeof(*dev));
 	fp = calloc(1, sizeof(*fp));
@@ -119,6 +177,7 @@ int blockdev_open_file(const char *path, int readonly, struct blockdev **out)
 		goto fail_fd;
 	}
 	fp->fd = fd;
+	fp->excl_fd = excl_fd;
 	dev->ops = &file_ops;
 	dev->size = size;
 	dev->readonly = readonly;
@@ -126,27 +185,20 @@ int blockdev_open_file(const char *path, int readonly, struct blockdev **out)
 	*out = dev;
 	return 0;
 fail_fd:
+	if (excl_fd >= 0)
+		close(excl_fd);
 	close(fd);
 	return ret;
 }
 
-/*
- * Make sure @path can hold @size bytes: create the file if it does not exist
- * and grow a regular file that is smaller. Block devices are left alone.
- */
-int blockdev_prepare_file(const char *path, uint64_t size)
+int blockdev_open_file(const char *path, unsigned flags, const struct blog *log,
+		       struct blockdev **out)
 {
-	struct stat st;
-	int fd, ret = 0;
+	return open_file(path, flags, 0, 0, log, out);
+}
 
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0)
-		ret = -errno;
-	else if (S_ISREG(st.st_mode) && size && (uint64_t)st.st_size < size &&
-		 ftruncate(fd, (off_t)size) < 0)
-		ret = -errno;
-	close(fd);
-	return ret;
+int blockdev_create_file(const char *path, uint64_t size, const struct blog *log,
+			 struct blockdev **out)
+{
+	return open_file(path, 0, 1, size, log, out);
 }

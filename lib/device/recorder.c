@@ -212,11 +212,19 @@ static void rec_close(struct blockdev *dev)
 	free(dev);
 }
 
+static void rec_end_service(struct blockdev *dev)
+{
+	struct recorder_priv *rp = dev->priv;
+
+	blockdev_end_service(rp->inner);
+}
+
 static const struct blockdev_ops recorder_ops = {
 	.read = rec_read,
 	.write = rec_write,
 	.flush = rec_flush,
 	.close = rec_close,
+	.end_service = rec_end_service,
 };
 
 int blockdev_open_recorder(struct blockdev *inner, struct recorder_log *log, uint32_t devidx,

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <uuid/uuid.h>
 
 #include "fs/write.h"
@@ -66,6 +67,26 @@ static int wipe(struct blockdev *bdev)
 	return ret;
 }
 
+/* Is @path (by inode, or by device number for block devices) a present member of @vol? */
+static int is_member(const struct btrfs_volumes *vol, const char *path)
+{
+	struct stat st, mst;
+	size_t i;
+
+	if (stat(path, &st) < 0)
+		return 0;
+	for (i = 0; i < vol->ndevs; i++) {
+		const struct btrfs_device *dev = vol->devs[i];
+
+		if (!dev->bdev || !dev->path || stat(dev->path, &mst) < 0)
+			continue;
+		if (S_ISBLK(st.st_mode) ? S_ISBLK(mst.st_mode) && st.st_rdev == mst.st_rdev
+					: st.st_dev == mst.st_dev && st.st_ino == mst.st_ino)
+			return 1;
+	}
+	return 0;
+}
+
 int butter_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid)
 {
 	struct btrfs_volumes *vol = &fs->vol;
@@ -81,7 +102,11 @@ int butter_device_add(struct butter_fs *fs, const char *path, unsigned flags, ui
 		return -EINVAL;
 	if (!fs->w)
 		return -EROFS;
-	ret = blockdev_open_file(path, 0, &bdev);
+	if (is_member(vol, path)) { /* before the open: our own claim would refuse it */
+		blog_err(&fs->log, "%s: already a device of this filesystem", path);
+		return -EEXIST;
+	}
+	ret = blockdev_open_file(path, 0, &fs->log, &bdev);
 	if (ret) {
 		blog_err(&fs->log, "%s: cannot open: %s", path, strerror(-ret));
 		return ret;

@@ -10,6 +10,16 @@
  *   3. read the root tree; locate the extent, csum and block group trees and
  *      the default subvolume.
  * Any failure releases everything acquired so far and returns the error.
+ *
+ * Step 1 claims every device (lib/device/claim.c): a read-write open holds
+ * each exclusively until butter_close(), a read-only one shares it. After
+ * step 2 every present device must be as large as its dev item says: a
+ * smaller (truncated) one is refused read-write and warned about read-only.
+ *
+ * Close: butter_begin_close() drops the "in service" half of the claims, so
+ * an opener waiting for the devices knows the holder is on its way out and
+ * waits (instead of being refused); butter_close() then commits what its
+ * caller left, closes the devices and so drops the claims.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -152,6 +162,37 @@ static int load_default_subvol(struct butter_fs *fs)
 	return 0;
 }
 
+/*
+ * Compare every present device's size with the total_bytes of its dev item:
+ * a device that is smaller (a truncated image) is refused with @writable
+ * (-EFBIG) and warned about otherwise, as the kernel and btrfs check do.
+ */
+static int check_device_sizes(struct butter_fs *fs, int writable)
+{
+	for (size_t i = 0; i < fs->vol.ndevs; i++) {
+		const struct btrfs_device *dev = fs->vol.devs[i];
+
+		if (!dev->bdev || dev->bdev->size >= dev->total_bytes)
+			continue;
+		if (writable) {
+			blog_err(&fs->log,
+				 "%s: device %llu is %llu bytes, smaller than the %llu bytes the "
+				 "filesystem records for it (truncated?); refusing to write",
+				 dev->path, (unsigned long long)dev->devid,
+				 (unsigned long long)dev->bdev->size,
+				 (unsigned long long)dev->total_bytes);
+			return -EFBIG;
+		}
+		blog_warn(&fs->log,
+			  "%s: device %llu is %llu bytes, smaller than the %llu bytes the "
+			  "filesystem records for it (truncated?); what lay beyond its end is "
+			  "unreadable",
+			  dev->path, (unsigned long long)dev->devid,
+			  (unsigned long long)dev->bdev->size, (unsigned long long)dev->total_bytes);
+	}
+	return 0;
+}
+
 int butter_open(const char *path, const struct butter_open_opts *opts, struct butter_fs **out)
 {
 	struct butter_open_opts none = { 0 };
@@ -173,10 +214,14 @@ int butter_open(const char *path, const struct butter_open_opts *opts, struct bu
 		return -ENOMEM;
 	for (i = 0; i < n; i++) {
 		const char *p = i == 0 ? path : opts->devices[i - 1];
+		unsigned bflags = readonly ? BLOCKDEV_OPEN_RDONLY : 0;
 
-		ret = blockdev_open_file(p, readonly, &bdevs[i]);
+		if (readonly && (opts->flags & BUTTER_OPEN_NO_WRITER))
+			bflags |= BLOCKDEV_OPEN_NO_WRITER;
+		ret = blockdev_open_file(p, bflags, &log, &bdevs[i]);
 		if (ret) {
-			blog_err(&log, "%s: %s", p, strerror(-ret));
+			if (ret != -EBUSY) /* the claim named the holder */
+				blog_err(&log, "%s: %s", p, strerror(-ret));
 			while (i--)
 				blockdev_close(bdevs[i]);
 			free(bdevs);
@@ -235,6 +280,9 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 		goto fail_cache;
 	}
 	ret = volumes_check_devices(&fs->vol);
+	if (ret)
+		goto fail_cache;
+	ret = check_device_sizes(fs, !(opts->flags & BUTTER_OPEN_RDONLY));
 	if (ret)
 		goto fail_cache;
 
@@ -299,10 +347,19 @@ fail_early:
 	return ret;
 }
 
+void butter_begin_close(struct butter_fs *fs)
+{
+	if (!fs)
+		return;
+	for (size_t i = 0; i < fs->vol.ndevs; i++)
+		blockdev_end_service(fs->vol.devs[i]->bdev);
+}
+
 void butter_close(struct butter_fs *fs)
 {
 	if (!fs)
 		return;
+	butter_begin_close(fs);
 	fs_teardown_write(fs);
 	node_cache_destroy(&fs->cache);
 	volumes_close(&fs->vol);

@@ -18,6 +18,8 @@
  *     item must name its extent's full length.
  *  3. Block groups: each block group item's "used" equals the bytes of the
  *     extent items inside it.
+ *  4. Devices: each present device is at least as large as its dev item's
+ *     total_bytes (a truncated image fails here, as in btrfs check).
  * Not checked yet (btrfs check does): inode link counts and directory
  * entries, data checksum coverage, the free space tree, the chunk/device
  * extent correspondence. A tree being dropped (a deleted subvolume the
@@ -402,12 +404,25 @@ static int compare_extents(struct checker *c)
 	return 0;
 }
 
+/* What 4 checks: no present device is smaller than its dev item says. */
+static void check_device_sizes(struct checker *c)
+{
+	for (size_t i = 0; i < c->fs->vol.ndevs; i++) {
+		const struct btrfs_device *dev = c->fs->vol.devs[i];
+
+		if (dev->bdev && dev->bdev->size < dev->total_bytes)
+			report(c, "device %llu is %llu bytes, smaller than its total_bytes %llu",
+			       dev->devid, dev->bdev->size, dev->total_bytes);
+	}
+}
+
 int butter_check(struct butter_fs *fs, struct butter_check_result *res)
 {
 	struct checker c = { .fs = fs, .res = res };
 	int ret;
 
 	memset(res, 0, sizeof(*res));
+	check_device_sizes(&c);
 	ret = grow(&c);
 	if (ret == 0)
 		ret = walk_all(&c);

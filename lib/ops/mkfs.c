@@ -276,12 +276,11 @@ static int open_devices(struct mkfs_state *m, const struct butter_mkfs_opts *o)
 
 		if (!old)
 			return -ENOMEM;
-		ret = blockdev_prepare_file(o->devices[i], o->size);
-		if (ret == 0)
-			ret = blockdev_open_file(o->devices[i], 0, &bdev);
+		ret = blockdev_create_file(o->devices[i], o->size, &m->log, &bdev);
 		if (ret) {
 			free(old);
-			blog_err(&m->log, "%s: %s", o->devices[i], strerror(-ret));
+			if (ret != -EBUSY) /* the claim named the holder */
+				blog_err(&m->log, "%s: %s", o->devices[i], strerror(-ret));
 			return ret;
 		}
 		if (!o->force && btrfs_read_super(bdev, &quiet, old) == 0) {

@@ -1,11 +1,16 @@
 /*
  * test_device.c — unit tests for the test backends of lib/device/: the
  * copy-on-write memory device, the fault injector's spec language and
- * behaviour, and the recorder's log (decoded here from its documented
- * layout, not with the tool that replays it).
+ * behaviour, the recorder's log (decoded here from its documented layout,
+ * not with the tool that replays it), and the claim protocol of the file
+ * backend (lib/device/claim.c): OFD locks conflict between two open file
+ * descriptions of one process as between processes, so one process can
+ * play both sides.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,11 +162,85 @@ static void test_recorder(void)
 	CHECK(log[pos] == 3 && le(log + pos + 16, 8) == 0);
 }
 
+struct later_close {
+	struct blockdev *dev;
+	int msec;
+};
+
+static void *close_later(void *arg)
+{
+	struct later_close *lc = arg;
+
+	nanosleep(&(struct timespec){ 0, lc->msec * 1000000L }, NULL);
+	blockdev_close(lc->dev);
+	return NULL;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void test_claim(void)
+{
+	struct blog quiet = { NULL, NULL, -1 };
+	char path[] = "/tmp/butter-test-claim-XXXXXX";
+	struct blockdev *rw, *rw2, *ro, *ro2;
+	struct later_close lc;
+	pthread_t th;
+	double t0;
+	int fd = mkstemp(path);
+
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	CHECK(ftruncate(fd, 1 << 20) == 0);
+	close(fd);
+
+	/* one writer: a second read-write open is refused at once */
+	CHECK(blockdev_open_file(path, 0, &quiet, &rw) == 0);
+	t0 = now();
+	CHECK(blockdev_open_file(path, 0, &quiet, &rw2) == -EBUSY);
+	CHECK(now() - t0 < 1.0);
+	/* readers go on beside it, unless they ask for no writer */
+	CHECK(blockdev_open_file(path, BLOCKDEV_OPEN_RDONLY, &quiet, &ro) == 0);
+	blockdev_close(ro);
+	CHECK(blockdev_open_file(path, BLOCKDEV_OPEN_RDONLY | BLOCKDEV_OPEN_NO_WRITER, &quiet,
+				 &ro) == -EBUSY);
+	/* once the writer has begun closing, a new writer waits for its close */
+	blockdev_end_service(rw);
+	lc.dev = rw;
+	lc.msec = 300;
+	CHECK(pthread_create(&th, NULL, close_later, &lc) == 0);
+	t0 = now();
+	CHECK(blockdev_open_file(path, 0, &quiet, &rw2) == 0);
+	CHECK(now() - t0 >= 0.25);
+	pthread_join(th, NULL);
+	blockdev_close(rw2);
+
+	/* readers share; a writer beside a reader is refused at once */
+	CHECK(blockdev_open_file(path, BLOCKDEV_OPEN_RDONLY, &quiet, &ro) == 0);
+	CHECK(blockdev_open_file(path, BLOCKDEV_OPEN_RDONLY | BLOCKDEV_OPEN_NO_WRITER, &quiet,
+				 &ro2) == 0);
+	t0 = now();
+	CHECK(blockdev_open_file(path, 0, &quiet, &rw) == -EBUSY);
+	CHECK(now() - t0 < 1.0);
+	blockdev_close(ro2);
+	blockdev_close(ro);
+	CHECK(blockdev_open_file(path, 0, &quiet, &rw) == 0);
+	blockdev_close(rw);
+	unlink(path);
+}
+
 int main(void)
 {
 	RUN(test_cow);
 	RUN(test_fault_spec);
 	RUN(test_fault_behaviour);
 	RUN(test_recorder);
+	RUN(test_claim);
 	return check_summary();
 }

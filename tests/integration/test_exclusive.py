@@ -1,0 +1,253 @@
+"""Exclusive access: one writer per filesystem, and truncated devices.
+
+A filesystem open read-write (a `butter mount`, an offline edit) is claimed with open file
+description locks (lib/device/claim.c); a second read-write open is refused with a message
+naming the holder (pid, command, mount point), and the image is left as it was.
+Read-only commands still read a mounted image. An image the kernel has mounted through a
+loop device (and the loop device itself) is refused for writing. `butter check` refuses a
+filesystem open read-write elsewhere unless --force. A new mount made the moment
+`fusermount3 -u` returns waits for the old daemon's last commit instead of reading the
+image under it (the old daemon's commit is slowed down with strace's syscall delay, so the
+race is certain). An image truncated below its recorded device size is refused
+read-write, read with a warning, and an error for `butter check`.
+"""
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+
+from butter_it import env, kfs
+from butter_it.fusemount import FuseMount, is_mounted
+from test_mkfs import btrfs_check
+
+
+def sha(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def run(butter, argv, timeout=120):
+    return kfs.run([butter.path] + [os.fspath(a) for a in argv], check=False, timeout=timeout)
+
+
+def make_image(butter, workdir, name="fs.img", size="256M"):
+    img = os.path.join(workdir, name)
+    kfs.run([butter.path, "mkfs", "-q", "-b", size, img])
+    return img
+
+
+def host_file(workdir, name, size, seed):
+    import random
+    path = os.path.join(workdir, name)
+    with open(path, "wb") as f:
+        f.write(random.Random(seed).randbytes(size))
+    return path
+
+
+def refused(proc, *names):
+    """Assert that a command failed with a message that says the image is in use."""
+    out = proc.stdout + proc.stderr
+    assert proc.returncode not in (0, None) and proc.returncode < 128, out
+    assert "in use" in out, out
+    for name in names:
+        assert name in out, f"{name!r} not named:\n{out}"
+
+
+def test_second_mount_refused(fuse, butter, workdir):
+    img = make_image(butter, workdir)
+    other = os.path.join(workdir, "b")
+    os.makedirs(other)
+    with FuseMount(butter.path, [img], os.path.join(workdir, "a")) as first:
+        with open(os.path.join(first.mnt, "kept"), "w") as f:
+            f.write("written through the first mount\n")
+        try:
+            r = run(butter, ["mount", img, other])
+            assert not is_mounted(other), "the second mount was made"
+        finally:
+            if is_mounted(other):
+                kfs.run(["fusermount3", "-u", other], check=False)
+        refused(r, f"pid {first.proc.pid} (butter)", f"mounted at {first.mnt}")
+        assert first.unmount() == 0
+    assert run(butter, ["cat", img, "/kept"]).stdout == "written through the first mount\n"
+    btrfs_check([img])
+
+
+def test_offline_writes_refused_beside_mount(fuse, butter, workdir):
+    img = make_image(butter, workdir)
+    src = host_file(workdir, "src", 100 << 10, 1)
+    kfs.run([butter.path, "put", img, src, "/keep"])
+    kfs.run([butter.path, "subvolume", "create", img, "/sv"])
+    kfs.run([butter.path, "subvolume", "snapshot", "-r", img, "/sv", "/snap"])
+    stream = os.path.join(workdir, "stream")
+    kfs.run([butter.path, "send", "-f", stream, img, "/snap"])
+    kfs.run([butter.path, "subvolume", "delete", img, "/snap"])
+    newdev = host_file(workdir, "newdev", 64 << 20, 2)
+    newdev_sha = sha(newdev)
+    with FuseMount(butter.path, [img], os.path.join(workdir, "mnt")) as m:
+        before = sha(img)
+        holder = [f"pid {m.proc.pid} (butter)", f"mounted at {m.mnt}"]
+        for argv in (["put", img, src, "/new"],
+                     ["rm", img, "/keep"],
+                     ["mkdir", img, "/dir"],
+                     ["ln", "-s", "keep", img, "/link"],
+                     ["subvolume", "create", img, "/sv2"],
+                     ["receive", "-f", stream, img],
+                     ["scrub", img],
+                     ["device", "add", img, newdev],
+                     ["mkfs", "-f", img]):
+            r = run(butter, argv)
+            refused(r, *holder)
+            assert sha(img) == before, f"butter {' '.join(argv)} changed the image"
+        assert sha(newdev) == newdev_sha, "device add wrote to the new device"
+        # read-only commands still read it (as it was last committed)
+        assert "keep" in run(butter, ["ls", img]).stdout
+        r = butter.cat([img], "/keep", check=False)
+        assert r.returncode == 0 and len(r.stdout) == 100 << 10
+        assert run(butter, ["info", img]).returncode == 0
+        assert m.unmount() == 0
+    assert sorted(n.rstrip("/") for n in run(butter, ["ls", img]).stdout.split()) == \
+        ["keep", "sv"]
+    btrfs_check([img])
+
+
+def test_kernel_loop_mount_refused(kernel, butter, workdir):
+    img = make_image(butter, workdir)
+    src = host_file(workdir, "src", 10 << 10, 3)
+    kfs.run([butter.path, "put", img, src, "/keep"])
+    mnt = os.path.join(workdir, "mnt")
+    dev = kfs.loop_attach(img)
+    try:
+        kfs.mount(dev, mnt, [])
+        try:
+            for argv in (["put", img, src, "/new"], ["mkfs", "-f", img],
+                         ["put", dev, src, "/new"]):
+                refused(run(butter, argv), f"mounted at {os.path.realpath(mnt)}")
+            assert "keep" in run(butter, ["ls", img]).stdout
+        finally:
+            kfs.umount(mnt)
+    finally:
+        kfs.loop_detach(dev)
+    # the kernel writes the image itself while mounted: compare what butter would have added
+    assert [n.rstrip("/") for n in run(butter, ["ls", img]).stdout.split()] == ["keep"]
+    kfs.run([butter.path, "put", img, src, "/new"])
+    btrfs_check([img])
+
+
+def test_check_refuses_mounted_unless_forced(fuse, butter, workdir):
+    img = make_image(butter, workdir)
+    with FuseMount(butter.path, [img], os.path.join(workdir, "mnt")) as m:
+        r = run(butter, ["check", img])
+        refused(r, f"pid {m.proc.pid}", "--force")
+        r = run(butter, ["check", "--force", img])
+        assert r.returncode == 0 and "0 error(s) found" in r.stdout, r.stdout + r.stderr
+        assert m.unmount() == 0
+    assert run(butter, ["check", img]).returncode == 0
+
+
+def traced_threads(pid):
+    """How many threads of `pid` are traced, and how many it has."""
+    traced = total = 0
+    for status in glob.glob(f"/proc/{pid}/task/*/status"):
+        try:
+            with open(status) as f:
+                tracer = [ln for ln in f if ln.startswith("TracerPid:")]
+        except OSError:
+            continue
+        total += 1
+        traced += bool(tracer) and tracer[0].split()[1] != "0"
+    return traced, total
+
+
+def start_untraceable_leaks(mount):
+    """Start `mount` without LeakSanitizer, which cannot run in a traced process."""
+    asan = os.environ.get("ASAN_OPTIONS")
+    os.environ["ASAN_OPTIONS"] = ((asan + ":") if asan else "") + "detect_leaks=0"
+    try:
+        mount.start()
+    finally:
+        if asan is None:
+            del os.environ["ASAN_OPTIONS"]
+        else:
+            os.environ["ASAN_OPTIONS"] = asan
+
+
+def test_remount_at_once_waits_for_the_last_commit(fuse, butter, workdir):
+    if shutil.which("strace") is None:
+        env.unavailable("needs strace (to slow the old daemon's last commit down)")
+    img = make_image(butter, workdir, size="512M")
+    want = {}
+    first = FuseMount(butter.path, [img], os.path.join(workdir, "a"))
+    tracer = None
+    try:
+        start_untraceable_leaks(first)
+        os.makedirs(os.path.join(first.mnt, "d"))
+        for i in range(50):
+            data = os.urandom(1 << 20)
+            with open(os.path.join(first.mnt, "d", str(i)), "wb") as f:
+                f.write(data)
+            want[str(i)] = hashlib.sha256(data).hexdigest()
+        # every fdatasync of the old daemon from now on takes a second: its last commit
+        # is still running well after fusermount3 -u has returned
+        tracer = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-p",
+                                   str(first.proc.pid), "-e", "trace=fdatasync", "-e",
+                                   "inject=fdatasync:delay_enter=1000000"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while True:
+            traced, total = traced_threads(first.proc.pid)
+            if total and traced == total:
+                break
+            assert tracer.poll() is None and time.monotonic() < deadline, \
+                f"strace did not attach: {tracer.stderr.read() if tracer.poll() else ''}"
+            time.sleep(0.05)
+        kfs.run(["fusermount3", "-u", first.mnt])
+        with FuseMount(butter.path, [img], os.path.join(workdir, "b")) as second:
+            assert f"waiting for {first.proc.pid} (butter) to finish closing" in \
+                second.log_text(), second.log_text()
+            assert first.proc.poll() is not None, "mounted before the old daemon exited"
+            got = {}
+            for name in os.listdir(os.path.join(second.mnt, "d")):
+                got[name] = sha(os.path.join(second.mnt, "d", name))
+            assert got == want
+            with open(os.path.join(second.mnt, "after"), "w") as f:
+                f.write("written through the second mount\n")
+            assert second.unmount() == 0
+        assert first.wait() == 0
+        first.check_log()
+    finally:
+        if tracer:
+            tracer.kill()
+            tracer.wait()
+        first.close()
+    assert len(run(butter, ["ls", img, "/d"]).stdout.split()) == 50
+    assert run(butter, ["cat", img, "/after"]).stdout == "written through the second mount\n"
+    btrfs_check([img])
+
+
+def test_truncated_image(kernel, butter, workdir):
+    img = make_image(butter, workdir)
+    src = host_file(workdir, "src", 10 << 10, 4)
+    kfs.run([butter.path, "put", img, src, "/keep"])
+    os.truncate(img, 20 << 20)
+    before = sha(img)
+    sizes = ("20971520", "268435456")
+
+    r = run(butter, ["put", img, src, "/new"])
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "smaller" in r.stderr and all(s in r.stderr for s in sizes), r.stderr
+    assert sha(img) == before and os.path.getsize(img) == 20 << 20
+
+    r = run(butter, ["info", img])
+    assert r.returncode == 0 and "smaller" in r.stderr, r.stdout + r.stderr
+    assert "keep" in run(butter, ["ls", img]).stdout  # the trees are below 20 MiB
+
+    r = run(butter, ["check", img])
+    assert r.returncode == 1 and "smaller" in r.stderr, r.stdout + r.stderr
+    # the kernel's view: btrfs check says the same
+    k = kfs.run(["btrfs", "check", "--readonly", img], check=False)
+    assert k.returncode != 0
