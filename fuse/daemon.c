@@ -666,9 +666,15 @@ int daemon_remount(struct daemon *d, bool readonly)
 			d->reopened = true;
 			ret = apply_compression(d);
 		}
-		else if (open_fs(d, true) != 0)
+		else if (open_fs(d, true) != 0) {
+			/*
+			 * Nothing to serve from and nothing to commit (it was read-only):
+			 * end as a daemon that died would, the mount answers ENOTCONN.
+			 */
 			daemon_log(d, BUTTER_LOG_ERROR, "remount: the filesystem cannot be opened "
-				   "again; every request fails until the unmount");
+				   "again: the daemon exits");
+			_exit(1);
+		}
 	} else {
 		ret = butter_set_readonly(d->fs, 0);
 		if (ret == 0)
