@@ -444,7 +444,7 @@ static void data_owner(const u8 *item, u32 size, struct owner *o)
 {
 	u32 at = sizeof(struct btrfs_extent_item);
 
-	o->known = 0;
+	memset(o, 0, sizeof(*o)); /* known 0: no keyed data ref found */
 	while (at < size) {
 		u8 type = item[at];
 
