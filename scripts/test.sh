@@ -13,6 +13,9 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 
 [ -d build ] || meson setup build -Db_sanitize=address,undefined >/dev/null
 ninja -C build
+# an optimised build too: -O3 finds warnings (-Werror) the sanitizer build does not
+[ -d build-release ] || meson setup build-release --buildtype=release >/dev/null
+ninja -C build-release >/dev/null
 meson test -C build --print-errorlogs
 
 if [ -x tests/fuzz/run.sh ]; then
