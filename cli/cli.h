@@ -171,6 +171,13 @@ void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_
  * ioctls. Each returns an exit status and reports its own errors.
  */
 struct butter_subvol_info;
+struct butter_ioc_info;
+/*
+ * Open @path (a file or directory) and check the daemon answers there (its
+ * BUTTER_IOC_INFO into @info unless NULL); fd or -1 (reported, "not inside a
+ * butter mount" where no daemon answers).
+ */
+int ctl_open(const char *path, struct butter_ioc_info *info);
 int ctl_subvol(const char *what, const char *src, const char *path, bool readonly);
 int ctl_subvol_list(const char *path, int (*print)(void *arg, const struct butter_subvol_info *si),
 		    void *arg);

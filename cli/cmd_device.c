@@ -88,22 +88,11 @@ static int print_dev_stats(const char *path, uint64_t devid, const uint64_t *val
 static int ctl_dev_stats(const char *path, bool reset, int *nonzero)
 {
 	struct butter_ioc_dev_stats s;
-	struct butter_ioc_info info;
 	uint64_t idx;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = ctl_open(path, NULL);
 
-	if (fd < 0) {
-		cli_error("%s: %s", path, strerror(errno));
+	if (fd < 0)
 		return -1;
-	}
-	if (ioctl(fd, BUTTER_IOC_INFO, &info) < 0) {
-		cli_error("%s: %s", path,
-			  errno == ENOTTY || errno == EINVAL || errno == ENOSYS
-				  ? "not inside a butter mount (give the image file instead)"
-				  : strerror(errno));
-		close(fd);
-		return -1;
-	}
 	for (idx = 0;; idx++) {
 		memset(&s, 0, sizeof(s));
 		s.idx = idx;

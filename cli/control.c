@@ -19,8 +19,7 @@
 
 #include "cli.h"
 
-/* Open @path (a file or directory) and check the daemon answers there; fd or -1 (reported). */
-static int ctl_open(const char *path, struct butter_ioc_info *info)
+int ctl_open(const char *path, struct butter_ioc_info *info)
 {
 	struct butter_ioc_info local;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);

@@ -923,6 +923,27 @@ int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_ne
 	return ret;
 }
 
+/*
+ * Create an empty inode (create_inode) and give it the ACLs fs_acl_inherit() chose
+ * (@acls: an access and, for a directory, a default ACL, either NULL for none).
+ * Frees @acls whatever happens.
+ */
+static int create_inode_with_acls(struct butter_fs *fs, struct subvol *sv,
+				  const struct butter_new_inode *a, struct fs_acl_set *acls,
+				  u64 *ino)
+{
+	int ret = create_inode(fs, sv, a, 0, ino);
+
+	if (ret == 0 && acls->access)
+		ret = fs_set_xattr_locked(fs, sv, *ino, "system.posix_acl_access", acls->access,
+					  acls->len);
+	if (ret == 0 && acls->dflt)
+		ret = fs_set_xattr_locked(fs, sv, *ino, "system.posix_acl_default", acls->dflt,
+					  acls->len);
+	fs_acl_set_free(acls);
+	return ret;
+}
+
 int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		  const struct butter_new_inode *attr, butter_ino_t *out)
 {
@@ -947,14 +968,7 @@ int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size
 		ret = fs_acl_inherit(fs, dir, &a.mode, attr->umask, &acls);
 	if (ret)
 		return end_change(w, ret, 0);
-	ret = create_inode(fs, sv, &a, 0, &ino);
-	if (ret == 0 && acls.access)
-		ret = fs_set_xattr_locked(fs, sv, ino, "system.posix_acl_access", acls.access,
-					  acls.len);
-	if (ret == 0 && acls.dflt)
-		ret = fs_set_xattr_locked(fs, sv, ino, "system.posix_acl_default", acls.dflt,
-					  acls.len);
-	fs_acl_set_free(&acls);
+	ret = create_inode_with_acls(fs, sv, &a, &acls, &ino);
 	if (ret == 0)
 		ret = add_name(fs, sv, dir.ino, name, namelen, ino, a.mode);
 	if (ret == 0 && out) {
@@ -991,11 +1005,7 @@ int butter_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
 		ret = fs_acl_inherit(fs, dir, &a.mode, attr->umask, &acls);
 	if (ret)
 		return end_change(w, ret, 0);
-	ret = create_inode(fs, sv, &a, 0, &ino);
-	if (ret == 0 && acls.access)
-		ret = fs_set_xattr_locked(fs, sv, ino, "system.posix_acl_access", acls.access,
-					  acls.len);
-	fs_acl_set_free(&acls);
+	ret = create_inode_with_acls(fs, sv, &a, &acls, &ino);
 	if (ret == 0)
 		ret = fs_orphan_tmpfile(fs, sv, ino);
 	if (ret == 0 && out) {

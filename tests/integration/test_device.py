@@ -7,20 +7,11 @@ back through the kernel, and the kernel can write to the grown filesystem in tur
 Refused: a device that is already a member, one holding another btrfs (unless -f), one
 too small; and the grown filesystem no longer opens without its new device.
 """
-import hashlib
 import os
 import re
 
 from butter_it import kfs
 from test_mkfs import attached  # noqa: E402
-
-
-def sha(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 def check(images):
@@ -45,7 +36,7 @@ def make_file(path, size, seed):
             n = min(left, 1 << 20)
             f.write(rng.randbytes(n))
             left -= n
-    return sha(path)
+    return kfs.file_sha256(path)
 
 
 def test_add_to_single_device(kernel, butter, workdir):
@@ -73,7 +64,7 @@ def test_add_to_single_device(kernel, butter, workdir):
             assert set(usage) == {1, 2}, usage
             assert usage[2][0] == 500 << 20 and usage[2][1] > 100 << 20, usage
             for name, digest in want.items():
-                assert sha(os.path.join(mnt, name)) == digest, name
+                assert kfs.file_sha256(os.path.join(mnt, name)) == digest, name
             # the kernel writes to the grown filesystem too
             want["kernel"] = make_file(os.path.join(mnt, "kernel"), 30 << 20, 3)
         finally:
@@ -105,7 +96,7 @@ def test_add_to_kernel_raid1(kernel, butter, workdir):
         kfs.mount(devs[0], mnt, [f"device={d}" for d in devs[1:]])
         try:
             assert set(device_usage(mnt)) == {1, 2, 3}
-            assert sha(os.path.join(mnt, "x")) == want["x"]
+            assert kfs.file_sha256(os.path.join(mnt, "x")) == want["x"]
             want["y"] = make_file(os.path.join(mnt, "y"), 200 << 20, 5)
         finally:
             kfs.umount(mnt)
@@ -119,14 +110,14 @@ def test_add_refused(kernel, butter, workdir):
             f.truncate(size)
     kfs.run([butter.path, "mkfs", "-q", a])
     kfs.run(["mkfs.btrfs", "-q", "-f", other])
-    before = sha(a)
+    before = kfs.file_sha256(a)
     r = kfs.run([butter.path, "device", "add", a, a], check=False)
     assert r.returncode == 1 and "already a device of this filesystem" in r.stderr, r.stderr
     r = kfs.run([butter.path, "device", "add", a, other], check=False)
     assert r.returncode == 1 and "another btrfs" in r.stderr, r.stderr
     r = kfs.run([butter.path, "device", "add", a, tiny], check=False)
     assert r.returncode == 1 and "at least" in r.stderr, r.stderr
-    assert sha(a) == before, "a refused add changed the image"
+    assert kfs.file_sha256(a) == before, "a refused add changed the image"
     r = kfs.run([butter.path, "device", "add", "-f", a, other], check=False)
     assert r.returncode == 0, r.stderr
     check([a, other])

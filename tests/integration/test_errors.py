@@ -203,6 +203,22 @@ def test_kernel_counts_are_kept_and_added_to(fuse, butter, workdir):
     btrfs_check([image])
 
 
+def read_bad_copy_one(butter, image, bytenr, phys, what):
+    """Read `dir` past a bad copy 1 (at `phys`) of the tree block at `bytenr`: the file is
+    listed from copy 2, the stderr line saying `what` names copy 1 by device and physical
+    address. Then a read-write open (which reads the block too, and commits the count);
+    the device stats after it."""
+    r = butter.run(["ls", image, "dir"])
+    assert "victim" in r.stdout.decode()
+    line = next((ln for ln in r.stderr.splitlines() if what in ln), "")
+    for part in (f"tree block logical {bytenr} ", "copy 1 ", f"on {image} (devid 1)",
+                 f"physical {phys}"):
+        assert part in line, f"{part!r} missing from: {r.stderr[-2000:]}"
+    butter.run(["mkdir", image, "newdir"])
+    btrfs_check([image])
+    return butter_stats(butter, image)[1]
+
+
 def test_tree_block_copy_named_and_counted(kernel, butter, workdir):
     """A bad first copy of a tree block (DUP metadata): read from the second, the bad
     one named by device and physical address and counted once committed."""
@@ -214,16 +230,7 @@ def test_tree_block_copy_named_and_counted(kernel, butter, workdir):
     good = kfs.read_image(image, places[1][1], 4096)
     assert kfs.read_image(image, phys, 4096) == good, "the two copies differ"
     kfs.flip_bytes(image, phys + 1024, 512)
-    r = butter.run(["ls", image, "dir"])
-    assert "victim" in r.stdout.decode()
-    line = next((ln for ln in r.stderr.splitlines() if "checksum mismatch" in ln), "")
-    for part in (f"tree block logical {bytenr} ", "copy 1 ", f"on {image} (devid 1)",
-                 f"physical {phys}"):
-        assert part in line, f"{part!r} missing from: {r.stderr[-2000:]}"
-    # a read-write open reads the block too, and commits the count
-    butter.run(["mkdir", image, "newdir"])
-    btrfs_check([image])
-    _, st = butter_stats(butter, image)
+    st = read_bad_copy_one(butter, image, bytenr, phys, "checksum mismatch")
     assert st["corruption_errs"] >= 1, st
     assert kernel_stats(workdir, image) == st
 
@@ -245,15 +252,7 @@ def test_stale_tree_block_copy_counts_generation(kernel, butter, workdir):
     with open(image, "r+b") as f:
         f.seek(phys)
         f.write(block)
-    r = butter.run(["ls", image, "dir"])
-    assert "victim" in r.stdout.decode()
-    line = next((ln for ln in r.stderr.splitlines() if "generation" in ln), "")
-    for part in (f"tree block logical {bytenr} ", "copy 1 ", f"on {image} (devid 1)",
-                 f"physical {phys}"):
-        assert part in line, f"{part!r} missing from: {r.stderr[-2000:]}"
-    butter.run(["mkdir", image, "newdir"])
-    btrfs_check([image])
-    _, st = butter_stats(butter, image)
+    st = read_bad_copy_one(butter, image, bytenr, phys, "generation")
     assert st["generation_errs"] >= 1 and st["corruption_errs"] == 0, st
     assert kernel_stats(workdir, image) == st
 

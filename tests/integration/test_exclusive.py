@@ -23,14 +23,6 @@ from butter_it.fusemount import FuseMount, is_mounted
 from test_mkfs import btrfs_check
 
 
-def sha(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
-
-
 def run(butter, argv, timeout=120):
     return kfs.run([butter.path] + [os.fspath(a) for a in argv], check=False, timeout=timeout)
 
@@ -87,9 +79,9 @@ def test_offline_writes_refused_beside_mount(fuse, butter, workdir):
     kfs.run([butter.path, "send", "-f", stream, img, "/snap"])
     kfs.run([butter.path, "subvolume", "delete", img, "/snap"])
     newdev = host_file(workdir, "newdev", 64 << 20, 2)
-    newdev_sha = sha(newdev)
+    newdev_sha = kfs.file_sha256(newdev)
     with FuseMount(butter.path, [img], os.path.join(workdir, "mnt")) as m:
-        before = sha(img)
+        before = kfs.file_sha256(img)
         holder = [f"pid {m.proc.pid} (butter)", f"mounted at {m.mnt}"]
         for argv in (["put", img, src, "/new"],
                      ["rm", img, "/keep"],
@@ -102,8 +94,8 @@ def test_offline_writes_refused_beside_mount(fuse, butter, workdir):
                      ["mkfs", "-f", img]):
             r = run(butter, argv)
             refused(r, *holder)
-            assert sha(img) == before, f"butter {' '.join(argv)} changed the image"
-        assert sha(newdev) == newdev_sha, "device add wrote to the new device"
+            assert kfs.file_sha256(img) == before, f"butter {' '.join(argv)} changed the image"
+        assert kfs.file_sha256(newdev) == newdev_sha, "device add wrote to the new device"
         # read-only commands still read it (as it was last committed)
         assert "keep" in run(butter, ["ls", img]).stdout
         r = butter.cat([img], "/keep", check=False)
@@ -212,7 +204,7 @@ def test_remount_at_once_waits_for_the_last_commit(fuse, butter, workdir):
             assert first.proc.poll() is not None, "mounted before the old daemon exited"
             got = {}
             for name in os.listdir(os.path.join(second.mnt, "d")):
-                got[name] = sha(os.path.join(second.mnt, "d", name))
+                got[name] = kfs.file_sha256(os.path.join(second.mnt, "d", name))
             assert got == want
             with open(os.path.join(second.mnt, "after"), "w") as f:
                 f.write("written through the second mount\n")
@@ -234,13 +226,13 @@ def test_truncated_image(kernel, butter, workdir):
     src = host_file(workdir, "src", 10 << 10, 4)
     kfs.run([butter.path, "put", img, src, "/keep"])
     os.truncate(img, 20 << 20)
-    before = sha(img)
+    before = kfs.file_sha256(img)
     sizes = ("20971520", "268435456")
 
     r = run(butter, ["put", img, src, "/new"])
     assert r.returncode == 1, r.stdout + r.stderr
     assert "smaller" in r.stderr and all(s in r.stderr for s in sizes), r.stderr
-    assert sha(img) == before and os.path.getsize(img) == 20 << 20
+    assert kfs.file_sha256(img) == before and os.path.getsize(img) == 20 << 20
 
     r = run(butter, ["info", img])
     assert r.returncode == 0 and "smaller" in r.stderr, r.stdout + r.stderr

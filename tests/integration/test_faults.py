@@ -20,7 +20,6 @@ and `butter-workload --fault SPEC`) makes chosen device operations fail:
 
 Runtime: about 2 minutes on 2 cores (sanitizer build).
 """
-import hashlib
 import os
 import random
 import re
@@ -31,14 +30,6 @@ from butter_it import kfs
 from butter_it.tools import REC_FLUSH, REC_WRITE, log_records, make_image, tool
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def tree_digests(root):
     """{relative path: sha256} of every regular file below `root`."""
     out = {}
@@ -46,7 +37,7 @@ def tree_digests(root):
         for name in files:
             p = os.path.join(d, name)
             if os.path.isfile(p) and not os.path.islink(p):
-                out[os.path.relpath(p, root)] = sha256(p)
+                out[os.path.relpath(p, root)] = kfs.file_sha256(p)
     return out
 
 

@@ -11,7 +11,7 @@ import os
 import subprocess
 
 from butter_it import kfs
-from butter_it.fusemount import FuseMount
+from butter_it.fusemount import steps_like_kernel
 
 
 def sh(cmd, cwd):
@@ -68,26 +68,10 @@ def test_acls_like_kernel_btrfs(fuse, butter, workdir):
         os.chmod(fs.mnt, 0o755)
         want = run_script(fs.mnt)
         fs.release()
-    image = os.path.join(workdir, "img")
-    kfs.run([butter.path, "mkfs", "-q", "-b", "256M", image])
-    with FuseMount(butter.path, [image], os.path.join(workdir, "mnt"),
-                   ["default_permissions", "allow_other"]) as m:
-        os.chmod(m.mnt, 0o755)
-        got = run_script(m.mnt)
-        assert m.unmount() == 0
-    for w, g in zip(want, got):
-        assert w == g, f"step {w[0]!r}: kernel btrfs {w[1:]!r}, butter {g[1:]!r}"
-    r = kfs.run(["btrfs", "check", "--readonly", image], check=False)
-    assert r.returncode == 0, r.stdout + r.stderr
-    mnt = os.path.join(workdir, "kview")
-    dev = kfs.loop_attach(image)
-    try:
-        kfs.mount(dev, mnt, ["ro"])
-        try:
-            for p in LISTINGS:
-                rc, so, _ = sh(f"getfacl -n -p {p} && stat -c '%A %a' {p}", mnt)
-                assert (p, rc, so) in want, f"{p}: the kernel reads butter's image as {so!r}"
-        finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(dev)
+    image, _ = steps_like_kernel(butter.path, workdir, run_script, want,
+                                 ["default_permissions", "allow_other"],
+                                 prepare=lambda mnt: os.chmod(mnt, 0o755))
+    with kfs.Mounted(image, os.path.join(workdir, "kview"), ["ro"]) as mnt:
+        for p in LISTINGS:
+            rc, so, _ = sh(f"getfacl -n -p {p} && stat -c '%A %a' {p}", mnt)
+            assert (p, rc, so) in want, f"{p}: the kernel reads butter's image as {so!r}"

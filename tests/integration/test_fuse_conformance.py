@@ -12,7 +12,6 @@ on butter's mount and on a kernel btrfs side by side.
   the daemon stamped a new inode from a finer clock than the kernel's (which sets the mtime
   with the writeback cache), so the atime was later than the mtime and the read left it.
 """
-import ctypes
 import os
 import re
 import stat
@@ -20,6 +19,7 @@ import time
 
 from butter_it import kfs
 from butter_it.fusemount import FuseMount
+from butter_it.tree import syncfs
 
 LISTED_FILES = 5000  # the issue had 15,000; 5000 span many readdir replies
 
@@ -77,19 +77,6 @@ def test_readdir_ends_while_entries_are_renamed(fuse, butter, workdir):
         fs.sync()
         seen = rename_while_listing(os.path.join(fs.mnt, "d"), LISTED_FILES)
         check_listing(seen, LISTED_FILES)
-
-
-LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def syncfs(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if LIBC.syncfs(fd) != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, f"syncfs: {os.strerror(e)}")
-    finally:
-        os.close(fd)
 
 
 def unlinked_file_scenario(d):

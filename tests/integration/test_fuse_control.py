@@ -12,6 +12,7 @@ import pytest
 
 from butter_it import kfs
 from butter_it.fusemount import FuseMount
+from butter_it.tree import read_tree
 
 
 def check(image):
@@ -31,23 +32,11 @@ def read(path):
 
 def kernel_view(workdir, image):
     """(subvolume paths, {relative file path: bytes}) as the kernel shows them."""
-    mnt = os.path.join(workdir, "kmnt")
-    dev = kfs.loop_attach(image)
-    try:
-        kfs.mount(dev, mnt, ["ro"])
-        try:
-            lines = kfs.run(["btrfs", "subvolume", "list", mnt]).stdout.splitlines()
-            subvols = sorted(line.split(" path ")[1] for line in lines)
-            files = {}
-            for root, _, names in os.walk(mnt):
-                for n in names:
-                    p = os.path.join(root, n)
-                    files[os.path.relpath(p, mnt)] = read(p)
-            label = kfs.run(["btrfs", "filesystem", "label", mnt]).stdout.strip()
-        finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(dev)
+    with kfs.Mounted(image, os.path.join(workdir, "kmnt"), ["ro"]) as mnt:
+        lines = kfs.run(["btrfs", "subvolume", "list", mnt]).stdout.splitlines()
+        subvols = sorted(line.split(" path ")[1] for line in lines)
+        files = read_tree(mnt)
+        label = kfs.run(["btrfs", "filesystem", "label", mnt]).stdout.strip()
     return subvols, files, label
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from butter_it import kfs
 from butter_it.fusemount import FuseMount
+from butter_it.tree import read_tree
 
 
 def payload(name, size):
@@ -41,22 +42,8 @@ def write_files(mnt, files):
 
 def kernel_files(workdir, image):
     """{relative path: bytes} of every file as a read-only kernel mount shows them."""
-    mnt = os.path.join(workdir, "kview")
-    dev = kfs.loop_attach(image)
-    try:
-        kfs.mount(dev, mnt, ["ro"])
-        try:
-            out = {}
-            for root, _, names in os.walk(mnt):
-                for n in names:
-                    p = os.path.join(root, n)
-                    with open(p, "rb") as f:
-                        out[os.path.relpath(p, mnt)] = f.read()
-            return out
-        finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(dev)
+    with kfs.Mounted(image, os.path.join(workdir, "kview"), ["ro"]) as mnt:
+        return read_tree(mnt)
 
 
 def syncfs(fd):

@@ -11,7 +11,7 @@ import os
 import subprocess
 
 from butter_it import kfs
-from butter_it.fusemount import FuseMount
+from butter_it.fusemount import FuseMount, steps_like_kernel
 
 SETUP = [
     "mkdir d && chmod 755 d",
@@ -83,15 +83,7 @@ def kernel_reference(workdir):
 
 def test_permissions_like_kernel_btrfs(fuse, butter, workdir):
     want = kernel_reference(workdir)
-    image = os.path.join(workdir, "img")
-    kfs.run([butter.path, "mkfs", "-q", "-b", "256M", image])
-    with FuseMount(butter.path, [image], os.path.join(workdir, "mnt"), ["allow_other"]) as m:
-        got = run_script(m.mnt)
-        assert m.unmount() == 0
-    for w, g in zip(want, got):
-        assert w == g, f"step {w[0]!r}: kernel btrfs {w[1:]!r}, butter {g[1:]!r}"
-    r = kfs.run(["btrfs", "check", "--readonly", image], check=False)
-    assert r.returncode == 0, r.stdout + r.stderr
+    steps_like_kernel(butter.path, workdir, run_script, want, ["allow_other"])
 
 
 def test_no_permission_checks_opts_out(fuse, butter, workdir):

@@ -56,28 +56,6 @@ def _copy(src, dst):
     kfs.run(["cp", "--sparse=always", src, dst])
 
 
-class Mounted:
-    """An image attached and mounted by the kernel for the life of a `with`."""
-
-    def __init__(self, image, mnt, opts=()):
-        self.image, self.mnt, self.opts = image, mnt, list(opts)
-
-    def __enter__(self):
-        self.dev = kfs.loop_attach(self.image)
-        try:
-            kfs.mount(self.dev, self.mnt, self.opts)
-        except BaseException:
-            kfs.loop_detach(self.dev)
-            raise
-        return self.mnt
-
-    def __exit__(self, *exc):
-        try:
-            kfs.umount(self.mnt)
-        finally:
-            kfs.loop_detach(self.dev)
-
-
 def make_crashed(workdir, case, attempts=3):
     """Run `case` on a fresh kernel filesystem; return the crashed image's path.
 
@@ -91,7 +69,7 @@ def make_crashed(workdir, case, attempts=3):
             f.truncate(IMAGE_SIZE)
         kfs.run(["mkfs.btrfs", "-q", "-f", "-L", LABEL] + list(case.mkfs) + [base])
         mnt = os.path.join(workdir, "mnt")
-        with Mounted(base, mnt, ["commit=300"] + list(case.mount)):
+        with kfs.Mounted(base, mnt, ["commit=300"] + list(case.mount)):
             case.setup(mnt)
             kfs.run(["btrfs", "filesystem", "sync", mnt])
             case.crash(mnt)
@@ -684,7 +662,7 @@ RANDOM_CASES = [_random_case(seed) for seed in _seeds()]
 def _kernel_expected(workdir, crashed, c):
     kimg = os.path.join(workdir, "kernel.img")
     _copy(crashed, kimg)
-    with Mounted(kimg, os.path.join(workdir, "kmnt")) as mnt:
+    with kfs.Mounted(kimg, os.path.join(workdir, "kmnt")) as mnt:
         expected = manifest.take(mnt)
         for rel, want in c.expect.items():
             path = os.path.join(mnt, rel)
@@ -719,7 +697,7 @@ def test_log_replay(kernel, butter, workdir, c):
     assert int(sb["log_root"]) == 0 and int(sb["log_root_level"]) == 0
     _check(crashed)
 
-    with Mounted(crashed, os.path.join(workdir, "bmnt")) as mnt:
+    with kfs.Mounted(crashed, os.path.join(workdir, "bmnt")) as mnt:
         got = manifest.take(mnt)
         manifest.assert_same(expected, got)
         _kernel_writes(mnt)
@@ -741,7 +719,7 @@ def test_log_replay_refused_leaves_image(kernel, butter, workdir):
     assert r.returncode != 0
     assert "cannot replay the tree log: mixed block groups" in r.stderr
     assert kfs.run(["sha256sum", crashed]).stdout.split()[0] == before
-    with Mounted(crashed, os.path.join(workdir, "kmnt")) as mnt:   # the kernel still can
+    with kfs.Mounted(crashed, os.path.join(workdir, "kmnt")) as mnt:   # the kernel still can
         with open(f"{mnt}/b", "rb") as f:
             assert f.read() == _rand(38, 9000)
 

@@ -28,6 +28,7 @@ import pytest
 
 from butter_it import kfs, tools
 from butter_it.fusemount import FuseMount
+from butter_it.tree import read_tree
 from test_mkfs import btrfs_check, mounted
 
 KiB = 1024
@@ -325,17 +326,6 @@ def mount_workload(butter_bin, mnt, model):
         rel = f"d2/after{i}"
         model[rel] = pattern(500 + i, FILL_PIECE)
         write_file(os.path.join(mnt, rel), model[rel])
-
-
-def read_tree(root):
-    """Return {relative path: bytes} of every regular file below `root`."""
-    found = {}
-    for dirpath, dirs, files in os.walk(root):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, root)] = f.read()
-    return found
 
 
 def check_model(workdir, image, model):

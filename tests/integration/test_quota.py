@@ -35,26 +35,6 @@ def qgroup_items(image):
     return sorted(re.findall(r"key \(0 (QGROUP_INFO|QGROUP_LIMIT) (0/\d+)\)", out))
 
 
-class KernelMount:
-    def __init__(self, image, mnt):
-        self.image, self.mnt = image, mnt
-
-    def __enter__(self):
-        self.dev = kfs.loop_attach(self.image)
-        try:
-            kfs.mount(self.dev, self.mnt, [])
-        except Exception:
-            kfs.loop_detach(self.dev)
-            raise
-        return self.mnt
-
-    def __exit__(self, *exc):
-        try:
-            kfs.umount(self.mnt)
-        finally:
-            kfs.loop_detach(self.dev)
-
-
 def qgroup_show(mnt):
     """{qgroupid: (referenced, exclusive)} in bytes."""
     out = kfs.run(["btrfs", "qgroup", "show", "--raw", mnt]).stdout
@@ -68,7 +48,7 @@ def make_quota_image(workdir):
     with open(image, "wb") as f:
         f.truncate(512 << 20)
     kfs.run(["mkfs.btrfs", "-q", image])
-    with KernelMount(image, os.path.join(workdir, "kmnt")) as mnt:
+    with kfs.Mounted(image, os.path.join(workdir, "kmnt")) as mnt:
         kfs.run(["btrfs", "quota", "enable", mnt])
         kfs.run(["btrfs", "subvolume", "create", f"{mnt}/sv"])
         kfs.run(["btrfs", "subvolume", "create", f"{mnt}/gone"])
@@ -83,7 +63,7 @@ def make_quota_image(workdir):
 
 def rescan_and_judge(workdir, image, expect_subvols):
     """Kernel: qgroups of exactly @expect_subvols' ids (plus 0/5), rescan; then check clean."""
-    with KernelMount(image, os.path.join(workdir, "kmnt")) as mnt:
+    with kfs.Mounted(image, os.path.join(workdir, "kmnt")) as mnt:
         before = qgroup_show(mnt)
         assert sorted(before) == sorted(["0/5"] + [f"0/{i}" for i in expect_subvols]), before
         kfs.run(["btrfs", "quota", "rescan", "-w", mnt])

@@ -18,6 +18,7 @@ import re
 import pytest
 
 from butter_it import kfs
+from butter_it.tree import walk_files
 
 
 def images_of(workdir, n):
@@ -67,13 +68,8 @@ def check(images):
 
 
 def read_all(mnt):
-    got = {}
-    for root, _, names in os.walk(mnt):
-        for n in names:
-            p = os.path.join(root, n)
-            with open(p, "rb") as f:
-                got[os.path.relpath(p, mnt)] = hashlib.sha256(f.read()).hexdigest()
-    return got
+    """{relative path: SHA-256 (hex)} of every file below `mnt`."""
+    return {rel: hashlib.sha256(data).hexdigest() for rel, data in walk_files(mnt)}
 
 
 def scrub_and_compare(workdir, images, want):

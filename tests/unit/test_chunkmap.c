@@ -857,6 +857,16 @@ static void e2e_teardown(struct e2e *e)
 		free(e->chunks[k].data);
 }
 
+/* e2e_setup(), a failed check and e2e_teardown() if it fails: nonzero then. */
+static int e2e_start(struct e2e *e)
+{
+	if (e2e_setup(e) == 0)
+		return 0;
+	CHECK(0);
+	e2e_teardown(e);
+	return 1;
+}
+
 /* Read [off, off + len) of chunk @c as @mirror and compare. Returns the read's result. */
 static int read_cmp(struct e2e *e, const struct e2e_chunk *c, u64 off, size_t len, int mirror,
 		    int *same)
@@ -878,11 +888,8 @@ static void test_e2e_healthy(void)
 {
 	struct e2e e;
 
-	if (e2e_setup(&e)) {
-		CHECK(0);
-		e2e_teardown(&e);
+	if (e2e_start(&e))
 		return;
-	}
 	for (int k = 0; k < e.nchunks; k++) {
 		const struct e2e_chunk *c = &e.chunks[k];
 		int copies = volumes_num_copies(&e.vol, c->logical);
@@ -1158,11 +1165,8 @@ static void test_e2e_one_bad(void)
 {
 	struct e2e e;
 
-	if (e2e_setup(&e)) {
-		CHECK(0);
-		e2e_teardown(&e);
+	if (e2e_start(&e))
 		return;
-	}
 	for (int how = ST_MISSING; how <= ST_ZEROED; how++)
 		for (int x = 1; x <= NDEVS; x++) {
 			int dstate[NDEVS + 1] = { ST_OK };
@@ -1184,11 +1188,8 @@ static void test_e2e_two_bad(void)
 {
 	struct e2e e;
 
-	if (e2e_setup(&e)) {
-		CHECK(0);
-		e2e_teardown(&e);
+	if (e2e_start(&e))
 		return;
-	}
 	for (int x = 1; x <= NDEVS; x++)
 		for (int y = 1; y <= NDEVS; y++) {
 			int dstate[NDEVS + 1] = { ST_OK };
@@ -1214,11 +1215,8 @@ static void test_e2e_degraded_bulk(void)
 	const struct e2e_chunk *c;
 	int same = 0;
 
-	if (e2e_setup(&e)) {
-		CHECK(0);
-		e2e_teardown(&e);
+	if (e2e_start(&e))
 		return;
-	}
 	c = &e.chunks[1]; /* raid6 */
 	e.dev[3]->bdev = NULL;
 	/* copy 1 fails where a piece is on device 3; copy 2 rebuilds every piece */
@@ -1246,11 +1244,8 @@ static void test_e2e_locate_and_stats(void)
 	u64 phys;
 	int rebuilt, same = 0;
 
-	if (e2e_setup(&e)) {
-		CHECK(0);
-		e2e_teardown(&e);
+	if (e2e_start(&e))
 		return;
-	}
 	for (int k = 0; k < e.nchunks; k++) {
 		const struct e2e_chunk *c = &e.chunks[k];
 		int copies = volumes_num_copies(&e.vol, c->logical);

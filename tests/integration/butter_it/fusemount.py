@@ -162,3 +162,22 @@ class FuseMount:
         if exc_type is None:
             self.check_log()
         return False
+
+
+def steps_like_kernel(butter_bin, workdir, run_script, want, options, prepare=None):
+    """Run `run_script(mnt)` on a new 256M butter image mounted with `options` (after
+    `prepare(mnt)` if given) and assert that each step's outcome is the one `want` (the
+    same script's on kernel btrfs) has, and that btrfs check finds the image clean after
+    the unmount. Returns the image's path and the outcomes."""
+    image = os.path.join(workdir, "img")
+    kfs.run([butter_bin, "mkfs", "-q", "-b", "256M", image])
+    with FuseMount(butter_bin, [image], os.path.join(workdir, "mnt"), options) as m:
+        if prepare:
+            prepare(m.mnt)
+        got = run_script(m.mnt)
+        assert m.unmount() == 0
+    for w, g in zip(want, got):
+        assert w == g, f"step {w[0]!r}: kernel btrfs {w[1:]!r}, butter {g[1:]!r}"
+    r = kfs.run(["btrfs", "check", "--readonly", image], check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return image, got

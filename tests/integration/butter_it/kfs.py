@@ -31,6 +31,7 @@ import array
 import contextlib
 import dataclasses
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -245,6 +246,29 @@ def umount(mnt):
         print(f"{mnt} was busy; unmounted lazily", file=sys.stderr)
     while mnt in _live_mounts:
         _live_mounts.remove(mnt)
+
+
+class Mounted:
+    """An image attached and mounted by the kernel for the life of a `with` (the mount
+    point is what it gives)."""
+
+    def __init__(self, image, mnt, opts=()):
+        self.image, self.mnt, self.opts = image, mnt, list(opts)
+
+    def __enter__(self):
+        self.dev = loop_attach(self.image)
+        try:
+            mount(self.dev, self.mnt, self.opts)
+        except BaseException:
+            loop_detach(self.dev)
+            raise
+        return self.mnt
+
+    def __exit__(self, *exc):
+        try:
+            umount(self.mnt)
+        finally:
+            loop_detach(self.dev)
 
 
 # ---------------------------------------------------------------------------------
@@ -501,6 +525,15 @@ def fiemap(path, max_extents=4096):
         logical, physical, length, _, _, flags, _, _, _ = ext.unpack_from(buf, hdr.size + i * ext.size)
         out.append((logical, physical, length, flags))
     return out
+
+
+def file_sha256(path):
+    """The SHA-256 of a file's bytes (hex), read a MiB at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
 
 
 def read_image(image, offset, length):

@@ -94,6 +94,21 @@ def syncfs(path):
         os.close(fd)
 
 
+def walk_files(root):
+    """Yield (path relative to `root`, bytes) of every file below `root`, one at a time
+    (os.walk's file names: symlinks to files are read through)."""
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                yield os.path.relpath(path, root), f.read()
+
+
+def read_tree(root):
+    """Return {relative path: bytes} of every regular file below `root`."""
+    return dict(walk_files(root))
+
+
 def clone_range(src_fd, src_off, length, dst_fd, dst_off):
     """Share `length` bytes of src at src_off into dst at dst_off (FICLONERANGE)."""
     fcntl.ioctl(dst_fd, FICLONERANGE, struct.pack("=qQQQ", src_fd, src_off, length, dst_off))
