@@ -13,7 +13,6 @@
 import ctypes
 import os
 import re
-import signal
 import subprocess
 import time
 
