@@ -43,6 +43,7 @@ struct daemon {
 	atomic_bool readonly;         /* changes refused: -o ro, or remounted read-only */
 	bool handle_rdonly;           /* fs was opened read-only (changes only under fs_lock) */
 	atomic_bool reopened;         /* fs was opened again read-write by a remount */
+	atomic_ulong writes_served;   /* WRITE requests answered (the exit's write-back loop) */
 	bool posix_acl;               /* the kernel enforces ACLs; we inherit them (op_init) */
 	bool writeback;               /* the kernel caches writes and owns mtime/ctime (op_init) */
 	unsigned blksize;             /* st_blksize: the sector size */

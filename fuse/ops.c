@@ -889,6 +889,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		}
 		unlock(d);
 	}
+	atomic_fetch_add(&d->writes_served, 1);
 	if (n > 0 && !fi->writepage && (fi->flags & O_DIRECT))
 		drop_cached_pages(d, ino, off, (size_t)n);
 	if (n < 0)
