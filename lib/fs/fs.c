@@ -1,6 +1,8 @@
 /*
- * fs.c — opening and closing a filesystem, and what it says about itself
- * (info, devices, space).
+ * fs.c — the handle: reading a filesystem's structure at open (this file
+ * does the read-only part of every open; lib/ops/open.c adds the write side
+ * and recovery), freeing the handle, and what the filesystem says about
+ * itself (info, devices, space, device statistics).
  *
  * Open sequence (each step needs the one before):
  *   1. open every device; read and validate superblocks; pick the newest
@@ -16,18 +18,15 @@
  * step 2 every present device must be as large as its dev item says: a
  * smaller (truncated) one is refused read-write and warned about read-only.
  *
- * Close: butter_begin_close() drops the "in service" half of the claims, so
- * an opener waiting for the devices knows the holder is on its way out and
- * waits (instead of being refused); butter_close() then commits what its
- * caller left, closes the devices and so drops the claims.
+ * fs_destroy() closes the devices (and so drops the claims) and frees the
+ * handle; the write side must be gone by then (lib/ops/open.c).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "format/checksum.h"
-#include "fs/fs.h"
-#include "fs/write.h"
+#include "fs/change.h"
 
 #define DEFAULT_CACHE_BYTES (32ULL << 20)
 
@@ -193,54 +192,41 @@ static int check_device_sizes(struct butter_fs *fs, int writable)
 	return 0;
 }
 
-int butter_open(const char *path, const struct butter_open_opts *opts, struct butter_fs **out)
+void fs_load_dev_stats(struct butter_fs *fs)
 {
-	struct butter_open_opts none = { 0 };
-	struct blockdev **bdevs;
-	struct blog log;
-	size_t i, n;
-	int ret, readonly;
+	struct btrfs_root_item item;
+	struct tree_root dev_tree = { 0 };
+	size_t i;
+	int k, ret;
 
-	if (!opts)
-		opts = &none;
-	log.fn = opts->log;
-	log.arg = opts->log_arg;
-	log.level = opts->log_level ? opts->log_level : BUTTER_LOG_WARNING;
-	readonly = !!(opts->flags & BUTTER_OPEN_RDONLY);
-
-	n = 1 + opts->ndevices;
-	bdevs = calloc(n, sizeof(*bdevs));
-	if (!bdevs)
-		return -ENOMEM;
-	for (i = 0; i < n; i++) {
-		const char *p = i == 0 ? path : opts->devices[i - 1];
-		unsigned bflags = readonly ? BLOCKDEV_OPEN_RDONLY : 0;
-
-		if (readonly && (opts->flags & BUTTER_OPEN_NO_WRITER))
-			bflags |= BLOCKDEV_OPEN_NO_WRITER;
-		ret = blockdev_open_file(p, bflags, &log, &bdevs[i]);
-		if (ret) {
-			if (ret != -EBUSY) /* the claim named the holder */
-				blog_err(&log, "%s: %s", p, strerror(-ret));
-			while (i--)
-				blockdev_close(bdevs[i]);
-			free(bdevs);
-			return ret;
-		}
+	ret = fs_read_root_item(fs, BTRFS_DEV_TREE_OBJECTID, &item, NULL);
+	if (ret) {
+		if (ret != -ENOENT)
+			blog_warn(&fs->log, "device statistics not loaded: %s", strerror(-ret));
+		return;
 	}
-	if (opts->record_log || opts->fault_spec) {
-		ret = blockdev_stack_test(bdevs, n, opts->record_log, opts->fault_spec);
-		if (ret) {
-			blog_err(&log, "%s: test devices (record log %s, fault spec \"%s\"): %s", path,
-				 opts->record_log ? opts->record_log : "none",
-				 opts->fault_spec ? opts->fault_spec : "", strerror(-ret));
-			free(bdevs);
-			return ret;
+	dev_tree.objectid = BTRFS_DEV_TREE_OBJECTID;
+	dev_tree.bytenr = btrfs_root_bytenr(&item);
+	dev_tree.generation = btrfs_root_generation(&item);
+	dev_tree.level = item.level;
+	for (i = 0; i < fs->vol.ndevs; i++) {
+		struct btrfs_device *dev = fs->vol.devs[i];
+		struct btrfs_key key = { BTRFS_DEV_STATS_OBJECTID, BTRFS_PERSISTENT_ITEM_KEY,
+					 dev->devid };
+		le64 values[BTRFS_DEV_STAT_VALUES_MAX];
+
+		ret = tree_lookup_item(&fs->cache, &dev_tree, &key, values, sizeof(values));
+		if (ret == -ENOENT)
+			continue;
+		if (ret < 0) {
+			blog_warn(&fs->log, "device statistics of devid %llu not loaded: %s",
+				  (unsigned long long)dev->devid, strerror(-ret));
+			continue;
 		}
+		/* an older, shorter item holds the first counters only */
+		for (k = 0; k < BTRFS_DEV_STAT_VALUES_MAX && (size_t)(k + 1) * 8 <= (size_t)ret; k++)
+			__atomic_fetch_add(&dev->stats[k], get_le64(&values[k]), __ATOMIC_RELAXED);
 	}
-	ret = fs_open_bdevs(path, bdevs, n, opts, out);
-	free(bdevs);
-	return ret;
 }
 
 int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
@@ -315,22 +301,6 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 			  "%s: the filesystem has a tree log (it was not unmounted cleanly); "
 			  "changes fsynced since the last commit are not shown",
 			  path);
-	if (!(opts->flags & BUTTER_OPEN_RDONLY)) {
-		ret = fs_setup_write(fs);
-		if (ret)
-			goto fail_cache;
-		/* what was fsynced after the last commit (log_replay.c), before any allocation */
-		ret = fs_replay_log(fs);
-		/* finish deleting subvolumes whose freeing a crash interrupted */
-		if (ret >= 0)
-			ret = fs_drop_orphan_subvols(fs);
-		if (ret >= 0)
-			ret = fs_orphan_cleanup(fs); /* as the kernel at a read-write mount */
-		if (ret < 0) {
-			fs_teardown_write(fs);
-			goto fail_cache;
-		}
-	}
 	*out = fs;
 	return 0;
 
@@ -347,20 +317,8 @@ fail_early:
 	return ret;
 }
 
-void butter_begin_close(struct butter_fs *fs)
+void fs_destroy(struct butter_fs *fs)
 {
-	if (!fs)
-		return;
-	for (size_t i = 0; i < fs->vol.ndevs; i++)
-		blockdev_end_service(fs->vol.devs[i]->bdev);
-}
-
-void butter_close(struct butter_fs *fs)
-{
-	if (!fs)
-		return;
-	butter_begin_close(fs);
-	fs_teardown_write(fs);
 	node_cache_destroy(&fs->cache);
 	volumes_close(&fs->vol);
 	pthread_mutex_destroy(&fs->subvol_lock);
@@ -478,6 +436,9 @@ int butter_get_space(struct butter_fs *fs, size_t idx, struct butter_space_info 
  * counts at once, as it does on the kernel's btrfs; and the device bytes new
  * chunks can still use (chunk_usable_bytes).
  */
+/* The first MiB of every device holds no chunk (the kernel's rule too). */
+#define DEVICE_RESERVED_BYTES (1ULL << 20)
+
 static void space_now(struct butter_fs *fs, u64 *data_taken, u64 *unallocated)
 {
 	struct extent_state *es = &fs->w->es;
@@ -491,9 +452,6 @@ static void space_now(struct butter_fs *fs, u64 *data_taken, u64 *unallocated)
 		*unallocated += chunk_usable_bytes(es, fs->vol.devs[i]->devid);
 	pthread_mutex_unlock(&fs->w->lock);
 }
-
-/* The first MiB of every device holds no chunk (the kernel's rule too). */
-#define DEVICE_RESERVED_BYTES (1ULL << 20)
 
 int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
 {

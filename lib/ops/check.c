@@ -36,7 +36,7 @@
 
 #include "butter/butter.h"
 #include "format/ondisk.h"
-#include "fs/fs.h"
+#include "ops/ops.h"
 
 #define MAX_REPORTS 50 /* lines per kind of problem; the counts go on */
 

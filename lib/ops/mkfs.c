@@ -30,7 +30,7 @@
 
 #include "butter/butter.h"
 #include "format/checksum.h"
-#include "fs/fs.h"
+#include "ops/ops.h"
 #include "trans/transaction.h"
 
 #define MIB (1ULL << 20)

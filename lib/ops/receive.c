@@ -32,7 +32,7 @@
 #include "butter/butter.h"
 #include "format/checksum.h"
 #include "format/ondisk.h"
-#include "fs/fs.h"
+#include "ops/ops.h"
 
 #define CMD_HEADER 10u
 #define CMD_MAX_V1 (64u * 1024)

@@ -35,6 +35,7 @@
 #include "format/checksum.h"
 #include "format/ondisk.h"
 #include "butter/butter.h"
+#include "ops/ops.h"
 
 #define STREAM_VERSION 1
 #define CMD_MAX (64u * 1024)      /* v1: no command is larger */

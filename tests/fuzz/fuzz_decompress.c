@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/compression.h"
+#include "data/compression.h"
 
 #define MAX_OUT (128u << 10)
 

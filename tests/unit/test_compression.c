@@ -30,7 +30,7 @@
 #include <zstd.h>
 
 #include "check.h"
-#include "fs/compression.h"
+#include "data/compression.h"
 
 #include "data/kernel_lzo_pad79.h"
 #include "data/kernel_zlib_inline.h"

@@ -1,0 +1,78 @@
+/*
+ * data.h — the data layer: what a regular file holds. Reading (read.c: the
+ * extent map, checksums, decompression, holes, SEEK_DATA/HOLE), writing and
+ * truncating (write.c), fallocate (fallocate.c), reflinks (clone.c) and the
+ * compressed encodings (compression.c). Not a public header.
+ */
+#ifndef BUTTER_DATA_DATA_H
+#define BUTTER_DATA_DATA_H
+
+#include "data/compression.h"
+#include "inode/inode.h"
+
+#define MAX_INLINE 2048u
+#define COMPRESSED_EXTENT_MAX (128ULL << 10) /* ram bytes of one compressed extent */
+
+/* ---- read.c ---- */
+
+/*
+ * Whose data a read is, for its error messages: file byte @file_offset of
+ * inode @ino in @subvol is the byte at the read's @logical (for a compressed
+ * extent, @file_offset is where the extent's data starts in the file and
+ * @compressed is set: its sectors have no file offset of their own).
+ */
+struct data_owner {
+	u64 subvol, ino;
+	u64 file_offset;
+	int compressed;
+};
+
+/*
+ * Read @len bytes of data at @logical (both sector-aligned) into @buf,
+ * verifying each sector against the csum tree unless @nodatasum; bad or
+ * unreadable sectors are retried on every other copy. -EIO if some sector
+ * has no good copy. Each bad copy is logged once, naming its device and
+ * physical place and (@who not NULL) the file, and counted in the device's
+ * statistics (corruption or read errors).
+ */
+int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum,
+		 const struct data_owner *who);
+
+/*
+ * The data checksums of the @nsectors sectors from @logical, as the csum tree
+ * holds them: csum_size bytes per sector into @csums, and have[i] set for
+ * each sector that has one (prealloc and nodatasum data have none).
+ */
+int fs_lookup_csums(struct butter_fs *fs, u64 logical, u32 nsectors, u8 *csums, u8 *have);
+
+/* ---- write.c ---- */
+
+/* Remove file data in [start, end) of @ino, dropping extent references. */
+int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end);
+/* Shrink @ino to @size bytes (phase 2). */
+int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 size);
+/* Give @ino an inline extent of @len bytes at file offset 0 (phase 2). */
+int insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data, u32 len);
+/* Allocate a data extent of up to @want bytes (at least a sector); *got is its size. */
+int fs_alloc_data(struct butter_fs *fs, u64 want, u64 *logical, u64 *got);
+/* Queue a change of @delta to the EXTENT_DATA_REF (root, ino, offset) of an extent. */
+int fs_queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64 root, u64 ino,
+		      u64 offset, int delta);
+/*
+ * Write @len bytes at @off into the regular file @ino inside a running change
+ * (what butter_write() does between begin and end). Returns @len or a
+ * negative errno; *changed says whether trees were touched (a failure then
+ * must abort the transaction).
+ */
+ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+			u64 off, int *changed);
+
+/* ---- fallocate.c ---- */
+/*
+ * On filesystems without the NO_HOLES feature, give every gap between the
+ * EXTENT_DATA items of @ino inside [start, end) (sector-aligned) an explicit
+ * hole item; with NO_HOLES, nothing.
+ */
+int fs_fill_holes(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end);
+
+#endif

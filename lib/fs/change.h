@@ -1,0 +1,86 @@
+/*
+ * change.h — the write side of a handle (struct fs_write_state, set up at a
+ * read-write open) and the lifecycle every change follows (change.c):
+ * begin_change() (space reserved, a transaction running), phase 1 checks,
+ * phase 2 tree changes, end_change() (abort on a failure in phase 2).
+ * Not a public header.
+ */
+#ifndef BUTTER_FS_CHANGE_H
+#define BUTTER_FS_CHANGE_H
+
+#include <stdbool.h>
+
+#include "fs/fs.h"
+#include "trans/transaction.h"
+
+#define MAX_INLINE 2048u
+#define MAX_EXTENT_SIZE (128ULL << 20)
+#define MAX_FILE_BYTES ((u64)INT64_MAX) /* the largest file offset; more is corrupt */
+#define DIRTY_COMMIT_BYTES (64ULL << 20)
+#define META_LOW_WATER (32ULL << 20)  /* below this much free metadata, add a chunk */
+#define META_RESERVE (4ULL << 20)     /* changes stop here; deletions may use a quarter */
+#define BTRFS_INODE_NODATASUM_FLAG (1ULL << 0)
+#define BTRFS_INODE_NODATACOW_FLAG (1ULL << 1)
+#define BTRFS_INODE_NOCOMPRESS_FLAG (1ULL << 3)
+#define BTRFS_INODE_COMPRESS_FLAG (1ULL << 11)
+#define COMPRESSED_EXTENT_MAX (128ULL << 10) /* ram bytes of one compressed extent */
+
+struct fs_write_state {
+	pthread_mutex_t lock;
+	struct extent_state es;
+	struct txn_ctx txn;
+	struct tree_root dev_tree;
+	struct tree_root fst;
+	struct tree_root uuid_tree;  /* objectid 0: the filesystem has none */
+	u64 data_profile;
+	/* compression of new data: BTRFS_COMPRESS_* (NONE: off), level (0: default) */
+	int compress_type, compress_level;
+	int compress_force;          /* keep trying after data did not compress */
+	struct fs_open_files *open_files; /* lib/namespace/orphan.c: opens the front end counts */
+	bool readonly;               /* butter_set_readonly(): changes refused; protected by lock */
+	void (*space_commit_fn)(void *arg); /* butter_set_space_commit_hook() */
+	void *space_commit_arg;
+	struct tree_log *tlog;       /* lib/treelog/writer.c: the fsync log of the running transaction */
+	/* lib/subvol/qgroup.c: objectid 0 unless quotas are on; quota_marked: INCONSISTENT is set */
+	struct tree_root quota_tree;
+	int quota_marked;
+};
+
+struct dir_update {
+	s64 size_delta;
+};
+
+/*
+ * Set up the write side of a handle opened read-write (change.c), and tear it
+ * down at close: fs_final_commit() commits what is left (unless the
+ * transaction was aborted), fs_teardown_write() frees the state. The layers
+ * above keep state of their own in it (open files, the tree log, quotas):
+ * lib/ops/open.c sets those up after fs_setup_write() and frees them before
+ * fs_teardown_write().
+ */
+int fs_setup_write(struct butter_fs *fs);
+void fs_final_commit(struct butter_fs *fs);
+void fs_teardown_write(struct butter_fs *fs);
+
+/* Start a change: take the lock and make sure a transaction runs. */
+int begin_change(struct butter_fs *fs, struct fs_write_state **wp);
+/* The same, first making sure the change will find room (see reserve_space()). */
+int begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_bytes,
+		     int deleting);
+/* End a change; @failed_in_trees: the error came from changing trees (abort). */
+int end_change(struct fs_write_state *w, int ret, int failed_in_trees);
+
+/*
+ * Data space of a writable handle as it is now (statfs): *total and *used
+ * over the block groups that hold data (mixed ones too), used being all that
+ * is not free: extents of the running transaction, pinned extents and super
+ * stripes count, as the kernel's statfs counts them. 0, or -ENOENT without a
+ * write state (then the committed block group items are the truth).
+ */
+int fs_live_data_usage(struct butter_fs *fs, u64 *total, u64 *used);
+
+void now_ts(struct btrfs_timespec *t);
+int insert_or_extend(struct tree_trans *t, struct tree_root *root, const struct btrfs_key *key,
+		     const void *data, u32 size);
+
+#endif

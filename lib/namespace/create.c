@@ -1,0 +1,212 @@
+/*
+ * create.c — giving new inodes their first name: create (files, directories,
+ * device nodes, fifos, sockets), O_TMPFILE inodes (no name, an orphan until
+ * linked), symlinks, and hard links. The name items they add are
+ * lib/inode/names.c's; a new inode inherits its directory's default ACL
+ * (acl.c).
+ *
+ * Every call runs as a change (lib/fs/change.c): phase 1 checks that the
+ * name is free and the directory writable, phase 2 changes the trees.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "namespace/namespace.h"
+
+/* Phase-1 checks for a new name in @dir; returns the canonical subvolume. */
+int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name,
+			  size_t namelen, struct subvol **svp)
+{
+	struct btrfs_inode_item ii;
+	butter_ino_t existing;
+	int ret, err = 0;
+
+	if (namelen == 0 || memchr(name, '/', namelen) || memchr(name, '\0', namelen))
+		return -EINVAL;
+	if (namelen > BTRFS_NAME_LEN)
+		return -ENAMETOOLONG;
+	if ((namelen == 1 && name[0] == '.') || (namelen == 2 && !memcmp(name, "..", 2)))
+		return -EEXIST;
+	if (dir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
+		return -EPERM;
+	ret = fs_read_inode(fs, dir, &ii);
+	if (ret)
+		return ret;
+	if (!S_ISDIR(btrfs_inode_mode(&ii)))
+		return -ENOTDIR;
+	if (btrfs_inode_nlink(&ii) == 0)
+		return -ENOENT; /* a removed directory still open (orphan.c) */
+	ret = butter_lookup(fs, dir, name, namelen, &existing);
+	if (ret == 0)
+		return -EEXIST;
+	if (ret != -ENOENT)
+		return ret;
+	*svp = fs_subvol_mut(fs, dir.subvol, &err);
+	return *svp ? 0 : err;
+}
+
+/*
+ * Create an empty inode (create_inode) and give it the ACLs fs_acl_inherit() chose
+ * (@acls: an access and, for a directory, a default ACL, either NULL for none).
+ * Frees @acls whatever happens.
+ */
+static int create_inode_with_acls(struct butter_fs *fs, struct subvol *sv,
+				  const struct butter_new_inode *a, struct fs_acl_set *acls,
+				  u64 *ino)
+{
+	int ret = create_inode(fs, sv, a, 0, ino);
+
+	if (ret == 0 && acls->access)
+		ret = fs_set_xattr_locked(fs, sv, *ino, "system.posix_acl_access", acls->access,
+					  acls->len);
+	if (ret == 0 && acls->dflt)
+		ret = fs_set_xattr_locked(fs, sv, *ino, "system.posix_acl_default", acls->dflt,
+					  acls->len);
+	fs_acl_set_free(acls);
+	return ret;
+}
+
+int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		  const struct butter_new_inode *attr, butter_ino_t *out)
+{
+	struct butter_new_inode a = *attr;
+	struct fs_acl_set acls = { NULL, NULL, 0 };
+	struct fs_write_state *w;
+	struct subvol *sv;
+	u64 ino;
+	int ret;
+
+	switch (attr->mode & S_IFMT) {
+	case S_IFREG: case S_IFDIR: case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK:
+		break;
+	default:
+		return -EINVAL;
+	}
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = check_new_name(fs, dir, name, namelen, &sv);
+	if (ret == 0 && (attr->flags & BUTTER_NEW_INHERIT_ACL))
+		ret = fs_acl_inherit(fs, dir, &a.mode, attr->umask, &acls);
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = create_inode_with_acls(fs, sv, &a, &acls, &ino);
+	if (ret == 0)
+		ret = add_name(fs, sv, dir.ino, name, namelen, ino, a.mode);
+	if (ret == 0 && out) {
+		out->subvol = sv->id;
+		out->ino = ino;
+	}
+	return end_change(w, ret, 1);
+}
+
+int butter_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
+			  const struct butter_new_inode *attr, butter_ino_t *out)
+{
+	struct butter_new_inode a = *attr;
+	struct fs_acl_set acls = { NULL, NULL, 0 };
+	struct btrfs_inode_item dii;
+	struct fs_write_state *w;
+	struct subvol *sv = NULL;
+	u64 ino;
+	int ret, err = 0;
+
+	if ((attr->mode & S_IFMT) != S_IFREG)
+		return -EINVAL;
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = dir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID ? -EPERM : fs_read_inode(fs, dir, &dii);
+	if (ret == 0 && !S_ISDIR(btrfs_inode_mode(&dii)))
+		ret = -ENOTDIR;
+	if (ret == 0 && btrfs_inode_nlink(&dii) == 0)
+		ret = -ENOENT;
+	if (ret == 0 && !(sv = fs_subvol_mut(fs, dir.subvol, &err)))
+		ret = err;
+	if (ret == 0 && (attr->flags & BUTTER_NEW_INHERIT_ACL))
+		ret = fs_acl_inherit(fs, dir, &a.mode, attr->umask, &acls);
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = create_inode_with_acls(fs, sv, &a, &acls, &ino);
+	if (ret == 0)
+		ret = fs_orphan_tmpfile(fs, sv, ino);
+	if (ret == 0 && out) {
+		out->subvol = sv->id;
+		out->ino = ino;
+	}
+	return end_change(w, ret, 1);
+}
+
+int butter_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		   const char *target, uint32_t uid, uint32_t gid, butter_ino_t *out)
+{
+	struct butter_new_inode a = { .mode = S_IFLNK | 0777, .uid = uid, .gid = gid };
+	struct fs_write_state *w;
+	size_t tlen = strlen(target);
+	struct subvol *sv;
+	u64 ino;
+	int ret;
+
+	if (tlen == 0)
+		return -ENOENT;
+	if (tlen >= 4096 ||
+	    tlen > tree_max_item_size(&fs->cache) - BTRFS_FILE_EXTENT_INLINE_DATA_START)
+		return -ENAMETOOLONG; /* as btrfs: the target is one inline extent */
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = check_new_name(fs, dir, name, namelen, &sv);
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = create_inode(fs, sv, &a, tlen, &ino);
+	if (ret == 0)
+		ret = insert_inline(fs, sv, ino, target, (u32)tlen);
+	if (ret == 0)
+		ret = add_name(fs, sv, dir.ino, name, namelen, ino, a.mode);
+	if (ret == 0 && out) {
+		out->subvol = sv->id;
+		out->ino = ino;
+	}
+	return end_change(w, ret, 1);
+}
+
+static void inc_nlink(struct btrfs_inode_item *ii, void *arg)
+{
+	(void)arg;
+	btrfs_set_inode_nlink(ii, btrfs_inode_nlink(ii) + 1);
+	now_ts(&ii->ctime);
+}
+
+int butter_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char *name,
+		size_t namelen)
+{
+	struct btrfs_inode_item ii;
+	struct fs_write_state *w;
+	struct subvol *sv;
+	int ret;
+
+	if (ino.subvol != dir.subvol)
+		return -EXDEV;
+	ret = begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = fs_read_inode(fs, ino, &ii);
+	if (ret == 0 && S_ISDIR(btrfs_inode_mode(&ii)))
+		ret = -EPERM;
+	if (ret == 0 && btrfs_inode_nlink(&ii) >= 65535)
+		ret = -EMLINK;
+	/* an open orphan (orphan.c) gets no new name, unless it was made nameless */
+	if (ret == 0 && btrfs_inode_nlink(&ii) == 0 && !fs_orphan_linkable(fs, ino))
+		ret = -ENOENT;
+	if (ret == 0)
+		ret = check_new_name(fs, dir, name, namelen, &sv);
+	if (ret)
+		return end_change(w, ret, 0);
+	ret = btrfs_inode_nlink(&ii) == 0 ? fs_orphan_relink(fs, sv, ino.ino) : 0;
+	if (ret == 0)
+		ret = modify_inode(fs, sv, ino.ino, inc_nlink, NULL);
+	if (ret == 0)
+		ret = add_name(fs, sv, dir.ino, name, namelen, ino.ino, btrfs_inode_mode(&ii));
+	return end_change(w, ret, 1);
+}

@@ -1,0 +1,206 @@
+/*
+ * device.c — adding a device to a filesystem (offline or on an open
+ * handle), as `btrfs device add` does: the device gets the next devid, a
+ * new device uuid and a DEV_ITEM; the superblock counts it; new chunks may
+ * be allocated on it from then on. Nothing already allocated moves (that is
+ * balance's work), so existing chunks keep their profiles and places.
+ *
+ * The new device's first MiB and its superblock mirror places are zeroed
+ * first, so no stale superblock of an earlier filesystem remains on it. It
+ * becomes a member at the commit that ends the call, which writes the
+ * superblocks to every device including the new one; a crash before that
+ * leaves the filesystem as it was (the device is then just zeroed space).
+ *
+ * Also the device statistics' read side: fs_load_dev_stats() adds the
+ * DEV_STATS items of the device tree to the counters at open, and
+ * butter_device_stats() reports (and resets) them; the commit writes them
+ * (lib/trans/dev_stats.c).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <uuid/uuid.h>
+
+#include "ops/ops.h"
+
+#define MIN_DEVICE_BYTES (16ull << 20)
+#define ZERO_BYTES (1ull << 20)
+
+/* Does @bdev hold a btrfs superblock? 1 with its fsid in @fsid, 0 if not, or -errno. */
+static int has_btrfs(struct blockdev *bdev, u8 *fsid)
+{
+	struct btrfs_super_block *sb = malloc(sizeof(*sb));
+	int ret = 0;
+
+	if (!sb)
+		return -ENOMEM;
+	if (bdev->size >= BTRFS_SUPER_INFO_OFFSET + BTRFS_SUPER_INFO_SIZE) {
+		ret = blockdev_read(bdev, sb, sizeof(*sb), BTRFS_SUPER_INFO_OFFSET);
+		if (ret == 0 && btrfs_super_magic(sb) == BTRFS_MAGIC) {
+			memcpy(fsid, sb->fsid, BTRFS_FSID_SIZE);
+			ret = 1;
+		}
+	}
+	free(sb);
+	return ret;
+}
+
+/* Zero the first MiB and every superblock mirror place of @bdev. */
+static int wipe(struct blockdev *bdev)
+{
+	u8 *zero = calloc(1, ZERO_BYTES);
+	int mirror, ret;
+
+	if (!zero)
+		return -ENOMEM;
+	ret = blockdev_write(bdev, zero, bdev->size < ZERO_BYTES ? bdev->size : ZERO_BYTES, 0);
+	for (mirror = 1; ret == 0 && mirror < BTRFS_SUPER_MIRROR_MAX; mirror++) {
+		u64 at = btrfs_sb_offset(mirror);
+
+		if (at + BTRFS_SUPER_INFO_SIZE <= bdev->size)
+			ret = blockdev_write(bdev, zero, BTRFS_SUPER_INFO_SIZE, at);
+	}
+	if (ret == 0)
+		ret = blockdev_flush(bdev);
+	free(zero);
+	return ret;
+}
+
+/* Is @path (by inode, or by device number for block devices) a present member of @vol? */
+static int is_member(const struct btrfs_volumes *vol, const char *path)
+{
+	struct stat st, mst;
+	size_t i;
+
+	if (stat(path, &st) < 0)
+		return 0;
+	for (i = 0; i < vol->ndevs; i++) {
+		const struct btrfs_device *dev = vol->devs[i];
+
+		if (!dev->bdev || !dev->path || stat(dev->path, &mst) < 0)
+			continue;
+		if (S_ISBLK(st.st_mode) ? S_ISBLK(mst.st_mode) && st.st_rdev == mst.st_rdev
+					: st.st_dev == mst.st_dev && st.st_ino == mst.st_ino)
+			return 1;
+	}
+	return 0;
+}
+
+int butter_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid)
+{
+	struct btrfs_volumes *vol = &fs->vol;
+	struct fs_write_state *w = NULL;
+	struct btrfs_device *dev;
+	struct blockdev *bdev;
+	u8 fsid[BTRFS_FSID_SIZE];
+	u64 id = 0;
+	size_t i;
+	int ret;
+
+	if (flags & ~BUTTER_DEVICE_ADD_FORCE)
+		return -EINVAL;
+	if (!fs->w)
+		return -EROFS;
+	if (is_member(vol, path)) { /* before the open: our own claim would refuse it */
+		blog_err(&fs->log, "%s: already a device of this filesystem", path);
+		return -EEXIST;
+	}
+	ret = blockdev_open_file(path, 0, &fs->log, &bdev);
+	if (ret) {
+		blog_err(&fs->log, "%s: cannot open: %s", path, strerror(-ret));
+		return ret;
+	}
+	ret = has_btrfs(bdev, fsid);
+	if (ret == 1 && !memcmp(fsid, vol->fsid, BTRFS_FSID_SIZE)) {
+		blog_err(&fs->log, "%s: already a device of this filesystem", path);
+		ret = -EEXIST;
+	} else if (ret == 1 && !(flags & BUTTER_DEVICE_ADD_FORCE)) {
+		blog_err(&fs->log, "%s: holds another btrfs filesystem (force to overwrite it)", path);
+		ret = -EBUSY;
+	} else if (ret >= 0 && bdev->size < MIN_DEVICE_BYTES) {
+		blog_err(&fs->log, "%s: %llu bytes; a device needs at least %llu", path,
+			 (unsigned long long)bdev->size, (unsigned long long)MIN_DEVICE_BYTES);
+		ret = -ENOSPC;
+	} else if (ret >= 0) {
+		ret = 0;
+	}
+	if (ret) {
+		blockdev_close(bdev);
+		return ret;
+	}
+	dev = calloc(1, sizeof(*dev));
+	if (dev)
+		dev->path = strdup(path);
+	if (!dev || !dev->path) {
+		if (dev)
+			free(dev);
+		blockdev_close(bdev);
+		return -ENOMEM;
+	}
+	ret = begin_change(fs, &w);
+	if (ret == 0)
+		ret = txn_commit(&w->txn); /* the device joins at a commit of its own */
+	if (ret == 0)
+		ret = txn_begin(&w->txn);
+	if (ret == 0)
+		ret = wipe(bdev);
+	if (ret) {
+		free(dev->path);
+		free(dev);
+		blockdev_close(bdev);
+		return w ? end_change(w, ret, 0) : ret;
+	}
+	for (i = 0; i < vol->ndevs; i++)
+		if (vol->devs[i]->devid > id)
+			id = vol->devs[i]->devid;
+	dev->devid = id + 1;
+	uuid_generate(dev->uuid);
+	dev->total_bytes = bdev->size & ~((u64)vol->sectorsize - 1);
+	dev->generation = btrfs_super_generation(&vol->super);
+	dev->bdev = bdev;
+
+	/* phase 2: from here a failure aborts the transaction */
+	ret = volumes_insert_device(vol, dev);
+	if (ret) {
+		free(dev->path);
+		free(dev);
+		blockdev_close(bdev);
+		return end_change(w, ret, 1);
+	}
+	ret = chunk_add_device(&w->es, &w->txn.tt, dev);
+	if (ret == 0) {
+		w->txn.super_dirty = 1;
+		ret = txn_commit(&w->txn);
+	}
+	if (ret == 0 && devid)
+		*devid = dev->devid;
+	return end_change(w, ret, 1);
+}
+
+int butter_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
+			struct butter_device_stats *out)
+{
+	struct btrfs_device *dev;
+	int k;
+
+	if (flags & ~BUTTER_DEV_STATS_RESET)
+		return -EINVAL;
+	if (idx >= fs->vol.ndevs)
+		return -ENOENT;
+	if ((flags & BUTTER_DEV_STATS_RESET) && !fs->w)
+		return -EROFS;
+	dev = fs->vol.devs[idx];
+	memset(out, 0, sizeof(*out));
+	out->devid = dev->devid;
+	out->path = dev->bdev ? dev->path : NULL;
+	for (k = 0; k < BTRFS_DEV_STAT_VALUES_MAX && k < BUTTER_DEV_STAT_NR; k++) {
+		if (flags & BUTTER_DEV_STATS_RESET)
+			out->values[k] = __atomic_exchange_n(&dev->stats[k], 0, __ATOMIC_RELAXED);
+		else
+			out->values[k] = __atomic_load_n(&dev->stats[k], __ATOMIC_RELAXED);
+	}
+	if (flags & BUTTER_DEV_STATS_RESET)
+		__atomic_store_n(&dev->stats_dirty, 1, __ATOMIC_RELEASE);
+	return 0;
+}

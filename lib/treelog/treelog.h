@@ -1,0 +1,23 @@
+/*
+ * treelog.h — the tree log: fsync without a commit (writer.c) and, at a
+ * read-write open, the replay of a log the kernel or butter left
+ * (replay.c). Not a public header.
+ */
+#ifndef BUTTER_TREELOG_TREELOG_H
+#define BUTTER_TREELOG_TREELOG_H
+
+#include "subvol/subvol.h"
+#include "tree/item_list.h"
+
+/*
+ * Replay the tree log (super log_root) into the subvolumes and commit with
+ * the log root cleared; right after fs_setup_write(), before anything else
+ * allocates. 0 if there is no log; -EOPNOTSUPP (logged) for a log it
+ * cannot replay exactly; any error leaves the disk as it was.
+ */
+int fs_replay_log(struct butter_fs *fs);
+
+/* Free the log state at close (after the last commit). */
+void fs_tree_log_destroy(struct fs_write_state *w);
+
+#endif
