@@ -11,8 +11,20 @@
  *    btrfs repeats inode numbers across subvolumes, so the pair is the identity.
  *  - Nothing that failed its checksum reaches the caller: a read that cannot
  *    find a good copy returns -EIO.
- *  - Read-side functions may be called from several threads at once on one
- *    handle.
+ *  - Threads: every call on a handle may be made from any thread at any
+ *    time; the library serialises them itself with the handle's lock.
+ *    Calls that only read (lookup, stat, read, readdir, readlink, seek,
+ *    xattr reads, statfs and info, subvolume listing, send, open_ref) run at
+ *    the same time as each other; a call that changes anything (every change,
+ *    sync, fsync, scrub, receive, device calls, check, the settings) runs
+ *    alone and sees the effects of every call that returned before it.
+ *    butter_close() waits for the calls still running; no call may start on
+ *    a handle once butter_close() has been called. Callbacks a call makes
+ *    (readdir's, subvolume listing's, send's and receive's) run under the
+ *    call's hold and may call back into the same handle: reads always, changes
+ *    only from inside an exclusive hold (else -EDEADLK).
+ *  - Several calls that must see one state (check, then change) go in a
+ *    section: butter_lock() ... butter_unlock() (see there).
  */
 #ifndef BUTTER_BUTTER_H
 #define BUTTER_BUTTER_H
@@ -114,6 +126,17 @@ void butter_begin_close(struct butter_fs *fs);
 
 /* Commit what is left (read-write), release everything the handle holds. */
 void butter_close(struct butter_fs *fs);
+
+/*
+ * Hold the handle's lock across several calls of this thread: shared
+ * (@exclusive 0: calls that read, and nothing changes until butter_unlock())
+ * or exclusive (any call; no other thread's call runs meanwhile). The calls
+ * inside the section do not take the lock again. Sections do not nest:
+ * -EDEADLK if this thread holds the lock already. 0 on success.
+ */
+int butter_lock(struct butter_fs *fs, int exclusive);
+/* End the section butter_lock() began on this thread. */
+void butter_unlock(struct butter_fs *fs);
 
 /* ---- filesystem information --------------------------------------------- */
 

@@ -228,7 +228,7 @@ static int clone_inline(struct clone *c, const struct src_item *it, u64 dst_pos)
 	buf = calloc(1, ss);
 	if (!buf)
 		return -ENOMEM;
-	n = butter_read(c->fs, c->src, buf, datal, 0);
+	n = data_read(c->fs, c->src, buf, datal, 0);
 	if (n >= 0) {
 		u64 dsize = btrfs_inode_size(&ii), wlen = (u64)n;
 
@@ -369,7 +369,7 @@ static int check_clone(struct butter_fs *fs, const struct btrfs_inode_item *si,
 	return 0;
 }
 
-int butter_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off, butter_ino_t dst,
+int data_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off, butter_ino_t dst,
 		       uint64_t dst_off, uint64_t len)
 {
 	struct btrfs_inode_item si, di;

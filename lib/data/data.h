@@ -75,4 +75,19 @@ ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf,
  */
 int fs_fill_holes(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end);
 
+/*
+ * The bodies of the public calls of this layer: butter_clone_range(), butter_fallocate(), butter_read() and the rest below.
+ * lib/api/api.c takes the handle's lock and calls them; butter.h has the
+ * contract of each. Library code calls these, never butter_*() (the lock
+ * is not taken twice).
+ */
+int data_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off, butter_ino_t dst,
+	uint64_t dst_off, uint64_t len);
+int data_fallocate(struct butter_fs *fs, butter_ino_t ino, int mode, uint64_t off, uint64_t len);
+ssize_t data_read(struct butter_fs *fs, butter_ino_t ino, void *buf, size_t len, uint64_t off);
+ssize_t data_readlink(struct butter_fs *fs, butter_ino_t ino, char *buf, size_t size);
+int data_seek(struct butter_fs *fs, butter_ino_t ino, uint64_t off, int whence, uint64_t *result);
+ssize_t data_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+	uint64_t off);
+
 #endif

@@ -464,7 +464,7 @@ static int check_mode(int mode, u64 off, u64 len)
 	return 0;
 }
 
-int butter_fallocate(struct butter_fs *fs, butter_ino_t ino, int mode, uint64_t off, uint64_t len)
+int data_fallocate(struct butter_fs *fs, butter_ino_t ino, int mode, uint64_t off, uint64_t len)
 {
 	struct btrfs_inode_item ii;
 	struct fs_write_state *w;

@@ -433,7 +433,7 @@ static int read_range(struct butter_fs *fs, butter_ino_t ino, const struct subvo
 	return 0;
 }
 
-ssize_t butter_read(struct butter_fs *fs, butter_ino_t ino, void *buf, size_t len, uint64_t off)
+ssize_t data_read(struct butter_fs *fs, butter_ino_t ino, void *buf, size_t len, uint64_t off)
 {
 	struct btrfs_inode_item inode;
 	struct subvol sv;
@@ -459,7 +459,7 @@ ssize_t butter_read(struct butter_fs *fs, butter_ino_t ino, void *buf, size_t le
 	return (ssize_t)(end - off);
 }
 
-ssize_t butter_readlink(struct butter_fs *fs, butter_ino_t ino, char *buf, size_t size)
+ssize_t data_readlink(struct butter_fs *fs, butter_ino_t ino, char *buf, size_t size)
 {
 	struct btrfs_inode_item inode;
 	struct subvol sv;
@@ -494,7 +494,7 @@ ssize_t butter_readlink(struct butter_fs *fs, butter_ino_t ino, char *buf, size_
 	return ret ? ret : (ssize_t)len;
 }
 
-int butter_seek(struct butter_fs *fs, butter_ino_t ino, uint64_t off, int whence, uint64_t *result)
+int data_seek(struct butter_fs *fs, butter_ino_t ino, uint64_t off, int whence, uint64_t *result)
 {
 	struct btrfs_inode_item inode;
 	struct tree_path path;

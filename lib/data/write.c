@@ -466,7 +466,7 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 /* Read up to @len bytes of @ino at @off through the read path (zeros past EOF). */
 static int read_existing(struct butter_fs *fs, butter_ino_t ino, u8 *buf, u64 len, u64 off)
 {
-	ssize_t n = butter_read(fs, ino, buf, len, off);
+	ssize_t n = data_read(fs, ino, buf, len, off);
 
 	if (n < 0)
 		return (int)n;
@@ -587,7 +587,7 @@ ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf,
 	return ret < 0 ? ret : (ssize_t)len;
 }
 
-ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+ssize_t data_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
 		     uint64_t off)
 {
 	u32 ss = fs->vol.sectorsize;
@@ -644,7 +644,7 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 			 * stays a hole, no zeroes are written (nor a hole item with
 			 * NO_HOLES).
 			 */
-			ret = butter_seek(fs, ino, from, 3 /* SEEK_DATA */, &data);
+			ret = data_seek(fs, ino, from, 3 /* SEEK_DATA */, &data);
 			if (ret == -ENXIO || (ret == 0 && data >= size)) {
 				ret = fs_drop_extents(fs, sv, ino.ino, from, (u64)-1);
 				if (ret == 0)

@@ -377,7 +377,7 @@ int fs_live_data_usage(struct butter_fs *fs, u64 *total, u64 *used)
 	return 0;
 }
 
-int butter_sync(struct butter_fs *fs)
+int fs_sync(struct butter_fs *fs)
 {
 	struct fs_write_state *w = fs->w;
 	int ret;
@@ -390,7 +390,7 @@ int butter_sync(struct butter_fs *fs)
 	return ret;
 }
 
-void butter_set_space_commit_hook(struct butter_fs *fs, void (*fn)(void *arg), void *arg)
+void fs_set_space_commit_hook(struct butter_fs *fs, void (*fn)(void *arg), void *arg)
 {
 	if (fs->w) {
 		fs->w->space_commit_fn = fn;
@@ -398,7 +398,7 @@ void butter_set_space_commit_hook(struct butter_fs *fs, void (*fn)(void *arg), v
 	}
 }
 
-int butter_set_readonly(struct butter_fs *fs, int readonly)
+int fs_set_readonly(struct butter_fs *fs, int readonly)
 {
 	struct fs_write_state *w = fs->w;
 	int ret = 0;
@@ -464,7 +464,7 @@ int insert_or_extend(struct tree_trans *t, struct tree_root *root,
 	return ret;
 }
 
-int butter_set_compression(struct butter_fs *fs, const char *spec, int force)
+int fs_set_compression(struct butter_fs *fs, const char *spec, int force)
 {
 	struct fs_write_state *w = fs->w;
 	int type, level = 0, max_level = 0;
@@ -502,7 +502,7 @@ int butter_set_compression(struct butter_fs *fs, const char *spec, int force)
 	return 0;
 }
 
-int butter_set_label(struct butter_fs *fs, const char *label)
+int fs_set_label(struct butter_fs *fs, const char *label)
 {
 	struct fs_write_state *w;
 	size_t len = strlen(label);

@@ -83,4 +83,20 @@ void now_ts(struct btrfs_timespec *t);
 int insert_or_extend(struct tree_trans *t, struct tree_root *root, const struct btrfs_key *key,
 		     const void *data, u32 size);
 
+/*
+ * The bodies of the public calls of this layer: butter_get_device(), butter_get_info(), butter_get_space() and the rest below.
+ * lib/api/api.c takes the handle's lock and calls them; butter.h has the
+ * contract of each. Library code calls these, never butter_*() (the lock
+ * is not taken twice).
+ */
+int fs_get_device(struct butter_fs *fs, size_t idx, struct butter_device_info *out);
+int fs_get_info(struct butter_fs *fs, struct butter_info *info);
+int fs_get_space(struct butter_fs *fs, size_t idx, struct butter_space_info *out);
+int fs_set_compression(struct butter_fs *fs, const char *spec, int force);
+int fs_set_label(struct butter_fs *fs, const char *label);
+int fs_set_readonly(struct butter_fs *fs, int readonly);
+void fs_set_space_commit_hook(struct butter_fs *fs, void (*fn)(void *arg), void *arg);
+int fs_statfs(struct butter_fs *fs, struct butter_statfs *out);
+int fs_sync(struct butter_fs *fs);
+
 #endif

@@ -229,6 +229,26 @@ void fs_load_dev_stats(struct butter_fs *fs)
 	}
 }
 
+/* The lock of the public calls: writer-preferring, so a stream of readers cannot starve a change. */
+static int init_api_lock(struct butter_fs *fs)
+{
+	pthread_rwlockattr_t attr;
+	int ret;
+
+	ret = pthread_key_create(&fs->api_held, NULL);
+	if (ret)
+		return -ret;
+	pthread_rwlockattr_init(&attr);
+	pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	ret = pthread_rwlock_init(&fs->api_lock, &attr);
+	pthread_rwlockattr_destroy(&attr);
+	if (ret) {
+		pthread_key_delete(fs->api_held);
+		return -ret;
+	}
+	return 0;
+}
+
 int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 		  const struct butter_open_opts *opts, struct butter_fs **out)
 {
@@ -246,6 +266,13 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 	fs->log.arg = opts->log_arg;
 	fs->log.level = opts->log_level ? opts->log_level : BUTTER_LOG_WARNING;
 	fs->open_flags = opts->flags;
+	ret = init_api_lock(fs);
+	if (ret) {
+		for (i = 0; i < n; i++)
+			blockdev_close(bdevs[i]);
+		free(fs);
+		return ret;
+	}
 	pthread_mutex_init(&fs->subvol_lock, NULL);
 
 	ret = volumes_open(&fs->vol, bdevs, n, &fs->log, !!(opts->flags & BUTTER_OPEN_DEGRADED));
@@ -310,6 +337,8 @@ fail_vol:
 	volumes_close(&fs->vol);
 fail_early:
 	pthread_mutex_destroy(&fs->subvol_lock);
+	pthread_key_delete(fs->api_held);
+	pthread_rwlock_destroy(&fs->api_lock);
 	for (i = 0; i < fs->nsubvols; i++)
 		free(fs->subvols[i]);
 	free(fs->subvols);
@@ -322,13 +351,15 @@ void fs_destroy(struct butter_fs *fs)
 	node_cache_destroy(&fs->cache);
 	volumes_close(&fs->vol);
 	pthread_mutex_destroy(&fs->subvol_lock);
+	pthread_key_delete(fs->api_held);
+	pthread_rwlock_destroy(&fs->api_lock);
 	for (size_t i = 0; i < fs->nsubvols; i++)
 		free(fs->subvols[i]);
 	free(fs->subvols);
 	free(fs);
 }
 
-int butter_get_info(struct butter_fs *fs, struct butter_info *info)
+int fs_get_info(struct butter_fs *fs, struct butter_info *info)
 {
 	const struct btrfs_super_block *sb = &fs->vol.super;
 
@@ -352,7 +383,7 @@ int butter_get_info(struct butter_fs *fs, struct butter_info *info)
 	return 0;
 }
 
-int butter_get_device(struct butter_fs *fs, size_t idx, struct butter_device_info *out)
+int fs_get_device(struct butter_fs *fs, size_t idx, struct butter_device_info *out)
 {
 	const struct btrfs_device *dev;
 
@@ -401,7 +432,7 @@ static int add_block_group_usage(struct butter_fs *fs, struct butter_space_info 
 	return ret < 0 ? ret : 0;
 }
 
-int butter_get_space(struct butter_fs *fs, size_t idx, struct butter_space_info *out)
+int fs_get_space(struct butter_fs *fs, size_t idx, struct butter_space_info *out)
 {
 	struct butter_space_info spaces[64];
 	size_t n = 0, i, j;
@@ -453,7 +484,7 @@ static void space_now(struct butter_fs *fs, u64 *data_taken, u64 *unallocated)
 	pthread_mutex_unlock(&fs->w->lock);
 }
 
-int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
+int fs_statfs(struct butter_fs *fs, struct butter_statfs *out)
 {
 	u64 data_total = 0, data_used = 0, unalloc = 0, factor = 1;
 	struct butter_space_info sp;
@@ -461,7 +492,7 @@ int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
 	int ret;
 
 	memset(out, 0, sizeof(*out));
-	for (i = 0; (ret = butter_get_space(fs, i, &sp)) == 0; i++) {
+	for (i = 0; (ret = fs_get_space(fs, i, &sp)) == 0; i++) {
 		if (!(sp.flags & BTRFS_BLOCK_GROUP_DATA))
 			continue;
 		data_total += sp.total;

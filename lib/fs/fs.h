@@ -57,6 +57,14 @@ struct butter_fs {
 
 	/* write side (NULL/0 when opened read-only); see change.c */
 	struct fs_write_state *w;
+
+	/*
+	 * The handle's lock, taken by every public call (lib/api/api.c has the
+	 * modes): readers share it, a change holds it alone. api_held is the
+	 * per-thread record of the mode a thread holds (NULL: none).
+	 */
+	pthread_rwlock_t api_lock;
+	pthread_key_t api_held;
 };
 
 /*

@@ -137,7 +137,7 @@ int fs_location_to_ino(struct butter_fs *fs, u64 subvol, const struct btrfs_key 
 	return 0;
 }
 
-int butter_root(struct butter_fs *fs, uint64_t subvolid, butter_ino_t *out)
+int inode_root(struct butter_fs *fs, uint64_t subvolid, butter_ino_t *out)
 {
 	struct subvol sv;
 	int ret;
@@ -173,7 +173,7 @@ static u64 stat_blocks(u64 nbytes, u32 sectorsize)
 	return sectors * (sectorsize / 512);
 }
 
-int butter_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
+int inode_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 {
 	struct btrfs_inode_item item;
 	int ret;
@@ -286,7 +286,7 @@ static int lookup_parent(struct butter_fs *fs, butter_ino_t dir, butter_ino_t *o
 	return ret;
 }
 
-int butter_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+int inode_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		  butter_ino_t *out)
 {
 	struct btrfs_inode_item item;

@@ -139,4 +139,18 @@ int fs_inode_path(struct butter_fs *fs, u64 subvol, u64 ino, char *out, size_t c
 const char *fs_describe_file_pos(struct butter_fs *fs, u64 subvol, u64 ino, u64 file_offset,
 				 char *buf, size_t size);
 
+/*
+ * The bodies of the public calls of this layer: butter_getxattr(), butter_listxattr(), butter_lookup() and the rest below.
+ * lib/api/api.c takes the handle's lock and calls them; butter.h has the
+ * contract of each. Library code calls these, never butter_*() (the lock
+ * is not taken twice).
+ */
+ssize_t inode_getxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, void *buf,
+	size_t size);
+ssize_t inode_listxattr(struct butter_fs *fs, butter_ino_t ino, char *buf, size_t size);
+int inode_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+	butter_ino_t *out);
+int inode_root(struct butter_fs *fs, uint64_t subvolid, butter_ino_t *out);
+int inode_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st);
+
 #endif

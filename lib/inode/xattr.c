@@ -86,7 +86,7 @@ static int list_one(void *arg, const struct btrfs_dir_item *di, const char *name
 	return 0;
 }
 
-ssize_t butter_listxattr(struct butter_fs *fs, butter_ino_t ino, char *buf, size_t size)
+ssize_t inode_listxattr(struct butter_fs *fs, butter_ino_t ino, char *buf, size_t size)
 {
 	struct list_ctx c = { buf, size, 0, 0 };
 	struct btrfs_key key = { ino.ino, BTRFS_XATTR_ITEM_KEY, 0 };
@@ -148,7 +148,7 @@ static int get_one(void *arg, const struct btrfs_dir_item *di, const char *name,
 	return 1;
 }
 
-ssize_t butter_getxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, void *buf,
+ssize_t inode_getxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, void *buf,
 			size_t size)
 {
 	struct get_ctx c = { name, strlen(name), buf, size, -ENODATA };

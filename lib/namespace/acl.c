@@ -175,7 +175,7 @@ int fs_acl_inherit(struct butter_fs *fs, butter_ino_t dir, u32 *mode, u32 umask,
 	int n;
 
 	memset(out, 0, sizeof(*out));
-	len = butter_getxattr(fs, dir, "system.posix_acl_default", NULL, 0);
+	len = inode_getxattr(fs, dir, "system.posix_acl_default", NULL, 0);
 	if (len == -ENODATA || len == 0 || S_ISLNK(*mode)) {
 		if (!S_ISLNK(*mode))
 			*mode &= ~(umask & 0777);
@@ -189,7 +189,7 @@ int fs_acl_inherit(struct butter_fs *fs, butter_ino_t dir, u32 *mode, u32 umask,
 		fs_acl_set_free(out);
 		return -ENOMEM;
 	}
-	len = butter_getxattr(fs, dir, "system.posix_acl_default", out->dflt, (size_t)len);
+	len = inode_getxattr(fs, dir, "system.posix_acl_default", out->dflt, (size_t)len);
 	n = len < 0 ? (int)len : acl_entries(out->dflt, (size_t)len);
 	if (n < 0) {
 		fs_acl_set_free(out);

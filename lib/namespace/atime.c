@@ -77,7 +77,7 @@ static int check_due(struct butter_fs *fs, butter_ino_t ino, unsigned policy,
 	return atime_due(ii, policy);
 }
 
-int butter_atime_due(struct butter_fs *fs, butter_ino_t ino, unsigned policy)
+int ns_atime_due(struct butter_fs *fs, butter_ino_t ino, unsigned policy)
 {
 	struct btrfs_inode_item ii;
 
@@ -91,7 +91,7 @@ static void set_atime_now(struct btrfs_inode_item *ii, void *arg)
 	now_ts(&ii->atime);
 }
 
-int butter_touch_atime(struct butter_fs *fs, butter_ino_t ino, unsigned policy)
+int ns_touch_atime(struct butter_fs *fs, butter_ino_t ino, unsigned policy)
 {
 	struct btrfs_inode_item ii;
 	struct fs_write_state *w;

@@ -19,7 +19,7 @@ static void set_mode_bits(struct btrfs_inode_item *ii, void *arg)
 	now_ts(&ii->ctime);
 }
 
-int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
+int ns_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
 		    size_t size)
 {
 	size_t nlen = strlen(name);
@@ -106,7 +106,7 @@ static void apply_attr(struct btrfs_inode_item *ii, void *arg)
 static int chmod_acl(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u32 mode)
 {
 	static const char name[] = "system.posix_acl_access";
-	ssize_t len = butter_getxattr(fs, ino, name, NULL, 0);
+	ssize_t len = inode_getxattr(fs, ino, name, NULL, 0);
 	u8 *acl;
 	int ret;
 
@@ -117,7 +117,7 @@ static int chmod_acl(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, 
 	acl = malloc((size_t)len);
 	if (!acl)
 		return -ENOMEM;
-	len = butter_getxattr(fs, ino, name, acl, (size_t)len);
+	len = inode_getxattr(fs, ino, name, acl, (size_t)len);
 	ret = len < 0 ? (int)len : fs_acl_chmod(acl, (size_t)len, mode);
 	if (ret == 0)
 		ret = fs_set_xattr_locked(fs, sv, ino.ino, name, acl, (size_t)len);
@@ -127,7 +127,7 @@ static int chmod_acl(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, 
 	return ret;
 }
 
-int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
+int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
 		   unsigned mask)
 {
 	struct attr_update a = { st, mask };
@@ -165,7 +165,7 @@ struct xname {
 	size_t len;
 };
 
-int butter_removexattr(struct butter_fs *fs, butter_ino_t ino, const char *name)
+int ns_removexattr(struct butter_fs *fs, butter_ino_t ino, const char *name)
 {
 	struct xname x = { name, strlen(name) };
 	struct btrfs_key key = { ino.ino, BTRFS_XATTR_ITEM_KEY, btrfs_name_hash(name, x.len) };
@@ -182,7 +182,7 @@ int butter_removexattr(struct butter_fs *fs, butter_ino_t ino, const char *name)
 		return ret;
 	ret = fs_read_inode(fs, ino, &ii);
 	if (ret == 0) {
-		have = butter_getxattr(fs, ino, name, NULL, 0);
+		have = inode_getxattr(fs, ino, name, NULL, 0);
 		if (have < 0)
 			ret = (int)have;
 	}

@@ -37,7 +37,7 @@ int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name,
 		return -ENOTDIR;
 	if (btrfs_inode_nlink(&ii) == 0)
 		return -ENOENT; /* a removed directory still open (orphan.c) */
-	ret = butter_lookup(fs, dir, name, namelen, &existing);
+	ret = inode_lookup(fs, dir, name, namelen, &existing);
 	if (ret == 0)
 		return -EEXIST;
 	if (ret != -ENOENT)
@@ -67,7 +67,7 @@ static int create_inode_with_acls(struct butter_fs *fs, struct subvol *sv,
 	return ret;
 }
 
-int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+int ns_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		  const struct butter_new_inode *attr, butter_ino_t *out)
 {
 	struct butter_new_inode a = *attr;
@@ -101,7 +101,7 @@ int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size
 	return end_change(w, ret, 1);
 }
 
-int butter_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
+int ns_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
 			  const struct butter_new_inode *attr, butter_ino_t *out)
 {
 	struct butter_new_inode a = *attr;
@@ -138,7 +138,7 @@ int butter_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
 	return end_change(w, ret, 1);
 }
 
-int butter_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+int ns_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		   const char *target, uint32_t uid, uint32_t gid, butter_ino_t *out)
 {
 	struct butter_new_inode a = { .mode = S_IFLNK | 0777, .uid = uid, .gid = gid };
@@ -178,7 +178,7 @@ static void inc_nlink(struct btrfs_inode_item *ii, void *arg)
 	now_ts(&ii->ctime);
 }
 
-int butter_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char *name,
+int ns_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char *name,
 		size_t namelen)
 {
 	struct btrfs_inode_item ii;

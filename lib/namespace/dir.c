@@ -46,7 +46,7 @@ static int dir_subvol(struct butter_fs *fs, butter_ino_t dir, struct subvol *sv)
 	return fs_get_subvol(fs, dir.subvol, sv);
 }
 
-int butter_readdir_end(struct butter_fs *fs, butter_ino_t dir, uint64_t *end)
+int ns_readdir_end(struct butter_fs *fs, butter_ino_t dir, uint64_t *end)
 {
 	struct btrfs_key key = { dir.ino, BTRFS_DIR_INDEX_KEY, (u64)-1 };
 	struct subvol sv;
@@ -65,13 +65,13 @@ int butter_readdir_end(struct butter_fs *fs, butter_ino_t dir, uint64_t *end)
 	return 0;
 }
 
-int butter_readdir(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, butter_dirent_fn fn,
+int ns_readdir(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, butter_dirent_fn fn,
 		   void *arg)
 {
-	return butter_readdir_until(fs, dir, pos, UINT64_MAX, fn, arg);
+	return ns_readdir_until(fs, dir, pos, UINT64_MAX, fn, arg);
 }
 
-int butter_readdir_until(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, uint64_t end,
+int ns_readdir_until(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, uint64_t end,
 			 butter_dirent_fn fn, void *arg)
 {
 	struct btrfs_key key;

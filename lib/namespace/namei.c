@@ -74,7 +74,7 @@ static int check_old_name(struct butter_fs *fs, butter_ino_t dir, const char *na
 
 	if ((len == 1 && name[0] == '.') || (len == 2 && !memcmp(name, "..", 2)))
 		return -EINVAL;
-	ret = butter_lookup(fs, dir, name, len, target);
+	ret = inode_lookup(fs, dir, name, len, target);
 	if (ret)
 		return ret;
 	if (target->subvol != dir.subvol || target->ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
@@ -105,7 +105,7 @@ static int drop_link(struct butter_fs *fs, struct subvol *sv, const struct btrfs
 	return modify_inode(fs, sv, target, dec_nlink, NULL);
 }
 
-int butter_unlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen)
+int ns_unlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen)
 {
 	struct btrfs_inode_item ii;
 	struct fs_write_state *w;
@@ -160,7 +160,7 @@ static int find_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, cons
 			: ret;
 }
 
-int butter_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen)
+int ns_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen)
 {
 	struct btrfs_inode_item ii;
 	struct fs_write_state *w;
@@ -172,7 +172,7 @@ int butter_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_
 	if (ret)
 		return ret;
 	if (!(namelen == 1 && name[0] == '.') && !(namelen == 2 && !memcmp(name, "..", 2)) &&
-	    butter_lookup(fs, dir, name, namelen, &target) == 0 &&
+	    inode_lookup(fs, dir, name, namelen, &target) == 0 &&
 	    target.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID && target.subvol == dir.subvol) {
 		/*
 		 * A placeholder: the empty directory standing for a subvolume in a
@@ -215,7 +215,7 @@ static int is_ancestor(struct butter_fs *fs, butter_ino_t anc, butter_ino_t dir)
 
 		if (dir.subvol == anc.subvol && dir.ino == anc.ino)
 			return 1;
-		ret = butter_lookup(fs, dir, "..", 2, &up);
+		ret = inode_lookup(fs, dir, "..", 2, &up);
 		if (ret)
 			return ret;
 		if (up.subvol == dir.subvol && up.ino == dir.ino)
@@ -225,7 +225,7 @@ static int is_ancestor(struct butter_fs *fs, butter_ino_t anc, butter_ino_t dir)
 	return -ELOOP;
 }
 
-int butter_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, size_t oldlen,
+int ns_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, size_t oldlen,
 		  butter_ino_t newdir, const char *newname, size_t newlen, unsigned flags)
 {
 	struct btrfs_inode_item src_ii, dst_ii;
@@ -250,7 +250,7 @@ int butter_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname
 	ret = check_old_name(fs, olddir, oldname, oldlen, &src, &src_ii, &sv);
 	if (ret)
 		return end_change(w, ret, 0);
-	ret = butter_lookup(fs, newdir, newname, newlen, &dst);
+	ret = inode_lookup(fs, newdir, newname, newlen, &dst);
 	have_dst = ret == 0;
 	if (ret && ret != -ENOENT)
 		return end_change(w, ret, 0);

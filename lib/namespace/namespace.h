@@ -57,4 +57,37 @@ void fs_orphan_free_open(struct butter_fs *fs);
 /* Free the orphan inodes of every writable subvolume, at a read-write open. */
 int fs_orphan_cleanup(struct butter_fs *fs);
 
+/*
+ * The bodies of the public calls of this layer: butter_atime_due(), butter_create(), butter_create_tmpfile() and the rest below.
+ * lib/api/api.c takes the handle's lock and calls them; butter.h has the
+ * contract of each. Library code calls these, never butter_*() (the lock
+ * is not taken twice).
+ */
+int ns_atime_due(struct butter_fs *fs, butter_ino_t ino, unsigned policy);
+int ns_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+	const struct butter_new_inode *attr, butter_ino_t *out);
+int ns_create_tmpfile(struct butter_fs *fs, butter_ino_t dir, const struct butter_new_inode *attr,
+	butter_ino_t *out);
+int ns_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char *name,
+	size_t namelen);
+int ns_open_ref(struct butter_fs *fs, butter_ino_t ino);
+int ns_readdir(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, butter_dirent_fn fn,
+	void *arg);
+int ns_readdir_end(struct butter_fs *fs, butter_ino_t dir, uint64_t *end);
+int ns_readdir_until(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, uint64_t end,
+	butter_dirent_fn fn, void *arg);
+int ns_release(struct butter_fs *fs, butter_ino_t ino, unsigned flags);
+int ns_removexattr(struct butter_fs *fs, butter_ino_t ino, const char *name);
+int ns_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, size_t oldlen,
+	butter_ino_t newdir, const char *newname, size_t newlen, unsigned flags);
+int ns_resolve(struct butter_fs *fs, const char *path, butter_ino_t *out);
+int ns_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen);
+int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st, unsigned mask);
+int ns_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
+	size_t size);
+int ns_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+	const char *target, uint32_t uid, uint32_t gid, butter_ino_t *out);
+int ns_touch_atime(struct butter_fs *fs, butter_ino_t ino, unsigned policy);
+int ns_unlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen);
+
 #endif

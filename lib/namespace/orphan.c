@@ -154,7 +154,7 @@ void fs_open_files_destroy(struct fs_write_state *w)
 	w->open_files = NULL;
 }
 
-int butter_open_ref(struct butter_fs *fs, butter_ino_t ino)
+int ns_open_ref(struct butter_fs *fs, butter_ino_t ino)
 {
 	struct fs_open_files *t = fs->w ? fs->w->open_files : NULL;
 	struct open_inode **p;
@@ -298,7 +298,7 @@ int fs_orphan_relink(struct butter_fs *fs, struct subvol *sv, u64 ino)
 	return 0;
 }
 
-int butter_release(struct butter_fs *fs, butter_ino_t ino, unsigned flags)
+int ns_release(struct butter_fs *fs, butter_ino_t ino, unsigned flags)
 {
 	struct fs_open_files *t = fs->w ? fs->w->open_files : NULL;
 	struct fs_write_state *w;

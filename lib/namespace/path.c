@@ -11,7 +11,7 @@
 
 #define MAX_SYMLINK_FOLLOWS 40
 
-int butter_resolve(struct butter_fs *fs, const char *path, butter_ino_t *out)
+int ns_resolve(struct butter_fs *fs, const char *path, butter_ino_t *out)
 {
 	char buf[8192], link[4096];
 	butter_ino_t cur, top, next;
@@ -22,7 +22,7 @@ int butter_resolve(struct butter_fs *fs, const char *path, butter_ino_t *out)
 	if (strlen(path) >= sizeof(buf))
 		return -ENAMETOOLONG;
 	strcpy(buf, path);
-	ret = butter_root(fs, BTRFS_FS_TREE_OBJECTID, &top);
+	ret = inode_root(fs, BTRFS_FS_TREE_OBJECTID, &top);
 	if (ret)
 		return ret;
 	cur = top;
@@ -41,11 +41,11 @@ int butter_resolve(struct butter_fs *fs, const char *path, butter_ino_t *out)
 		while (buf[pos] == '/')
 			pos++;
 		last = buf[pos] == '\0';
-		ret = butter_lookup(fs, cur, buf + start, len, &next);
+		ret = inode_lookup(fs, cur, buf + start, len, &next);
 		if (ret)
 			return ret;
 		if (!last) {
-			ret = butter_stat(fs, next, &st);
+			ret = inode_stat(fs, next, &st);
 			if (ret)
 				return ret;
 			if (S_ISLNK(st.mode)) {
@@ -54,7 +54,7 @@ int butter_resolve(struct butter_fs *fs, const char *path, butter_ino_t *out)
 
 				if (++follows > MAX_SYMLINK_FOLLOWS)
 					return -ELOOP;
-				n = butter_readlink(fs, next, link, sizeof(link));
+				n = data_readlink(fs, next, link, sizeof(link));
 				if (n < 0)
 					return (int)n;
 				if ((size_t)n >= sizeof(link) || (size_t)n + 1 + rest >= sizeof(buf))

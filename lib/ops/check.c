@@ -416,7 +416,7 @@ static void check_device_sizes(struct checker *c)
 	}
 }
 
-int butter_check(struct butter_fs *fs, struct butter_check_result *res)
+int ops_check(struct butter_fs *fs, struct butter_check_result *res)
 {
 	struct checker c = { .fs = fs, .res = res };
 	int ret;

@@ -87,7 +87,7 @@ static int is_member(const struct btrfs_volumes *vol, const char *path)
 	return 0;
 }
 
-int butter_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid)
+int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid)
 {
 	struct btrfs_volumes *vol = &fs->vol;
 	struct fs_write_state *w = NULL;
@@ -178,7 +178,7 @@ int butter_device_add(struct butter_fs *fs, const char *path, unsigned flags, ui
 	return end_change(w, ret, 1);
 }
 
-int butter_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
+int ops_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
 			struct butter_device_stats *out)
 {
 	struct btrfs_device *dev;

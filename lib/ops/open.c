@@ -145,7 +145,7 @@ int ops_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 	return 0;
 }
 
-void butter_close(struct butter_fs *fs)
+void ops_close(struct butter_fs *fs)
 {
 	if (!fs)
 		return;

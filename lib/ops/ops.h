@@ -18,4 +18,25 @@
 int ops_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 		   const struct butter_open_opts *opts, struct butter_fs **out);
 
+/*
+ * The bodies of the public calls of this layer: butter_check(), butter_close(), butter_device_add() and the rest below.
+ * lib/api/api.c takes the handle's lock and calls them; butter.h has the
+ * contract of each. Library code calls these, never butter_*() (the lock
+ * is not taken twice).
+ */
+int ops_check(struct butter_fs *fs, struct butter_check_result *res);
+void ops_close(struct butter_fs *fs);
+int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid);
+int ops_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size);
+int ops_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
+	struct butter_device_stats *out);
+int ops_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read, void *arg,
+	struct butter_receive_result *result);
+int ops_scrub(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st);
+int ops_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, uint64_t budget,
+	struct butter_scrub_stats *st);
+int ops_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st);
+int ops_send(struct butter_fs *fs, uint64_t subvol, uint64_t parent, butter_send_write_fn write,
+	void *arg);
+
 #endif

@@ -279,7 +279,7 @@ static int walk(struct receiver *r, char *path, int parent, butter_ino_t *dir,
 			*name = p;
 			return 0;
 		}
-		ret = butter_lookup(r->fs, at, p, len, &at);
+		ret = inode_lookup(r->fs, at, p, len, &at);
 		if (ret)
 			return ret;
 		if (at.subvol != r->subvol)
@@ -335,7 +335,7 @@ static int find_by_uuid(struct receiver *r, const u8 *uuid, u64 *id)
 		*id = r->subvol;
 		return 0;
 	}
-	ret = butter_subvol_list(r->fs, match_uuid, &m);
+	ret = subvol_list(r->fs, match_uuid, &m);
 	if (ret < 0)
 		return ret;
 	if (!m.found) {
@@ -353,7 +353,7 @@ static int finish_subvol(struct receiver *r)
 
 	if (!r->active)
 		return 0;
-	ret = butter_subvol_set_received(r->fs, r->subvol, r->uuid, r->ctransid,
+	ret = subvol_set_received(r->fs, r->subvol, r->uuid, r->ctransid,
 					 BUTTER_RECEIVED_RDONLY);
 	if (ret)
 		return ret;
@@ -386,15 +386,15 @@ static int start_subvol(struct receiver *r, int snapshot)
 		if (ret == 0)
 			ret = find_by_uuid(r, clone_uuid, &from);
 		if (ret == 0)
-			ret = butter_snapshot(r->fs, from, r->dest, name, strlen(name), 0, &id);
+			ret = subvol_snapshot(r->fs, from, r->dest, name, strlen(name), 0, &id);
 	} else {
-		ret = butter_subvol_create(r->fs, r->dest, name, strlen(name), &id);
+		ret = subvol_create(r->fs, r->dest, name, strlen(name), &id);
 	}
 	if (ret)
 		return ret;
 	r->subvol = id;
 	r->active = 1;
-	return butter_root(r->fs, id, &r->root);
+	return inode_root(r->fs, id, &r->root);
 }
 
 /* ---- the commands ------------------------------------------------------------- */
@@ -436,9 +436,9 @@ static int do_create(struct receiver *r)
 		break;
 	case C_SYMLINK:
 		ret = get_str(r, A_PATH_LINK, target, sizeof(target));
-		return ret ? ret : butter_symlink(r->fs, dir, name, strlen(name), target, 0, 0, &out);
+		return ret ? ret : ns_symlink(r->fs, dir, name, strlen(name), target, 0, 0, &out);
 	}
-	return butter_create(r->fs, dir, name, strlen(name), &ni, &out);
+	return ns_create(r->fs, dir, name, strlen(name), &ni, &out);
 }
 
 static int do_rename_or_link(struct receiver *r)
@@ -452,13 +452,13 @@ static int do_rename_or_link(struct receiver *r)
 		ret = parent_of(r, A_PATH, from, &fdir, &fname);
 		if (ret == 0)
 			ret = parent_of(r, A_PATH_TO, to, &tdir, &tname);
-		return ret ? ret : butter_rename(r->fs, fdir, fname, strlen(fname), tdir, tname,
+		return ret ? ret : ns_rename(r->fs, fdir, fname, strlen(fname), tdir, tname,
 						 strlen(tname), 0);
 	}
 	ret = parent_of(r, A_PATH, to, &tdir, &tname);
 	if (ret == 0)
 		ret = path_of(r, A_PATH_LINK, from, &ino);
-	return ret ? ret : butter_link(r->fs, ino, tdir, tname, strlen(tname));
+	return ret ? ret : ns_link(r->fs, ino, tdir, tname, strlen(tname));
 }
 
 static int do_remove(struct receiver *r)
@@ -470,8 +470,8 @@ static int do_remove(struct receiver *r)
 	if (ret)
 		return ret;
 	if (r->cmd == C_RMDIR)
-		return butter_rmdir(r->fs, dir, name, strlen(name));
-	return butter_unlink(r->fs, dir, name, strlen(name));
+		return ns_rmdir(r->fs, dir, name, strlen(name));
+	return ns_unlink(r->fs, dir, name, strlen(name));
 }
 
 static int do_xattr(struct receiver *r)
@@ -485,10 +485,10 @@ static int do_xattr(struct receiver *r)
 	if (ret)
 		return ret;
 	if (r->cmd == C_REMOVE_XATTR)
-		return butter_removexattr(r->fs, ino, name);
+		return ns_removexattr(r->fs, ino, name);
 	if (!r->a[A_XATTR_DATA].present)
 		return bad(r, "set_xattr without data");
-	return butter_setxattr(r->fs, ino, name, r->a[A_XATTR_DATA].v, r->a[A_XATTR_DATA].len);
+	return ns_setxattr(r->fs, ino, name, r->a[A_XATTR_DATA].v, r->a[A_XATTR_DATA].len);
 }
 
 static int do_write(struct receiver *r)
@@ -507,7 +507,7 @@ static int do_write(struct receiver *r)
 		return bad(r, "write without data");
 	if (d->len == 0)
 		return 0;
-	n = butter_write(r->fs, ino, d->v, d->len, off);
+	n = data_write(r->fs, ino, d->v, d->len, off);
 	if (n < 0)
 		return (int)n;
 	return (size_t)n == d->len ? 0 : -EIO;
@@ -533,7 +533,7 @@ static int do_clone(struct receiver *r)
 	if (ret == 0)
 		ret = find_by_uuid(r, uuid, &src_id);
 	if (ret == 0)
-		ret = butter_root(r->fs, src_id, &r->root);
+		ret = inode_root(r->fs, src_id, &r->root);
 	if (ret == 0) {
 		r->subvol = src_id; /* the clone path is in the source subvolume */
 		ret = path_of(r, A_CLONE_PATH, cpath, &src);
@@ -542,20 +542,20 @@ static int do_clone(struct receiver *r)
 	}
 	if (ret || len == 0)
 		return ret;
-	ret = butter_clone_range(r->fs, src, coff, dst, off, len);
+	ret = data_clone_range(r->fs, src, coff, dst, off, len);
 	if (ret != -EINVAL)
 		return ret;
 	/* unaligned (or otherwise refused): copy the bytes */
 	while (len) {
 		u8 chunk[16384];
 		size_t want = len > sizeof(chunk) ? sizeof(chunk) : (size_t)len;
-		ssize_t n = butter_read(r->fs, src, chunk, want, coff);
+		ssize_t n = data_read(r->fs, src, chunk, want, coff);
 
 		if (n < 0)
 			return (int)n;
 		if (n == 0)
 			return bad(r, "clone source range past the end of its file");
-		if (butter_write(r->fs, dst, chunk, (size_t)n, off) != n)
+		if (data_write(r->fs, dst, chunk, (size_t)n, off) != n)
 			return -EIO;
 		len -= (u64)n;
 		off += (u64)n;
@@ -601,7 +601,7 @@ static int do_setattr(struct receiver *r)
 		mask = BUTTER_SET_ATIME | BUTTER_SET_MTIME;
 		break;
 	}
-	return ret ? ret : butter_setattr(r->fs, ino, &st, mask);
+	return ret ? ret : ns_setattr(r->fs, ino, &st, mask);
 }
 
 static int apply(struct receiver *r)
@@ -647,7 +647,7 @@ static int apply(struct receiver *r)
 	return bad(r, "unknown command");
 }
 
-int butter_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read, void *arg,
+int ops_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read, void *arg,
 		   struct butter_receive_result *result)
 {
 	struct receiver *r = calloc(1, sizeof(*r));

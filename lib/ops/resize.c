@@ -12,7 +12,7 @@
 
 #include "ops/ops.h"
 
-int butter_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size)
+int ops_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size)
 {
 	struct fs_write_state *w;
 	u64 want = *size;

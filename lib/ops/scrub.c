@@ -641,7 +641,7 @@ nomem:
 	return -ENOMEM;
 }
 
-int butter_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, uint64_t budget,
+int ops_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, uint64_t budget,
 		       struct butter_scrub_stats *st)
 {
 	struct fs_write_state *w = fs->w;
@@ -665,7 +665,7 @@ int butter_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, u
 	return ret;
 }
 
-int butter_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st)
+int ops_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st)
 {
 	struct fs_write_state *w = fs->w;
 	struct scrub sc = { .fs = fs, .vol = &fs->vol, .st = st };
@@ -694,16 +694,16 @@ int butter_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scru
 	return ret;
 }
 
-int butter_scrub(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st)
+int ops_scrub(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st)
 {
 	uint64_t cursor = 0;
 	int ret;
 
 	memset(st, 0, sizeof(*st));
 	do
-		ret = butter_scrub_range(fs, flags, &cursor, 0, st);
+		ret = ops_scrub_range(fs, flags, &cursor, 0, st);
 	while (ret == 1);
 	if (ret == 0)
-		ret = butter_scrub_supers(fs, flags, st);
+		ret = ops_scrub_supers(fs, flags, st);
 	return ret;
 }

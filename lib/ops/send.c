@@ -215,17 +215,17 @@ static int send_data(struct sender *s, butter_ino_t ino, u64 size)
 	while (pos < size) {
 		u64 data, hole;
 
-		ret = butter_seek(s->fs, ino, pos, SEEK_DATA, &data);
+		ret = data_seek(s->fs, ino, pos, SEEK_DATA, &data);
 		if (ret == -ENXIO)
 			break;
 		if (ret)
 			return ret;
-		ret = butter_seek(s->fs, ino, data, SEEK_HOLE, &hole);
+		ret = data_seek(s->fs, ino, data, SEEK_HOLE, &hole);
 		if (ret)
 			return ret;
 		for (pos = data; pos < hole;) {
 			size_t want = hole - pos > DATA_MAX ? DATA_MAX : (size_t)(hole - pos);
-			ssize_t n = butter_read(s->fs, ino, s->data, want, pos);
+			ssize_t n = data_read(s->fs, ino, s->data, want, pos);
 
 			if (n < 0)
 				return (int)n;
@@ -254,7 +254,7 @@ static int send_data(struct sender *s, butter_ino_t ino, u64 size)
 
 static int send_xattrs(struct sender *s, butter_ino_t ino)
 {
-	ssize_t n = butter_listxattr(s->fs, ino, NULL, 0);
+	ssize_t n = inode_listxattr(s->fs, ino, NULL, 0);
 	size_t at;
 	int ret;
 
@@ -268,12 +268,12 @@ static int send_xattrs(struct sender *s, butter_ino_t ino)
 		s->xnames = p;
 		s->xnames_cap = (size_t)n;
 	}
-	n = butter_listxattr(s->fs, ino, s->xnames, s->xnames_cap);
+	n = inode_listxattr(s->fs, ino, s->xnames, s->xnames_cap);
 	if (n < 0)
 		return (int)n;
 	for (at = 0; at < (size_t)n; at += strlen(s->xnames + at) + 1) {
 		const char *name = s->xnames + at;
-		ssize_t v = butter_getxattr(s->fs, ino, name, s->xvalue, XATTR_VALUE_MAX);
+		ssize_t v = inode_getxattr(s->fs, ino, name, s->xvalue, XATTR_VALUE_MAX);
 
 		if (v < 0)
 			return (int)v;
@@ -357,7 +357,7 @@ static int send_new(struct sender *s, butter_ino_t ino, const struct butter_stat
 	attr_str(s, A_PATH, s->path);
 	attr_u64(s, A_INO, ino.ino);
 	if (cmd == C_SYMLINK) {
-		ssize_t n = butter_readlink(s->fs, ino, (char *)s->data, DATA_MAX);
+		ssize_t n = data_readlink(s->fs, ino, (char *)s->data, DATA_MAX);
 
 		if (n < 0)
 			return (int)n;
@@ -398,7 +398,7 @@ static int visit(void *arg, const char *name, size_t namelen, butter_ino_t ino, 
 	(void)next_pos;
 	if (ino.subvol != s->subvol)
 		return 0; /* a nested subvolume: sent on its own */
-	ret = butter_stat(s->fs, ino, &st);
+	ret = inode_stat(s->fs, ino, &st);
 	if (ret == 0)
 		ret = path_push(s, name, namelen, &saved);
 	if (ret) {
@@ -428,7 +428,7 @@ static int visit(void *arg, const char *name, size_t namelen, butter_ino_t ino, 
 static int send_dir(struct sender *s, butter_ino_t dir)
 {
 	struct walk w = { s, dir, 0 };
-	int ret = butter_readdir(s->fs, dir, 0, visit, &w);
+	int ret = ns_readdir(s->fs, dir, 0, visit, &w);
 
 	if (w.err)
 		return w.err;
@@ -501,7 +501,7 @@ static int collect(void *arg, const char *name, size_t namelen, butter_ino_t ino
 		e->err = -ENOMEM;
 		return 1;
 	}
-	e->err = butter_stat(e->fs, ino, &x->st);
+	e->err = inode_stat(e->fs, ino, &x->st);
 	if (e->err) {
 		free(x->name);
 		return 1;
@@ -522,7 +522,7 @@ static int list_dir(struct sender *s, butter_ino_t dir, struct entries *e)
 	memset(e, 0, sizeof(*e));
 	e->subvol = dir.subvol;
 	e->fs = s->fs;
-	ret = butter_readdir(s->fs, dir, 0, collect, e);
+	ret = ns_readdir(s->fs, dir, 0, collect, e);
 	if (e->err)
 		ret = e->err;
 	if (ret < 0) {
@@ -635,7 +635,7 @@ static int update_data(struct sender *s, const struct entry *pe, const struct en
 		return -ENOMEM;
 	for (off = 0; off < csize && ret == 0; off += DATA_MAX) {
 		size_t n = csize - off > DATA_MAX ? DATA_MAX : (size_t)(csize - off);
-		ssize_t got = butter_read(s->fs, ce->ino, s->data, n, off), pgot = 0;
+		ssize_t got = data_read(s->fs, ce->ino, s->data, n, off), pgot = 0;
 
 		if (got < 0) {
 			ret = (int)got;
@@ -644,7 +644,7 @@ static int update_data(struct sender *s, const struct entry *pe, const struct en
 		if ((size_t)got < n)
 			memset(s->data + got, 0, n - (size_t)got);
 		if (off < psize) {
-			pgot = butter_read(s->fs, pe->ino, old, n, off);
+			pgot = data_read(s->fs, pe->ino, old, n, off);
 			if (pgot < 0) {
 				ret = (int)pgot;
 				break;
@@ -675,7 +675,7 @@ static int update_data(struct sender *s, const struct entry *pe, const struct en
 /* A NUL-separated xattr name list of @ino, malloc'd (*len bytes). */
 static int xattr_names(struct sender *s, butter_ino_t ino, char **out, size_t *len)
 {
-	ssize_t n = butter_listxattr(s->fs, ino, NULL, 0);
+	ssize_t n = inode_listxattr(s->fs, ino, NULL, 0);
 
 	*out = NULL;
 	*len = 0;
@@ -684,7 +684,7 @@ static int xattr_names(struct sender *s, butter_ino_t ino, char **out, size_t *l
 	*out = malloc((size_t)n);
 	if (!*out)
 		return -ENOMEM;
-	n = butter_listxattr(s->fs, ino, *out, (size_t)n);
+	n = inode_listxattr(s->fs, ino, *out, (size_t)n);
 	if (n < 0) {
 		free(*out);
 		*out = NULL;
@@ -723,9 +723,9 @@ static int update_xattrs(struct sender *s, const struct entry *pe, const struct 
 		ret = finish(s);
 	}
 	for (at = 0; ret == 0 && at < clen; at += strlen(cl + at) + 1) {
-		ssize_t v = butter_getxattr(s->fs, ce->ino, cl + at, s->xvalue, XATTR_VALUE_MAX);
+		ssize_t v = inode_getxattr(s->fs, ce->ino, cl + at, s->xvalue, XATTR_VALUE_MAX);
 		ssize_t ov = has_name(pl, plen, cl + at)
-				     ? butter_getxattr(s->fs, pe->ino, cl + at, old, XATTR_VALUE_MAX)
+				     ? inode_getxattr(s->fs, pe->ino, cl + at, old, XATTR_VALUE_MAX)
 				     : -ENODATA;
 
 		if (v < 0) {
@@ -845,13 +845,13 @@ static int send_incremental(struct sender *s, const struct butter_subvol_info *i
 	attr_u64(s, A_CLONE_CTRANSID, pinfo->ctransid);
 	ret = finish(s);
 	if (ret == 0)
-		ret = butter_root(s->fs, pinfo->id, &pe.ino);
+		ret = inode_root(s->fs, pinfo->id, &pe.ino);
 	if (ret == 0)
-		ret = butter_root(s->fs, info->id, &ce.ino);
+		ret = inode_root(s->fs, info->id, &ce.ino);
 	if (ret == 0)
-		ret = butter_stat(s->fs, pe.ino, &pe.st);
+		ret = inode_stat(s->fs, pe.ino, &pe.st);
 	if (ret == 0)
-		ret = butter_stat(s->fs, ce.ino, &ce.st);
+		ret = inode_stat(s->fs, ce.ino, &ce.st);
 	if (ret == 0)
 		ret = note_kept(s, pe.ino, ce.ino);
 	if (ret == 0)
@@ -864,7 +864,7 @@ static int send_incremental(struct sender *s, const struct butter_subvol_info *i
 	return ret;
 }
 
-int butter_send(struct butter_fs *fs, uint64_t subvol, uint64_t parent, butter_send_write_fn write,
+int ops_send(struct butter_fs *fs, uint64_t subvol, uint64_t parent, butter_send_write_fn write,
 		void *arg)
 {
 	struct butter_subvol_info *info = malloc(sizeof(*info));
@@ -881,9 +881,9 @@ int butter_send(struct butter_fs *fs, uint64_t subvol, uint64_t parent, butter_s
 		ret = -ENOMEM;
 		goto out;
 	}
-	ret = butter_subvol_get(fs, subvol, info);
+	ret = subvol_get(fs, subvol, info);
 	if (ret == 0 && parent)
-		ret = butter_subvol_get(fs, parent, pinfo);
+		ret = subvol_get(fs, parent, pinfo);
 	if (ret)
 		goto out;
 	if (subvol == BTRFS_FS_TREE_OBJECTID || !(info->flags & BTRFS_ROOT_SUBVOL_RDONLY) ||
@@ -921,9 +921,9 @@ int butter_send(struct butter_fs *fs, uint64_t subvol, uint64_t parent, butter_s
 	attr_u64(s, A_CTRANSID, info->ctransid);
 	ret = finish(s);
 	if (ret == 0)
-		ret = butter_root(fs, subvol, &root);
+		ret = inode_root(fs, subvol, &root);
 	if (ret == 0)
-		ret = butter_stat(fs, root, &st);
+		ret = inode_stat(fs, root, &st);
 	if (ret == 0)
 		ret = send_dir(s, root);
 	if (ret == 0)

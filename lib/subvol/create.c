@@ -94,7 +94,7 @@ int fs_add_subvol_record(struct butter_fs *fs, struct subvol *sv)
 	return arr ? 0 : -ENOMEM;
 }
 
-int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name,
+int subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name,
 			 size_t namelen, uint64_t *out_id)
 {
 	struct fs_write_state *w;

@@ -118,7 +118,7 @@ static int subvol_path(struct butter_fs *fs, u64 id, char *out, size_t cap, u64 
 	return 0;
 }
 
-int butter_subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_info *info)
+int subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_info *info)
 {
 	struct btrfs_root_item item;
 	int ret;
@@ -144,7 +144,7 @@ int butter_subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_in
 	return subvol_path(fs, id, info->path, sizeof(info->path), &info->parent_id, &info->dirid);
 }
 
-int butter_subvol_list(struct butter_fs *fs,
+int subvol_list(struct butter_fs *fs,
 		       int (*fn)(void *arg, const struct butter_subvol_info *info), void *arg)
 {
 	struct btrfs_key key = { BTRFS_FIRST_FREE_OBJECTID, BTRFS_ROOT_ITEM_KEY, 0 };
@@ -164,7 +164,7 @@ int butter_subvol_list(struct butter_fs *fs,
 		if (ret)
 			break;
 		id = key.objectid;
-		ret = butter_subvol_get(fs, id, info);
+		ret = subvol_get(fs, id, info);
 		if (ret == -ENOENT) {
 			/* no backref: a deleted subvolume waiting to be cleaned */
 			ret = 0;

@@ -18,7 +18,7 @@ static int null_uuid(const u8 *uuid)
 	return memcmp(uuid, zero, BTRFS_UUID_SIZE) == 0;
 }
 
-int butter_subvol_set_received(struct butter_fs *fs, uint64_t id, const uint8_t uuid[16],
+int subvol_set_received(struct butter_fs *fs, uint64_t id, const uint8_t uuid[16],
 			       uint64_t stransid, unsigned flags)
 {
 	struct fs_write_state *w;

@@ -38,7 +38,7 @@
 
 #define DROP_RUN_REFS 65536 /* apply queued references every so many while dropping */
 
-int butter_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, const char *name,
+int subvol_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, const char *name,
 		    size_t namelen, unsigned flags, uint64_t *out_id)
 {
 	struct fs_write_state *w;
@@ -475,7 +475,7 @@ static int unlink_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, c
 	return ret;
 }
 
-int butter_subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *name,
+int subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *name,
 			 size_t namelen)
 {
 	struct fs_write_state *w;
@@ -489,7 +489,7 @@ int butter_subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *nam
 	ret = begin_change_rsv(fs, &w, 0, 1);
 	if (ret)
 		return ret;
-	ret = butter_lookup(fs, dir, name, namelen, &target);
+	ret = inode_lookup(fs, dir, name, namelen, &target);
 	if (ret == 0 && (target.subvol == dir.subvol || target.ino != BTRFS_FIRST_FREE_OBJECTID))
 		ret = -EINVAL; /* not a subvolume root (or a placeholder: not ours) */
 	id = target.subvol;

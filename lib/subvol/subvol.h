@@ -40,4 +40,21 @@ int fs_qgroup_create(struct butter_fs *fs, u64 id, u64 src);
 /* Remove the qgroup of subvolume @id, dropped completely (phase 2). */
 int fs_qgroup_remove(struct butter_fs *fs, u64 id);
 
+/*
+ * The bodies of the public calls of this layer: butter_snapshot(), butter_subvol_create(), butter_subvol_delete() and the rest below.
+ * lib/api/api.c takes the handle's lock and calls them; butter.h has the
+ * contract of each. Library code calls these, never butter_*() (the lock
+ * is not taken twice).
+ */
+int subvol_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, const char *name,
+	size_t namelen, unsigned flags, uint64_t *out_id);
+int subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+	uint64_t *out_id);
+int subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen);
+int subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_info *info);
+int subvol_list(struct butter_fs *fs, int (*fn)(void *arg, const struct butter_subvol_info *info),
+	void *arg);
+int subvol_set_received(struct butter_fs *fs, uint64_t id, const uint8_t uuid[16],
+	uint64_t stransid, unsigned flags);
+
 #endif

@@ -20,4 +20,13 @@ int fs_replay_log(struct butter_fs *fs);
 /* Free the log state at close (after the last commit). */
 void fs_tree_log_destroy(struct fs_write_state *w);
 
+/*
+ * The bodies of the public calls of this layer: butter_fsync(), butter_fsync_many().
+ * lib/api/api.c takes the handle's lock and calls them; butter.h has the
+ * contract of each. Library code calls these, never butter_*() (the lock
+ * is not taken twice).
+ */
+int tlog_fsync(struct butter_fs *fs, butter_ino_t ino, int datasync);
+int tlog_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, int datasync);
+
 #endif

@@ -1203,7 +1203,7 @@ static int full_commit(struct fs_write_state *w, struct tree_log *l)
 	return txn_commit(&w->txn);
 }
 
-int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, int datasync)
+int tlog_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, int datasync)
 {
 	struct fs_write_state *w = fs->w;
 	struct inode_plan *plans = NULL;
@@ -1332,7 +1332,7 @@ out:
 	return ret;
 }
 
-int butter_fsync(struct butter_fs *fs, butter_ino_t ino, int datasync)
+int tlog_fsync(struct butter_fs *fs, butter_ino_t ino, int datasync)
 {
-	return butter_fsync_many(fs, &ino, 1, datasync);
+	return tlog_fsync_many(fs, &ino, 1, datasync);
 }

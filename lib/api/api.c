@@ -1,0 +1,417 @@
+/*
+ * api.c — the public calls of libbutter (include/butter/butter.h) and the
+ * handle's lock they take. Each call is one line: take the lock in the mode
+ * the call needs, run its body in the layer that owns it, let the lock go.
+ * The body's name carries its layer's prefix (fs_, inode_, data_, ns_,
+ * subvol_, tlog_, ops_); library code calls bodies, never butter_*().
+ *
+ * The lock (struct butter_fs.api_lock, a writer-preferring rwlock):
+ *   shared     calls that only read: lookups, stat, read, readdir, xattrs,
+ *              readlink, seek, statfs and info, subvolume listing, send,
+ *              the open count (butter_open_ref: the table has its own mutex);
+ *   exclusive  calls that change anything or commit: every change, sync,
+ *              fsync, scrub, receive, device add/resize, check, the settings;
+ *   adaptive   butter_release() runs shared unless it frees an orphan (then
+ *              again, exclusive); butter_device_stats() runs shared unless it
+ *              resets the counters; butter_close() waits for every call.
+ *   none       calls without a handle (open, mkfs, parsers, names) and
+ *              butter_begin_close(), which only drops device claims.
+ *
+ * A thread that holds the lock (a call's callback, or a butter_lock()
+ * section) calls through without taking it again: per thread, the handle's
+ * key api_held says which mode it holds. A change asked for under a shared
+ * hold would wait for itself: it fails with -EDEADLK instead.
+ */
+#include <errno.h>
+#include <stdint.h>
+
+#include "ops/ops.h"
+
+enum { HOLD_NONE = 0, HOLD_SHARED = 1, HOLD_EXCL = 2 };
+
+/* Take the lock in @mode unless this thread holds it: 1 taken, 0 held already, -EDEADLK. */
+static int enter(struct butter_fs *fs, int mode)
+{
+	intptr_t held = (intptr_t)pthread_getspecific(fs->api_held);
+
+	if (held != HOLD_NONE)
+		return mode == HOLD_EXCL && held == HOLD_SHARED ? -EDEADLK : 0;
+	if (mode == HOLD_EXCL)
+		pthread_rwlock_wrlock(&fs->api_lock);
+	else
+		pthread_rwlock_rdlock(&fs->api_lock);
+	pthread_setspecific(fs->api_held, (void *)(intptr_t)mode);
+	return 1;
+}
+
+static void leave(struct butter_fs *fs, int taken)
+{
+	if (taken != 1)
+		return;
+	pthread_setspecific(fs->api_held, NULL);
+	pthread_rwlock_unlock(&fs->api_lock);
+}
+
+#define LOCKED(fs, mode, type, call)                \
+	do {                                        \
+		int taken_ = enter((fs), (mode));   \
+		type ret_;                          \
+		if (taken_ < 0)                     \
+			return (type)taken_;        \
+		ret_ = (call);                      \
+		leave((fs), taken_);                \
+		return ret_;                        \
+	} while (0)
+
+#define LOCKED_VOID(fs, mode, call)                 \
+	do {                                        \
+		int taken_ = enter((fs), (mode));   \
+		if (taken_ < 0)                     \
+			return;                     \
+		call;                               \
+		leave((fs), taken_);                \
+	} while (0)
+
+int butter_lock(struct butter_fs *fs, int exclusive)
+{
+	intptr_t held = (intptr_t)pthread_getspecific(fs->api_held);
+
+	if (held != HOLD_NONE)
+		return -EDEADLK; /* sections do not nest */
+	return enter(fs, exclusive ? HOLD_EXCL : HOLD_SHARED) < 0 ? -EDEADLK : 0;
+}
+
+void butter_unlock(struct butter_fs *fs)
+{
+	leave(fs, 1);
+}
+
+int butter_release(struct butter_fs *fs, butter_ino_t ino, unsigned flags)
+{
+	int taken = enter(fs, HOLD_SHARED), ret;
+
+	if (taken < 0)
+		return taken;
+	/* shared: every release but the last of an orphan, which says 1 here */
+	ret = ns_release(fs, ino, flags | BUTTER_RELEASE_NOFREE);
+	leave(fs, taken);
+	if (ret != 1 || (flags & BUTTER_RELEASE_NOFREE))
+		return ret;
+	LOCKED(fs, HOLD_EXCL, int, ns_release(fs, ino, flags));
+}
+
+int butter_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
+			struct butter_device_stats *out)
+{
+	LOCKED(fs, (flags & BUTTER_DEV_STATS_RESET) ? HOLD_EXCL : HOLD_SHARED, int,
+	       ops_device_stats(fs, idx, flags, out));
+}
+
+void butter_close(struct butter_fs *fs)
+{
+	if (!fs)
+		return;
+	/* wait for the calls still running; nobody may start one now */
+	if (enter(fs, HOLD_EXCL) == 1)
+		leave(fs, 1);
+	ops_close(fs);
+}
+
+/* ---- the handle, commits and settings (lib/fs) ---- */
+
+int butter_get_device(struct butter_fs *fs, size_t idx, struct butter_device_info *out)
+{
+	LOCKED(fs, HOLD_SHARED, int, fs_get_device(fs, idx, out));
+}
+
+int butter_get_info(struct butter_fs *fs, struct butter_info *info)
+{
+	LOCKED(fs, HOLD_SHARED, int, fs_get_info(fs, info));
+}
+
+int butter_get_space(struct butter_fs *fs, size_t idx, struct butter_space_info *out)
+{
+	LOCKED(fs, HOLD_SHARED, int, fs_get_space(fs, idx, out));
+}
+
+int butter_set_compression(struct butter_fs *fs, const char *spec, int force)
+{
+	LOCKED(fs, HOLD_EXCL, int, fs_set_compression(fs, spec, force));
+}
+
+int butter_set_label(struct butter_fs *fs, const char *label)
+{
+	LOCKED(fs, HOLD_EXCL, int, fs_set_label(fs, label));
+}
+
+int butter_set_readonly(struct butter_fs *fs, int readonly)
+{
+	LOCKED(fs, HOLD_EXCL, int, fs_set_readonly(fs, readonly));
+}
+
+void butter_set_space_commit_hook(struct butter_fs *fs, void (*fn)(void *arg), void *arg)
+{
+	LOCKED_VOID(fs, HOLD_EXCL, fs_set_space_commit_hook(fs, fn, arg));
+}
+
+int butter_statfs(struct butter_fs *fs, struct butter_statfs *out)
+{
+	LOCKED(fs, HOLD_SHARED, int, fs_statfs(fs, out));
+}
+
+int butter_sync(struct butter_fs *fs)
+{
+	LOCKED(fs, HOLD_EXCL, int, fs_sync(fs));
+}
+
+/* ---- inodes and xattrs (lib/inode) ---- */
+
+ssize_t butter_getxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, void *buf,
+	size_t size)
+{
+	LOCKED(fs, HOLD_SHARED, ssize_t, inode_getxattr(fs, ino, name, buf, size));
+}
+
+ssize_t butter_listxattr(struct butter_fs *fs, butter_ino_t ino, char *buf, size_t size)
+{
+	LOCKED(fs, HOLD_SHARED, ssize_t, inode_listxattr(fs, ino, buf, size));
+}
+
+int butter_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+	butter_ino_t *out)
+{
+	LOCKED(fs, HOLD_SHARED, int, inode_lookup(fs, dir, name, namelen, out));
+}
+
+int butter_root(struct butter_fs *fs, uint64_t subvolid, butter_ino_t *out)
+{
+	LOCKED(fs, HOLD_SHARED, int, inode_root(fs, subvolid, out));
+}
+
+int butter_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
+{
+	LOCKED(fs, HOLD_SHARED, int, inode_stat(fs, ino, st));
+}
+
+/* ---- file data (lib/data) ---- */
+
+int butter_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off, butter_ino_t dst,
+	uint64_t dst_off, uint64_t len)
+{
+	LOCKED(fs, HOLD_EXCL, int, data_clone_range(fs, src, src_off, dst, dst_off, len));
+}
+
+int butter_fallocate(struct butter_fs *fs, butter_ino_t ino, int mode, uint64_t off, uint64_t len)
+{
+	LOCKED(fs, HOLD_EXCL, int, data_fallocate(fs, ino, mode, off, len));
+}
+
+ssize_t butter_read(struct butter_fs *fs, butter_ino_t ino, void *buf, size_t len, uint64_t off)
+{
+	LOCKED(fs, HOLD_SHARED, ssize_t, data_read(fs, ino, buf, len, off));
+}
+
+ssize_t butter_readlink(struct butter_fs *fs, butter_ino_t ino, char *buf, size_t size)
+{
+	LOCKED(fs, HOLD_SHARED, ssize_t, data_readlink(fs, ino, buf, size));
+}
+
+int butter_seek(struct butter_fs *fs, butter_ino_t ino, uint64_t off, int whence, uint64_t *result)
+{
+	LOCKED(fs, HOLD_SHARED, int, data_seek(fs, ino, off, whence, result));
+}
+
+ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+	uint64_t off)
+{
+	LOCKED(fs, HOLD_EXCL, ssize_t, data_write(fs, ino, buf, len, off));
+}
+
+/* ---- names, attributes, open files (lib/namespace) ---- */
+
+int butter_atime_due(struct butter_fs *fs, butter_ino_t ino, unsigned policy)
+{
+	LOCKED(fs, HOLD_SHARED, int, ns_atime_due(fs, ino, policy));
+}
+
+int butter_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+	const struct butter_new_inode *attr, butter_ino_t *out)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_create(fs, dir, name, namelen, attr, out));
+}
+
+int butter_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
+	const struct butter_new_inode *attr, butter_ino_t *out)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_create_tmpfile(fs, dir, attr, out));
+}
+
+int butter_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char *name,
+	size_t namelen)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_link(fs, ino, dir, name, namelen));
+}
+
+int butter_open_ref(struct butter_fs *fs, butter_ino_t ino)
+{
+	LOCKED(fs, HOLD_SHARED, int, ns_open_ref(fs, ino));
+}
+
+int butter_readdir(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, butter_dirent_fn fn,
+	void *arg)
+{
+	LOCKED(fs, HOLD_SHARED, int, ns_readdir(fs, dir, pos, fn, arg));
+}
+
+int butter_readdir_end(struct butter_fs *fs, butter_ino_t dir, uint64_t *end)
+{
+	LOCKED(fs, HOLD_SHARED, int, ns_readdir_end(fs, dir, end));
+}
+
+int butter_readdir_until(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, uint64_t end,
+	butter_dirent_fn fn, void *arg)
+{
+	LOCKED(fs, HOLD_SHARED, int, ns_readdir_until(fs, dir, pos, end, fn, arg));
+}
+
+int butter_removexattr(struct butter_fs *fs, butter_ino_t ino, const char *name)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_removexattr(fs, ino, name));
+}
+
+int butter_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, size_t oldlen,
+	butter_ino_t newdir, const char *newname, size_t newlen, unsigned flags)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_rename(fs, olddir, oldname, oldlen, newdir, newname, newlen, flags));
+}
+
+int butter_resolve(struct butter_fs *fs, const char *path, butter_ino_t *out)
+{
+	LOCKED(fs, HOLD_SHARED, int, ns_resolve(fs, path, out));
+}
+
+int butter_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_rmdir(fs, dir, name, namelen));
+}
+
+int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
+	unsigned mask)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_setattr(fs, ino, st, mask));
+}
+
+int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
+	size_t size)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_setxattr(fs, ino, name, value, size));
+}
+
+int butter_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+	const char *target, uint32_t uid, uint32_t gid, butter_ino_t *out)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_symlink(fs, dir, name, namelen, target, uid, gid, out));
+}
+
+int butter_touch_atime(struct butter_fs *fs, butter_ino_t ino, unsigned policy)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_touch_atime(fs, ino, policy));
+}
+
+int butter_unlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_unlink(fs, dir, name, namelen));
+}
+
+/* ---- subvolumes (lib/subvol) ---- */
+
+int butter_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, const char *name,
+	size_t namelen, unsigned flags, uint64_t *out_id)
+{
+	LOCKED(fs, HOLD_EXCL, int, subvol_snapshot(fs, src_id, dir, name, namelen, flags, out_id));
+}
+
+int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+	uint64_t *out_id)
+{
+	LOCKED(fs, HOLD_EXCL, int, subvol_create(fs, dir, name, namelen, out_id));
+}
+
+int butter_subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen)
+{
+	LOCKED(fs, HOLD_EXCL, int, subvol_delete(fs, dir, name, namelen));
+}
+
+int butter_subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_info *info)
+{
+	LOCKED(fs, HOLD_SHARED, int, subvol_get(fs, id, info));
+}
+
+int butter_subvol_list(struct butter_fs *fs, int (*fn)(void *arg,
+	const struct butter_subvol_info *info), void *arg)
+{
+	LOCKED(fs, HOLD_SHARED, int, subvol_list(fs, fn, arg));
+}
+
+int butter_subvol_set_received(struct butter_fs *fs, uint64_t id, const uint8_t uuid[16],
+	uint64_t stransid, unsigned flags)
+{
+	LOCKED(fs, HOLD_EXCL, int, subvol_set_received(fs, id, uuid, stransid, flags));
+}
+
+/* ---- fsync (lib/treelog) ---- */
+
+int butter_fsync(struct butter_fs *fs, butter_ino_t ino, int datasync)
+{
+	LOCKED(fs, HOLD_EXCL, int, tlog_fsync(fs, ino, datasync));
+}
+
+int butter_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, int datasync)
+{
+	LOCKED(fs, HOLD_EXCL, int, tlog_fsync_many(fs, inos, n, datasync));
+}
+
+/* ---- whole-filesystem operations (lib/ops) ---- */
+
+int butter_check(struct butter_fs *fs, struct butter_check_result *res)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_check(fs, res));
+}
+
+int butter_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_device_add(fs, path, flags, devid));
+}
+
+int butter_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_device_resize(fs, devid, size));
+}
+
+int butter_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read, void *arg,
+	struct butter_receive_result *result)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_receive(fs, dest, read, arg, result));
+}
+
+int butter_scrub(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_scrub(fs, flags, st));
+}
+
+int butter_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, uint64_t budget,
+	struct butter_scrub_stats *st)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_scrub_range(fs, flags, cursor, budget, st));
+}
+
+int butter_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_scrub_supers(fs, flags, st));
+}
+
+int butter_send(struct butter_fs *fs, uint64_t subvol, uint64_t parent, butter_send_write_fn write,
+	void *arg)
+{
+	LOCKED(fs, HOLD_SHARED, int, ops_send(fs, subvol, parent, write, arg));
+}
