@@ -110,7 +110,11 @@ static const struct opt_def mount_options[] = {
 static int usage_error(const char *fmt, const char *arg)
 {
 	fprintf(stderr, "butter mount: ");
+	/* every caller passes a literal taking one %s */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
 	fprintf(stderr, fmt, arg);
+#pragma GCC diagnostic pop
 	fprintf(stderr, "\n");
 	butter_mount_print_usage(stderr);
 	return -1;

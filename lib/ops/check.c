@@ -64,7 +64,11 @@ static void report(struct checker *c, const char *fmt, unsigned long long a,
 	if (c->reports++ < MAX_REPORTS) {
 		char msg[256];
 
+		/* every caller passes a literal taking up to three %llu */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
 		snprintf(msg, sizeof(msg), fmt, a, b, d);
+#pragma GCC diagnostic pop
 		blog_err(&c->fs->log, "check: %s", msg);
 	}
 }
