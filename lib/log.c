@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "log.h"
 
@@ -41,4 +42,11 @@ int blog_corrupt(const struct blog *log, const char *func, int line, const char 
 	snprintf(buf, sizeof(buf), "corruption: %s (found in %s:%d)", detail, func, line);
 	deliver(log, BUTTER_LOG_ERROR, buf);
 	return -EUCLEAN;
+}
+
+void blog_assert_failed(const char *cond, const char *file, int line, const char *func)
+{
+	fprintf(stderr, "butter: assertion \"%s\" failed in %s() at %s:%d\n", cond, func, file,
+		line);
+	abort();
 }

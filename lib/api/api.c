@@ -48,6 +48,7 @@ static void leave(struct butter_fs *fs, int taken)
 {
 	if (taken != 1)
 		return;
+	ASSERT(pthread_getspecific(fs->api_held) != NULL);
 	pthread_setspecific(fs->api_held, NULL);
 	pthread_rwlock_unlock(&fs->api_lock);
 }

@@ -37,8 +37,6 @@
 
 #include "data/data.h"
 
-#define BTRFS_INODE_IMMUTABLE_FLAG (1ULL << 6)
-
 /* One source item, copied out of its leaf. */
 struct src_item {
 	struct btrfs_key key;
@@ -123,7 +121,7 @@ static void apply_clone(struct btrfs_inode_item *ii, void *arg)
 	if (u->size > btrfs_inode_size(ii))
 		btrfs_set_inode_size(ii, u->size);
 	btrfs_set_inode_nbytes(ii, (u64)((s64)btrfs_inode_nbytes(ii) + u->nbytes));
-	now_ts(&ii->mtime);
+	fs_now_ts(&ii->mtime);
 	ii->ctime = ii->mtime;
 }
 
@@ -155,7 +153,7 @@ static int insert_copy(struct clone *c, const struct src_item *it, u64 dst_pos, 
 	btrfs_set_file_extent_num_bytes(&fi, num_bytes);
 	ret = tree_insert_item(&w->txn.tt, &c->dst_sv->root, &key, &fi, sizeof(fi));
 	if (ret == 0 && disk) {
-		ret = fs_queue_data_ref(w, disk, btrfs_file_extent_disk_num_bytes(&fi), c->dst_sv->id,
+		ret = data_queue_data_ref(w, disk, btrfs_file_extent_disk_num_bytes(&fi), c->dst_sv->id,
 					c->dst.ino, dst_pos - offset, 1);
 		c->u.nbytes += (s64)num_bytes;
 	}
@@ -174,7 +172,7 @@ static int inline_fits(struct clone *c, u64 datal, int *fits)
 	int ret;
 
 	*fits = 0;
-	ret = fs_read_inode(c->fs, c->dst, &ii);
+	ret = inode_read(c->fs, c->dst, &ii);
 	if (ret)
 		return ret;
 	memset(&first, 0, sizeof(first));
@@ -212,7 +210,7 @@ static int clone_inline(struct clone *c, const struct src_item *it, u64 dst_pos)
 		struct btrfs_key key = { c->dst.ino, BTRFS_EXTENT_DATA_KEY, 0 };
 
 		c->changed = 1;
-		ret = fs_drop_extents(c->fs, c->dst_sv, c->dst.ino, 0, (datal + ss - 1) / ss * ss);
+		ret = data_drop_extents(c->fs, c->dst_sv, c->dst.ino, 0, (datal + ss - 1) / ss * ss);
 		if (ret == 0)
 			ret = tree_insert_item(t, &c->dst_sv->root, &key, it->data, it->size);
 		c->u.nbytes += (s64)datal;
@@ -222,7 +220,7 @@ static int clone_inline(struct clone *c, const struct src_item *it, u64 dst_pos)
 	 * The bytes go in as data, as the kernel copies them into a page: the
 	 * rest of that sector reads as zeros afterwards (up to dst's end).
 	 */
-	ret = fs_read_inode(c->fs, c->dst, &ii);
+	ret = inode_read(c->fs, c->dst, &ii);
 	if (ret)
 		return ret;
 	buf = calloc(1, ss);
@@ -234,7 +232,7 @@ static int clone_inline(struct clone *c, const struct src_item *it, u64 dst_pos)
 
 		if (dsize > dst_pos && dsize - dst_pos > wlen)
 			wlen = dsize - dst_pos < ss ? dsize - dst_pos : ss;
-		n = wlen ? fs_write_locked(c->fs, c->dst, buf, wlen, dst_pos, &changed) : 0;
+		n = wlen ? data_write_locked(c->fs, c->dst, buf, wlen, dst_pos, &changed) : 0;
 	}
 	c->changed |= changed;
 	free(buf);
@@ -293,7 +291,7 @@ static int do_clone(struct clone *c, u64 src_off, u64 olen, u64 alen, u64 dst_of
 			num = end - start;
 			/* the gap before it (a hole) and the range it takes lose dst's extents */
 			c->changed = 1;
-			ret = fs_drop_extents(c->fs, c->dst_sv, c->dst.ino, last_dest_end,
+			ret = data_drop_extents(c->fs, c->dst_sv, c->dst.ino, last_dest_end,
 					      dst_pos + num);
 			if (ret == 0)
 				ret = insert_copy(c, &it, dst_pos, offset, num);
@@ -308,12 +306,12 @@ static int do_clone(struct clone *c, u64 src_off, u64 olen, u64 alen, u64 dst_of
 	if (ret == 0 && last_dest_end < dst_off + alen) {
 		/* src ends in a hole: so does dst's range */
 		c->changed = 1;
-		ret = fs_drop_extents(c->fs, c->dst_sv, c->dst.ino, last_dest_end, dst_off + alen);
+		ret = data_drop_extents(c->fs, c->dst_sv, c->dst.ino, last_dest_end, dst_off + alen);
 	}
 	c->u.size = dst_off + olen;
 	if (ret == 0 && !c->no_holes) {
 		c->changed = 1;
-		ret = fs_fill_holes(c->fs, c->dst_sv, c->dst.ino, dst_off, dst_off + alen);
+		ret = data_fill_holes(c->fs, c->dst_sv, c->dst.ino, dst_off, dst_off + alen);
 	}
 	return ret;
 }
@@ -378,7 +376,7 @@ int data_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off, b
 	u64 olen, alen;
 	int ret, err = 0;
 
-	ret = begin_change_rsv(fs, &w, 2ULL * fs->vol.sectorsize, 0);
+	ret = fs_begin_change_rsv(fs, &w, 2ULL * fs->vol.sectorsize, 0);
 	if (ret)
 		return ret;
 	memset(&c, 0, sizeof(c));
@@ -387,9 +385,9 @@ int data_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off, b
 	c.dst = dst;
 	c.no_holes = !!(btrfs_super_incompat_flags(&fs->vol.super) &
 			BTRFS_FEATURE_INCOMPAT_NO_HOLES);
-	ret = fs_read_inode(fs, src, &si);
+	ret = inode_read(fs, src, &si);
 	if (ret == 0)
-		ret = fs_read_inode(fs, dst, &di);
+		ret = inode_read(fs, dst, &di);
 	if (ret == 0 && !(c.src_sv = fs_subvol_mut(fs, src.subvol, &err)))
 		ret = err;
 	if (ret == 0 && !(c.dst_sv = fs_subvol_mut(fs, dst.subvol, &err)))
@@ -398,7 +396,7 @@ int data_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off, b
 		ret = check_clone(fs, &si, &di, c.dst_sv, src.subvol == dst.subvol && src.ino == dst.ino,
 				  src_off, dst_off, len, &olen, &alen);
 	if (ret || olen == 0)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	if (dst_off > btrfs_inode_size(&di)) {
 		/* growing dst to the range: hole items without NO_HOLES (rule 2 of fallocate.c) */
 		u64 from = (btrfs_inode_size(&di) + fs->vol.sectorsize - 1) / fs->vol.sectorsize *
@@ -406,14 +404,14 @@ int data_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off, b
 
 		if (from < dst_off && !c.no_holes) {
 			c.changed = 1;
-			ret = fs_fill_holes(fs, c.dst_sv, dst.ino, from, dst_off);
+			ret = data_fill_holes(fs, c.dst_sv, dst.ino, from, dst_off);
 		}
 	}
 	if (ret == 0)
 		ret = do_clone(&c, src_off, olen, alen, dst_off);
 	if (ret == 0) {
 		c.changed = 1;
-		ret = modify_inode(fs, c.dst_sv, dst.ino, apply_clone, &c.u);
+		ret = inode_modify(fs, c.dst_sv, dst.ino, apply_clone, &c.u);
 	}
-	return end_change(w, ret, c.changed);
+	return fs_end_change(w, ret, c.changed);
 }

@@ -451,7 +451,7 @@ out:
  * -EUCLEAN for a corrupt stream, -EINVAL for an unknown type or (lzo) a
  * sectorsize that is not a power of two in [512, 64K], -ENOMEM.
  */
-ssize_t btrfs_decompress(int type, const void *in, size_t in_len, void *out, size_t out_len,
+ssize_t data_decompress(int type, const void *in, size_t in_len, void *out, size_t out_len,
 			 u32 sectorsize)
 {
 	switch (type) {
@@ -483,7 +483,7 @@ ssize_t btrfs_decompress(int type, const void *in, size_t in_len, void *out, siz
  * type, a level out of range (zlib 1..9, zstd -15..15, lzo 1; 0 is the
  * default) or (lzo) a bad sectorsize; -ENOMEM; -EIO if a library fails.
  */
-ssize_t btrfs_compress(int type, int level, const void *in, size_t in_len, void *out,
+ssize_t data_compress(int type, int level, const void *in, size_t in_len, void *out,
 		       size_t out_cap, u32 sectorsize)
 {
 	size_t limit;

@@ -23,7 +23,7 @@
  * fine: the caller zero-fills), -EUCLEAN if the stream is corrupt, -EINVAL
  * for an unknown type, -ENOMEM.
  */
-ssize_t btrfs_decompress(int type, const void *in, size_t in_len, void *out, size_t out_len,
+ssize_t data_decompress(int type, const void *in, size_t in_len, void *out, size_t out_len,
 			 u32 sectorsize);
 
 /*
@@ -32,7 +32,7 @@ ssize_t btrfs_decompress(int type, const void *in, size_t in_len, void *out, siz
  * would not be smaller than the input or not fit in @out_cap (store it
  * uncompressed), -EINVAL, -ENOMEM.
  */
-ssize_t btrfs_compress(int type, int level, const void *in, size_t in_len, void *out,
+ssize_t data_compress(int type, int level, const void *in, size_t in_len, void *out,
 		       size_t out_cap, u32 sectorsize);
 
 #endif

@@ -35,7 +35,7 @@ struct data_owner {
  * physical place and (@who not NULL) the file, and counted in the device's
  * statistics (corruption or read errors).
  */
-int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum,
+int data_read_logical(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum,
 		 const struct data_owner *who);
 
 /*
@@ -43,20 +43,20 @@ int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodata
  * holds them: csum_size bytes per sector into @csums, and have[i] set for
  * each sector that has one (prealloc and nodatasum data have none).
  */
-int fs_lookup_csums(struct butter_fs *fs, u64 logical, u32 nsectors, u8 *csums, u8 *have);
+int data_lookup_csums(struct butter_fs *fs, u64 logical, u32 nsectors, u8 *csums, u8 *have);
 
 /* ---- write.c ---- */
 
 /* Remove file data in [start, end) of @ino, dropping extent references. */
-int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end);
+int data_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end);
 /* Shrink @ino to @size bytes (phase 2). */
-int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 size);
+int data_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 size);
 /* Give @ino an inline extent of @len bytes at file offset 0 (phase 2). */
-int insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data, u32 len);
+int data_insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data, u32 len);
 /* Allocate a data extent of up to @want bytes (at least a sector); *got is its size. */
-int fs_alloc_data(struct butter_fs *fs, u64 want, u64 *logical, u64 *got);
+int data_alloc(struct butter_fs *fs, u64 want, u64 *logical, u64 *got);
 /* Queue a change of @delta to the EXTENT_DATA_REF (root, ino, offset) of an extent. */
-int fs_queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64 root, u64 ino,
+int data_queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64 root, u64 ino,
 		      u64 offset, int delta);
 /*
  * Write @len bytes at @off into the regular file @ino inside a running change
@@ -64,7 +64,7 @@ int fs_queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64 r
  * negative errno; *changed says whether trees were touched (a failure then
  * must abort the transaction).
  */
-ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+ssize_t data_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
 			u64 off, int *changed);
 
 /* ---- fallocate.c ---- */
@@ -73,7 +73,7 @@ ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf,
  * EXTENT_DATA items of @ino inside [start, end) (sector-aligned) an explicit
  * hole item; with NO_HOLES, nothing.
  */
-int fs_fill_holes(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end);
+int data_fill_holes(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end);
 
 /*
  * The bodies of the public calls of this layer: butter_clone_range(), butter_fallocate(), butter_read() and the rest below.

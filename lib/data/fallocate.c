@@ -48,7 +48,6 @@
 #define FL_WRITE_ZEROES 0x80
 #define FL_MODE_MASK (FL_PUNCH_HOLE | FL_COLLAPSE_RANGE | FL_ZERO_RANGE | FL_INSERT_RANGE | \
 		      FL_UNSHARE_RANGE | FL_WRITE_ZEROES)
-#define BTRFS_INODE_PREALLOC_FLAG (1ULL << 4)
 
 /* What covers a file range: one EXTENT_DATA item, or a gap between items. */
 enum seg_kind {
@@ -156,7 +155,7 @@ static int insert_hole_item(struct butter_fs *fs, struct subvol *sv, u64 ino, u6
 	return tree_insert_item(&fs->w->txn.tt, &sv->root, &key, &fi, sizeof(fi));
 }
 
-int fs_fill_holes(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end)
+int data_fill_holes(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end)
 {
 	struct seg seg;
 	int ret = 0;
@@ -193,7 +192,7 @@ static int prealloc_range(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 
 
 		if (want > MAX_EXTENT_SIZE)
 			want = MAX_EXTENT_SIZE;
-		ret = fs_alloc_data(fs, want, &logical, &got);
+		ret = data_alloc(fs, want, &logical, &got);
 		if (ret)
 			break;
 		memset(&fi, 0, sizeof(fi));
@@ -205,7 +204,7 @@ static int prealloc_range(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 
 		btrfs_set_file_extent_num_bytes(&fi, got);
 		ret = tree_insert_item(&w->txn.tt, &sv->root, &key, &fi, sizeof(fi));
 		if (ret == 0)
-			ret = fs_queue_data_ref(w, logical, got, sv->id, ino, start, 1);
+			ret = data_queue_data_ref(w, logical, got, sv->id, ino, start, 1);
 		*nbytes += (s64)got;
 		start += got;
 	}
@@ -228,7 +227,7 @@ static void apply_falloc(struct btrfs_inode_item *ii, void *arg)
 	btrfs_set_inode_nbytes(ii, (u64)((s64)btrfs_inode_nbytes(ii) + u->nbytes));
 	if (u->prealloc)
 		btrfs_set_inode_flags(ii, btrfs_inode_flags(ii) | BTRFS_INODE_PREALLOC_FLAG);
-	now_ts(&ii->mtime);
+	fs_now_ts(&ii->mtime);
 	ii->ctime = ii->mtime;
 }
 
@@ -274,7 +273,7 @@ static int zero_partial(struct falloc *f, u64 start, u64 end)
 	zeros = calloc(1, end - start);
 	if (!zeros)
 		return -ENOMEM;
-	n = fs_write_locked(f->fs, f->ino, zeros, end - start, start, &changed);
+	n = data_write_locked(f->fs, f->ino, zeros, end - start, start, &changed);
 	free(zeros);
 	f->changed |= changed;
 	return n < 0 ? (int)n : 0;
@@ -288,7 +287,7 @@ static int replace_with_prealloc(struct falloc *f, u64 start, u64 end)
 	if (start >= end)
 		return 0;
 	f->changed = 1;
-	ret = fs_drop_extents(f->fs, f->sv, f->ino.ino, start, end);
+	ret = data_drop_extents(f->fs, f->sv, f->ino.ino, start, end);
 	if (ret == 0)
 		ret = prealloc_range(f->fs, f->sv, f->ino.ino, start, end, &f->u.nbytes);
 	f->u.prealloc = 1;
@@ -304,7 +303,7 @@ static int expand_to(struct falloc *f, u64 start)
 	    (btrfs_super_incompat_flags(&f->fs->vol.super) & BTRFS_FEATURE_INCOMPAT_NO_HOLES))
 		return 0;
 	f->changed = 1;
-	return fs_fill_holes(f->fs, f->sv, f->ino.ino, from, start);
+	return data_fill_holes(f->fs, f->sv, f->ino.ino, from, start);
 }
 
 /* Mode 0 and KEEP_SIZE: prealloc for the holes of the range. */
@@ -381,9 +380,9 @@ static int do_punch(struct falloc *f, u64 off, u64 len)
 		ret = zero_partial(f, last, end);
 	if (ret == 0 && first < last) {
 		f->changed = 1;
-		ret = fs_drop_extents(f->fs, f->sv, f->ino.ino, first, last);
+		ret = data_drop_extents(f->fs, f->sv, f->ino.ino, first, last);
 		if (ret == 0 && first < ino_size)
-			ret = fs_fill_holes(f->fs, f->sv, f->ino.ino, first,
+			ret = data_fill_holes(f->fs, f->sv, f->ino.ino, first,
 					    last < ino_size ? last : ino_size);
 	}
 	return ret;
@@ -478,7 +477,7 @@ int data_fallocate(struct butter_fs *fs, butter_ino_t ino, int mode, uint64_t of
 		return ret;
 	if (!fs->w)
 		return -EROFS;
-	ret = fs_read_inode(fs, ino, &ii);
+	ret = inode_read(fs, ino, &ii);
 	if (ret)
 		return ret;
 	type = btrfs_inode_mode(&ii) & S_IFMT;
@@ -501,16 +500,16 @@ int data_fallocate(struct butter_fs *fs, butter_ino_t ino, int mode, uint64_t of
 	reserve = (mode & FL_PUNCH_HOLE)
 			  ? 2ULL * f.ss
 			  : round_up_ss(&f, off + len) - round_down_ss(&f, off) + 2ULL * f.ss;
-	ret = begin_change_rsv(fs, &w, reserve, !!(mode & FL_PUNCH_HOLE));
+	ret = fs_begin_change_rsv(fs, &w, reserve, !!(mode & FL_PUNCH_HOLE));
 	if (ret)
 		return ret;
-	ret = fs_read_inode(fs, ino, &ii);
+	ret = inode_read(fs, ino, &ii);
 	if (ret == 0 && !(f.sv = fs_subvol_mut(fs, ino.subvol, &err)))
 		ret = err;
 	if (ret == 0 && (f.sv->flags & BTRFS_ROOT_SUBVOL_RDONLY))
 		ret = -EROFS;
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	f.isize = btrfs_inode_size(&ii);
 	f.u.size = f.isize;
 	if (!(mode & FL_KEEP_SIZE) && off + len > f.isize)
@@ -523,10 +522,10 @@ int data_fallocate(struct butter_fs *fs, butter_ino_t ino, int mode, uint64_t of
 	else
 		ret = do_allocate(&f, off, len);
 	if (ret == 1) /* nothing to do */
-		return end_change(w, 0, 0);
+		return fs_end_change(w, 0, 0);
 	if (ret == 0) {
 		f.changed = 1;
-		ret = modify_inode(fs, f.sv, ino.ino, apply_falloc, &f.u);
+		ret = inode_modify(fs, f.sv, ino.ino, apply_falloc, &f.u);
 	}
-	return end_change(w, ret, f.changed);
+	return fs_end_change(w, ret, f.changed);
 }

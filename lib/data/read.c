@@ -32,7 +32,6 @@
 #include "format/checksum.h"
 #include "data/data.h"
 
-#define BTRFS_INODE_NODATASUM (1ULL << 0)
 #define MAX_COMPRESSED_EXTENT (128u * 1024)
 #define READ_CHUNK (1u << 20)
 
@@ -40,7 +39,7 @@
  * Look up the data checksums of @nsectors sectors from @logical into
  * @csums (csum_size each); @have[i] says whether sector i has one.
  */
-int fs_lookup_csums(struct butter_fs *fs, u64 logical, u32 nsectors, u8 *csums, u8 *have)
+int data_lookup_csums(struct butter_fs *fs, u64 logical, u32 nsectors, u8 *csums, u8 *have)
 {
 	const u32 ss = fs->vol.sectorsize, cs = fs->vol.csum_size;
 	struct btrfs_key key = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, logical };
@@ -112,16 +111,16 @@ static void report_bad_copy(struct butter_fs *fs, const char *what, u64 logical,
 
 	volumes_describe(&fs->vol, pos, mirror, where, sizeof(where));
 	if (who && who->compressed)
-		fs_describe_file_pos(fs, who->subvol, who->ino, who->file_offset, file,
+		inode_describe_file_pos(fs, who->subvol, who->ino, who->file_offset, file,
 				     sizeof(file));
 	else if (who)
-		fs_describe_file_pos(fs, who->subvol, who->ino, who->file_offset + (pos - logical),
+		inode_describe_file_pos(fs, who->subvol, who->ino, who->file_offset + (pos - logical),
 				     file, sizeof(file));
 	blog_msg(&fs->log, level, "data %s: %s%s%s%s", what, where, who ? ", " : "",
 		 who ? file : "", who && who->compressed ? " (compressed extent)" : "");
 }
 
-int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum,
+int data_read_logical(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum,
 		 const struct data_owner *who)
 {
 	const u32 ss = fs->vol.sectorsize, cs = fs->vol.csum_size;
@@ -143,7 +142,7 @@ int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodata
 			ret = -ENOMEM;
 			goto out;
 		}
-		ret = fs_lookup_csums(fs, logical, nsectors, csums, have);
+		ret = data_lookup_csums(fs, logical, nsectors, csums, have);
 		if (ret)
 			goto out;
 	}
@@ -185,7 +184,7 @@ int fs_read_data(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodata
 			char file[1400] = "";
 
 			if (who)
-				fs_describe_file_pos(fs, who->subvol, who->ino,
+				inode_describe_file_pos(fs, who->subvol, who->ino,
 						     who->compressed ? who->file_offset
 								     : who->file_offset + (pos - logical),
 						     file, sizeof(file));
@@ -298,12 +297,12 @@ static int read_from_extent(struct butter_fs *fs, butter_ino_t ino, const struct
 		plain = calloc(1, fe->ram_bytes ? fe->ram_bytes : 1);
 		if (!plain)
 			return -ENOMEM;
-		if (btrfs_decompress(fe->compression, fe->inline_data, fe->inline_len, plain,
+		if (data_decompress(fe->compression, fe->inline_data, fe->inline_len, plain,
 				     fe->ram_bytes, ss) < 0) {
 			char file[1400];
 
 			blog_err(&fs->log, "inline extent: compressed data is corrupt: %s",
-				 fs_describe_file_pos(fs, ino.subvol, ino.ino, fe->start, file,
+				 inode_describe_file_pos(fs, ino.subvol, ino.ino, fe->start, file,
 						      sizeof(file)));
 			ret = -EIO;
 		} else {
@@ -325,7 +324,7 @@ static int read_from_extent(struct butter_fs *fs, butter_ino_t ino, const struct
 		if (!tmp)
 			return -ENOMEM;
 		who.file_offset = pos - (disk - astart); /* the file byte at astart */
-		ret = fs_read_data(fs, astart, aend - astart, tmp, nodatasum, &who);
+		ret = data_read_logical(fs, astart, aend - astart, tmp, nodatasum, &who);
 		if (ret == 0)
 			memcpy(out, tmp + (disk - astart), len);
 		free(tmp);
@@ -339,16 +338,16 @@ static int read_from_extent(struct butter_fs *fs, butter_ino_t ino, const struct
 	}
 	who.file_offset = fe->start;
 	who.compressed = 1;
-	ret = fs_read_data(fs, fe->disk_bytenr, fe->disk_num_bytes, tmp, nodatasum, &who);
+	ret = data_read_logical(fs, fe->disk_bytenr, fe->disk_num_bytes, tmp, nodatasum, &who);
 	if (ret)
 		goto out;
-	if (btrfs_decompress(fe->compression, tmp, fe->disk_num_bytes, plain, fe->ram_bytes, ss) <
+	if (data_decompress(fe->compression, tmp, fe->disk_num_bytes, plain, fe->ram_bytes, ss) <
 	    0) {
 		char file[1400];
 
 		blog_err(&fs->log, "extent at logical %llu: compressed data is corrupt: %s",
 			 (unsigned long long)fe->disk_bytenr,
-			 fs_describe_file_pos(fs, ino.subvol, ino.ino, fe->start, file,
+			 inode_describe_file_pos(fs, ino.subvol, ino.ino, fe->start, file,
 					      sizeof(file)));
 		ret = -EIO;
 		goto out;
@@ -440,7 +439,7 @@ ssize_t data_read(struct butter_fs *fs, butter_ino_t ino, void *buf, size_t len,
 	u64 size, end;
 	int ret;
 
-	ret = fs_read_inode(fs, ino, &inode);
+	ret = inode_read(fs, ino, &inode);
 	if (ret)
 		return ret;
 	if (S_ISDIR(btrfs_inode_mode(&inode)))
@@ -453,7 +452,7 @@ ssize_t data_read(struct butter_fs *fs, butter_ino_t ino, void *buf, size_t len,
 		return 0;
 	end = size - off < len ? size : off + len;
 	ret = read_range(fs, ino, &sv, buf, off, end,
-			 !!(btrfs_inode_flags(&inode) & BTRFS_INODE_NODATASUM));
+			 !!(btrfs_inode_flags(&inode) & BTRFS_INODE_NODATASUM_FLAG));
 	if (ret)
 		return ret;
 	return (ssize_t)(end - off);
@@ -467,7 +466,7 @@ ssize_t data_readlink(struct butter_fs *fs, butter_ino_t ino, char *buf, size_t 
 	char *tmp;
 	int ret;
 
-	ret = fs_read_inode(fs, ino, &inode);
+	ret = inode_read(fs, ino, &inode);
 	if (ret)
 		return ret;
 	if (!S_ISLNK(btrfs_inode_mode(&inode)))
@@ -504,7 +503,7 @@ int data_seek(struct butter_fs *fs, butter_ino_t ino, uint64_t off, int whence, 
 
 	if (whence != 3 && whence != 4)
 		return -EINVAL;
-	ret = fs_read_inode(fs, ino, &inode);
+	ret = inode_read(fs, ino, &inode);
 	if (ret)
 		return ret;
 	size = btrfs_inode_size(&inode);

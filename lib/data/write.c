@@ -64,7 +64,7 @@ static int data_end(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 *end, 
 }
 
 /* Allocate a data extent of up to @want bytes (at least one sector). */
-int fs_alloc_data(struct butter_fs *fs, u64 want, u64 *logical, u64 *got)
+int data_alloc(struct butter_fs *fs, u64 want, u64 *logical, u64 *got)
 {
 	struct fs_write_state *w = fs->w;
 	u32 ss = fs->vol.sectorsize;
@@ -123,11 +123,11 @@ static void update_size(struct btrfs_inode_item *ii, void *arg)
 	if (u->set || u->size > btrfs_inode_size(ii))
 		btrfs_set_inode_size(ii, u->size);
 	btrfs_set_inode_nbytes(ii, (u64)((s64)btrfs_inode_nbytes(ii) + u->nbytes));
-	now_ts(&ii->mtime);
+	fs_now_ts(&ii->mtime);
 	ii->ctime = ii->mtime;
 }
 
-int fs_queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64 root, u64 ino,
+int data_queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64 root, u64 ino,
 		      u64 offset, int delta)
 {
 	struct delayed_ref ref;
@@ -165,7 +165,7 @@ static int write_compressed(struct butter_fs *fs, int type, int level, const u8 
 	buf = calloc(1, len);
 	if (!buf)
 		return -ENOMEM;
-	clen = btrfs_compress(type, level, data, len, buf, len - ss, ss);
+	clen = data_compress(type, level, data, len, buf, len - ss, ss);
 	if (clen == -E2BIG || clen == 0) {
 		free(buf);
 		return 1;
@@ -254,7 +254,7 @@ static int write_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 i
 		if (ctype == BTRFS_COMPRESS_NONE) {
 			if (want > MAX_EXTENT_SIZE)
 				want = MAX_EXTENT_SIZE;
-			ret = fs_alloc_data(fs, want, &logical, &got);
+			ret = data_alloc(fs, want, &logical, &got);
 			if (ret)
 				break;
 			disk_len = got;
@@ -289,17 +289,17 @@ static int write_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 i
 		btrfs_set_file_extent_num_bytes(&fi, got);
 		ret = tree_insert_item(&w->txn.tt, &sv->root, &key, &fi, sizeof(fi));
 		if (ret == 0)
-			ret = fs_queue_data_ref(w, logical, disk_len, sv->id, ino, off + done, 1);
+			ret = data_queue_data_ref(w, logical, disk_len, sv->id, ino, off + done, 1);
 		u.nbytes = (s64)got;
 		if (ret == 0)
-			ret = modify_inode(fs, sv, ino, update_size, &u);
+			ret = inode_modify(fs, sv, ino, update_size, &u);
 		done += got;
 	}
 	free(csums);
 	return ret;
 }
 
-int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end)
+int data_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start, u64 end)
 {
 	struct fs_write_state *w = fs->w;
 	struct tree_trans *t = &w->txn.tt;
@@ -408,7 +408,7 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 			ret = tree_del_items(t, &sv->root, &path, 1);
 			tree_path_release(&fs->cache, &path);
 			if (ret == 0 && disk)
-				ret = fs_queue_data_ref(w, disk, disk_len, sv->id, ino, ks - offset, -1);
+				ret = data_queue_data_ref(w, disk, disk_len, sv->id, ino, ks - offset, -1);
 			if (ret)
 				break;
 			if (disk || type == BTRFS_FILE_EXTENT_PREALLOC)
@@ -427,7 +427,7 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 			tree_path_release(&fs->cache, &path);
 			ret = tree_insert_item(t, &sv->root, &tkey, &tail, sizeof(tail));
 			if (ret == 0 && disk)
-				ret = fs_queue_data_ref(w, disk, btrfs_file_extent_disk_num_bytes(&tail), sv->id,
+				ret = data_queue_data_ref(w, disk, btrfs_file_extent_disk_num_bytes(&tail), sv->id,
 						     ino, end - (offset + (end - ks)), 1);
 			if (disk || type == BTRFS_FILE_EXTENT_PREALLOC)
 				nbytes_delta -= (s64)(end - start);
@@ -458,7 +458,7 @@ int fs_drop_extents(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 start,
 	if (ret == 0 && nbytes_delta) {
 		struct size_update u = { 0, nbytes_delta, 0 };
 
-		ret = modify_inode(fs, sv, ino, update_size, &u);
+		ret = inode_modify(fs, sv, ino, update_size, &u);
 	}
 	return ret;
 }
@@ -474,7 +474,7 @@ static int read_existing(struct butter_fs *fs, butter_ino_t ino, u8 *buf, u64 le
 	return 0;
 }
 
-ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+ssize_t data_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
 			u64 off, int *changed)
 {
 	u32 ss = fs->vol.sectorsize;
@@ -488,7 +488,7 @@ ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf,
 	*changed = 0;
 	if (len == 0)
 		return 0;
-	ret = fs_read_inode(fs, ino, &ii);
+	ret = inode_read(fs, ino, &ii);
 	if (ret == 0 && !S_ISREG(btrfs_inode_mode(&ii)))
 		ret = S_ISDIR(btrfs_inode_mode(&ii)) ? -EISDIR : -EINVAL;
 	if (ret == 0 && !(sv = fs_subvol_mut(fs, ino.subvol, &err)))
@@ -513,7 +513,7 @@ ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf,
 				return ret;
 			}
 			*changed = 1;
-			ret = fs_drop_extents(fs, sv, ino.ino, 0, (u64)-1);
+			ret = data_drop_extents(fs, sv, ino.ino, 0, (u64)-1);
 			if (ret == 0)
 				ret = write_extents(fs, sv, ino.ino, iflags, tmp, ss, 0);
 			free(tmp);
@@ -538,20 +538,20 @@ ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf,
 		}
 		memcpy(tmp + off, buf, len);
 		*changed = 1;
-		ret = fs_drop_extents(fs, sv, ino.ino, 0, (u64)-1);
+		ret = data_drop_extents(fs, sv, ino.ino, 0, (u64)-1);
 		if (ret == 0 && newsize <= MAX_INLINE && newsize < ss) {
 			struct size_update u = { newsize, (s64)newsize, 1 };
 
-			ret = insert_inline(fs, sv, ino.ino, tmp, (u32)newsize);
+			ret = data_insert_inline(fs, sv, ino.ino, tmp, (u32)newsize);
 			if (ret == 0)
-				ret = modify_inode(fs, sv, ino.ino, update_size, &u);
+				ret = inode_modify(fs, sv, ino.ino, update_size, &u);
 		} else if (ret == 0) {
 			struct size_update u = { newsize, 0, 1 };
 
 			ret = write_extents(fs, sv, ino.ino, iflags, tmp,
 					    (newsize + ss - 1) / ss * ss, 0);
 			if (ret == 0)
-				ret = modify_inode(fs, sv, ino.ino, update_size, &u);
+				ret = inode_modify(fs, sv, ino.ino, update_size, &u);
 		}
 		free(tmp);
 		return ret < 0 ? ret : (ssize_t)len;
@@ -573,15 +573,15 @@ ssize_t fs_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf,
 	}
 	memcpy(tmp + (off - astart), buf, len);
 	*changed = 1;
-	ret = fs_drop_extents(fs, sv, ino.ino, astart, aend);
+	ret = data_drop_extents(fs, sv, ino.ino, astart, aend);
 	if (ret == 0)
 		ret = write_extents(fs, sv, ino.ino, iflags, tmp, aend - astart, astart);
 	if (ret == 0 && astart > isize) /* without NO_HOLES the gap gets a hole item */
-		ret = fs_fill_holes(fs, sv, ino.ino, isize / ss * ss, astart);
+		ret = data_fill_holes(fs, sv, ino.ino, isize / ss * ss, astart);
 	if (ret == 0) {
 		struct size_update u = { off + len, 0, 0 };
 
-		ret = modify_inode(fs, sv, ino.ino, update_size, &u);
+		ret = inode_modify(fs, sv, ino.ino, update_size, &u);
 	}
 	free(tmp);
 	return ret < 0 ? ret : (ssize_t)len;
@@ -599,15 +599,15 @@ ssize_t data_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size
 		return 0;
 	if (off + len < off || off + len > MAX_FILE_BYTES)
 		return -EFBIG; /* the kernel's largest file (MAX_LFS_FILESIZE) */
-	ret = begin_change_rsv(fs, &w, (off % ss + len + 2ULL * ss) / ss * ss, 0);
+	ret = fs_begin_change_rsv(fs, &w, (off % ss + len + 2ULL * ss) / ss * ss, 0);
 	if (ret)
 		return ret;
-	n = fs_write_locked(fs, ino, buf, len, off, &changed);
-	ret = end_change(w, n < 0 ? (int)n : 0, changed);
+	n = data_write_locked(fs, ino, buf, len, off, &changed);
+	ret = fs_end_change(w, n < 0 ? (int)n : 0, changed);
 	return ret < 0 ? ret : n;
 }
 
-int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 size)
+int data_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 size)
 {
 	u32 ss = fs->vol.sectorsize;
 	struct btrfs_inode_item ii;
@@ -615,7 +615,7 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 	int ret, is_inline;
 	u8 *head = NULL;
 
-	ret = fs_read_inode(fs, ino, &ii);
+	ret = inode_read(fs, ino, &ii);
 	if (ret == 0)
 		ret = data_end(fs, sv, ino.ino, &end, &is_inline);
 	if (ret == 0 && is_inline && end > ss)
@@ -627,9 +627,9 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 		struct size_update u = { size, 0, 1 };
 
 		/* without NO_HOLES the grown part gets a hole item */
-		ret = fs_fill_holes(fs, sv, ino.ino, btrfs_inode_size(&ii) / ss * ss,
+		ret = data_fill_holes(fs, sv, ino.ino, btrfs_inode_size(&ii) / ss * ss,
 				    (size + ss - 1) / ss * ss);
-		return ret ? ret : modify_inode(fs, sv, ino.ino, update_size, &u);
+		return ret ? ret : inode_modify(fs, sv, ino.ino, update_size, &u);
 	}
 	if (is_inline || size % ss) {
 		/* keep the bytes of the last partial sector (or of the inline file) */
@@ -646,9 +646,9 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 			 */
 			ret = data_seek(fs, ino, from, 3 /* SEEK_DATA */, &data);
 			if (ret == -ENXIO || (ret == 0 && data >= size)) {
-				ret = fs_drop_extents(fs, sv, ino.ino, from, (u64)-1);
+				ret = data_drop_extents(fs, sv, ino.ino, from, (u64)-1);
 				if (ret == 0)
-					ret = fs_fill_holes(fs, sv, ino.ino, from, from + ss);
+					ret = data_fill_holes(fs, sv, ino.ino, from, from + ss);
 				goto set_size;
 			}
 			if (ret)
@@ -659,7 +659,7 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 			return -ENOMEM;
 		ret = read_existing(fs, ino, head, take, from);
 		if (ret == 0)
-			ret = fs_drop_extents(fs, sv, ino.ino, from, (u64)-1);
+			ret = data_drop_extents(fs, sv, ino.ino, from, (u64)-1);
 		if (ret == 0 && size > from) {
 			if (is_inline) {
 				/*
@@ -670,9 +670,9 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 				u64 keep = size < end ? size : end;
 				struct size_update u = { 0, (s64)keep, 0 };
 
-				ret = keep ? insert_inline(fs, sv, ino.ino, head, (u32)keep) : 0;
+				ret = keep ? data_insert_inline(fs, sv, ino.ino, head, (u32)keep) : 0;
 				if (ret == 0)
-					ret = modify_inode(fs, sv, ino.ino, update_size, &u);
+					ret = inode_modify(fs, sv, ino.ino, update_size, &u);
 			} else {
 				ret = write_extents(fs, sv, ino.ino, btrfs_inode_flags(&ii), head, ss,
 						    from);
@@ -680,18 +680,18 @@ int fs_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64 s
 		}
 		free(head);
 	} else {
-		ret = fs_drop_extents(fs, sv, ino.ino, size, (u64)-1);
+		ret = data_drop_extents(fs, sv, ino.ino, size, (u64)-1);
 	}
 set_size:
 	if (ret == 0) {
 		struct size_update u = { size, 0, 1 };
 
-		ret = modify_inode(fs, sv, ino.ino, update_size, &u);
+		ret = inode_modify(fs, sv, ino.ino, update_size, &u);
 	}
 	return ret;
 }
 /* Insert an inline extent holding @len bytes at file offset 0. */
-int insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data,
+int data_insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const void *data,
 			 u32 len)
 {
 	struct fs_write_state *w = fs->w;

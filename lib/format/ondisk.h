@@ -193,6 +193,20 @@ static inline u64 btrfs_sb_offset(int mirror)
 #define BTRFS_STRING_ITEM_KEY 253
 
 /* directory entry types (struct btrfs_dir_item.type) */
+/* Inode item flags (btrfs_inode_item.flags), as the kernel defines them. */
+#define BTRFS_INODE_NODATASUM_FLAG (1ULL << 0)
+#define BTRFS_INODE_NODATACOW_FLAG (1ULL << 1)
+#define BTRFS_INODE_READONLY_FLAG (1ULL << 2)
+#define BTRFS_INODE_NOCOMPRESS_FLAG (1ULL << 3)
+#define BTRFS_INODE_PREALLOC_FLAG (1ULL << 4)
+#define BTRFS_INODE_SYNC_FLAG (1ULL << 5)
+#define BTRFS_INODE_IMMUTABLE_FLAG (1ULL << 6)
+#define BTRFS_INODE_APPEND_FLAG (1ULL << 7)
+#define BTRFS_INODE_NODUMP_FLAG (1ULL << 8)
+#define BTRFS_INODE_NOATIME_FLAG (1ULL << 9)
+#define BTRFS_INODE_DIRSYNC_FLAG (1ULL << 10)
+#define BTRFS_INODE_COMPRESS_FLAG (1ULL << 11)
+
 #define BTRFS_FT_UNKNOWN 0
 #define BTRFS_FT_REG_FILE 1
 #define BTRFS_FT_DIR 2

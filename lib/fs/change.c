@@ -11,7 +11,7 @@
  *      transaction, so the transaction is aborted on the spot and the handle
  *      turns read-only; the last committed state on disk stays intact.
  *
- * Space: begin_change_rsv() makes sure the change will find room before it
+ * Space: fs_begin_change_rsv() makes sure the change will find room before it
  * starts (a chunk is added below META_LOW_WATER free metadata; changes stop
  * at META_RESERVE, deletions may use a quarter of it), committing first to
  * free pinned space when that is what it takes.
@@ -20,6 +20,7 @@
  * not take it (a read racing a change of the same file may see either).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -227,7 +228,7 @@ static u64 unallocated(const struct extent_state *es, u64 profile)
  * groups, so the room a change may need (@data_bytes, then @floor for tree
  * blocks) must be free in them before it starts: mixed chunks are added while
  * less than that plus @low is free and device space is left. A data chunk
- * made later by fs_alloc_data() only adds room.
+ * made later by data_alloc() only adds room.
  */
 static int reserve_mixed(struct fs_write_state *w, u64 data_bytes, u64 floor, u64 low)
 {
@@ -298,7 +299,7 @@ static int reserve_space(struct fs_write_state *w, u64 data_bytes, int deleting)
 	return 0;
 }
 
-int begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_bytes,
+int fs_begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_bytes,
 		     int deleting)
 {
 	struct fs_write_state *w = fs->w;
@@ -336,17 +337,21 @@ int begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_
 	return 0;
 }
 
-int begin_change(struct butter_fs *fs, struct fs_write_state **wp)
+int fs_begin_change(struct butter_fs *fs, struct fs_write_state **wp)
 {
-	return begin_change_rsv(fs, wp, 0, 0);
+	return fs_begin_change_rsv(fs, wp, 0, 0);
 }
 
 /* End a change; @failed_in_trees: the error came from phase 2 (abort). */
-int end_change(struct fs_write_state *w, int ret, int failed_in_trees)
+int fs_end_change_at(struct fs_write_state *w, int ret, int failed_in_trees, const char *func,
+		     int line)
 {
-	if (ret < 0 && failed_in_trees)
-		txn_abort(&w->txn, ret, "a change");
-	else if (ret >= 0 && w->txn.tt.ndirty * w->txn.cache->nodesize > DIRTY_COMMIT_BYTES) {
+	if (ret < 0 && failed_in_trees) {
+		char where[128];
+
+		snprintf(where, sizeof(where), "%s() line %d (errno %d)", func, line, ret);
+		txn_abort(&w->txn, ret, where);
+	} else if (ret >= 0 && w->txn.tt.ndirty * w->txn.cache->nodesize > DIRTY_COMMIT_BYTES) {
 		int r = txn_commit(&w->txn);
 
 		if (r)
@@ -426,7 +431,7 @@ int fs_set_readonly(struct butter_fs *fs, int readonly)
  * (writeback cache), and an atime from a finer clock would be later than an
  * mtime set after it, so relatime would skip the next read's atime.
  */
-void now_ts(struct btrfs_timespec *t)
+void fs_now_ts(struct btrfs_timespec *t)
 {
 	struct timespec ts;
 
@@ -436,7 +441,7 @@ void now_ts(struct btrfs_timespec *t)
 }
 
 /* Insert @data as a new item, or append it to the existing item with @key. */
-int insert_or_extend(struct tree_trans *t, struct tree_root *root,
+int fs_insert_or_extend(struct tree_trans *t, struct tree_root *root,
 			    const struct btrfs_key *key, const void *data, u32 size)
 {
 	struct tree_path path;
@@ -510,12 +515,12 @@ int fs_set_label(struct butter_fs *fs, const char *label)
 
 	if (len >= BTRFS_LABEL_SIZE)
 		return -EINVAL;
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
 	memset(fs->vol.super.label, 0, BTRFS_LABEL_SIZE);
 	memcpy(fs->vol.super.label, label, len);
 	w->txn.super_dirty = 1;
 	ret = txn_commit(&w->txn);
-	return end_change(w, ret, 0);
+	return fs_end_change(w, ret, 0);
 }

@@ -1,8 +1,8 @@
 /*
  * change.h — the write side of a handle (struct fs_write_state, set up at a
  * read-write open) and the lifecycle every change follows (change.c):
- * begin_change() (space reserved, a transaction running), phase 1 checks,
- * phase 2 tree changes, end_change() (abort on a failure in phase 2).
+ * fs_begin_change() (space reserved, a transaction running), phase 1 checks,
+ * phase 2 tree changes, fs_end_change() (abort on a failure in phase 2).
  * Not a public header.
  */
 #ifndef BUTTER_FS_CHANGE_H
@@ -19,10 +19,6 @@
 #define DIRTY_COMMIT_BYTES (64ULL << 20)
 #define META_LOW_WATER (32ULL << 20)  /* below this much free metadata, add a chunk */
 #define META_RESERVE (4ULL << 20)     /* changes stop here; deletions may use a quarter */
-#define BTRFS_INODE_NODATASUM_FLAG (1ULL << 0)
-#define BTRFS_INODE_NODATACOW_FLAG (1ULL << 1)
-#define BTRFS_INODE_NOCOMPRESS_FLAG (1ULL << 3)
-#define BTRFS_INODE_COMPRESS_FLAG (1ULL << 11)
 #define COMPRESSED_EXTENT_MAX (128ULL << 10) /* ram bytes of one compressed extent */
 
 struct fs_write_state {
@@ -63,12 +59,20 @@ void fs_final_commit(struct butter_fs *fs);
 void fs_teardown_write(struct butter_fs *fs);
 
 /* Start a change: take the lock and make sure a transaction runs. */
-int begin_change(struct butter_fs *fs, struct fs_write_state **wp);
+int fs_begin_change(struct butter_fs *fs, struct fs_write_state **wp);
 /* The same, first making sure the change will find room (see reserve_space()). */
-int begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_bytes,
+int fs_begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_bytes,
 		     int deleting);
-/* End a change; @failed_in_trees: the error came from changing trees (abort). */
-int end_change(struct fs_write_state *w, int ret, int failed_in_trees);
+/*
+ * End a change; @failed_in_trees: the error came from changing trees, so the
+ * transaction is aborted, and the message names the caller's function and
+ * line, the errno and the transaction: "transaction 7 aborted in
+ * ns_rename() line 294 (errno -5): ...".
+ */
+int fs_end_change_at(struct fs_write_state *w, int ret, int failed_in_trees, const char *func,
+		     int line);
+#define fs_end_change(w, ret, failed_in_trees) \
+	fs_end_change_at((w), (ret), (failed_in_trees), __func__, __LINE__)
 
 /*
  * Data space of a writable handle as it is now (statfs): *total and *used
@@ -79,8 +83,8 @@ int end_change(struct fs_write_state *w, int ret, int failed_in_trees);
  */
 int fs_live_data_usage(struct butter_fs *fs, u64 *total, u64 *used);
 
-void now_ts(struct btrfs_timespec *t);
-int insert_or_extend(struct tree_trans *t, struct tree_root *root, const struct btrfs_key *key,
+void fs_now_ts(struct btrfs_timespec *t);
+int fs_insert_or_extend(struct tree_trans *t, struct tree_root *root, const struct btrfs_key *key,
 		     const void *data, u32 size);
 
 /*

@@ -348,6 +348,7 @@ fail_early:
 
 void fs_destroy(struct butter_fs *fs)
 {
+	ASSERT(!fs->w); /* the write side went first (fs_teardown_write()) */
 	node_cache_destroy(&fs->cache);
 	volumes_close(&fs->vol);
 	pthread_mutex_destroy(&fs->subvol_lock);

@@ -22,7 +22,7 @@
 
 #define MAX_DEPTH 4096
 
-int fs_inode_first_name(struct butter_fs *fs, const struct tree_root *root, u64 ino, u8 type,
+int inode_first_name(struct butter_fs *fs, const struct tree_root *root, u64 ino, u8 type,
 			u64 *parent, char *name, size_t *name_len)
 {
 	struct btrfs_key key = { ino, type, 0 };
@@ -73,7 +73,7 @@ int fs_inode_first_name(struct butter_fs *fs, const struct tree_root *root, u64 
  * Returns 0, -ENOENT (no name: an orphan, or a missing ref), -ENAMETOOLONG,
  * -ELOOP, -EUCLEAN, or -errno.
  */
-int fs_inode_path(struct butter_fs *fs, u64 subvol, u64 ino, char *out, size_t cap)
+int inode_path(struct butter_fs *fs, u64 subvol, u64 ino, char *out, size_t cap)
 {
 	char name[BTRFS_NAME_LEN];
 	struct subvol sv;
@@ -91,10 +91,10 @@ int fs_inode_path(struct butter_fs *fs, u64 subvol, u64 ino, char *out, size_t c
 
 		if (depth == MAX_DEPTH)
 			return -ELOOP;
-		ret = fs_inode_first_name(fs, &sv.root, ino, BTRFS_INODE_REF_KEY, &parent, name,
+		ret = inode_first_name(fs, &sv.root, ino, BTRFS_INODE_REF_KEY, &parent, name,
 					  &nlen);
 		if (ret == -ENOENT)
-			ret = fs_inode_first_name(fs, &sv.root, ino, BTRFS_INODE_EXTREF_KEY, &parent,
+			ret = inode_first_name(fs, &sv.root, ino, BTRFS_INODE_EXTREF_KEY, &parent,
 						  name, &nlen);
 		if (ret)
 			return ret;
@@ -112,11 +112,11 @@ int fs_inode_path(struct butter_fs *fs, u64 subvol, u64 ino, char *out, size_t c
 	return 0;
 }
 
-const char *fs_describe_file_pos(struct butter_fs *fs, u64 subvol, u64 ino, u64 file_offset,
+const char *inode_describe_file_pos(struct butter_fs *fs, u64 subvol, u64 ino, u64 file_offset,
 				 char *buf, size_t size)
 {
 	char path[1024];
-	int ret = fs_inode_path(fs, subvol, ino, path, sizeof(path));
+	int ret = inode_path(fs, subvol, ino, path, sizeof(path));
 
 	if (ret == 0)
 		snprintf(buf, size, "subvolume %llu inode %llu path \"%s\" file offset %llu",

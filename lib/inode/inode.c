@@ -20,7 +20,7 @@
 #include "inode/inode.h"
 
 
-int fs_read_inode(struct butter_fs *fs, butter_ino_t ino, struct btrfs_inode_item *item)
+int inode_read(struct butter_fs *fs, butter_ino_t ino, struct btrfs_inode_item *item)
 {
 	struct btrfs_key key = { ino.ino, BTRFS_INODE_ITEM_KEY, 0 };
 	struct subvol sv;
@@ -39,17 +39,17 @@ int fs_read_inode(struct butter_fs *fs, butter_ino_t ino, struct btrfs_inode_ite
 }
 
 /* The kernel stores rdev as its internal dev_t: major << 20 | minor. */
-u64 fs_rdev_to_user(u64 disk)
+u64 inode_rdev_to_user(u64 disk)
 {
 	return makedev((unsigned)(disk >> 20), (unsigned)(disk & 0xfffff));
 }
 
-u64 fs_rdev_to_disk(u64 user)
+u64 inode_rdev_to_disk(u64 user)
 {
 	return ((u64)major(user) << 20) | (minor(user) & 0xfffff);
 }
 
-unsigned fs_mode_to_dtype(u32 mode)
+unsigned inode_mode_to_dtype(u32 mode)
 {
 	switch (mode & S_IFMT) {
 	case S_IFREG: return DT_REG;
@@ -63,7 +63,7 @@ unsigned fs_mode_to_dtype(u32 mode)
 	}
 }
 
-int fs_walk_dir_items(struct butter_fs *fs, const u8 *item, u32 size,
+int inode_walk_dir_items(struct butter_fs *fs, const u8 *item, u32 size,
 		      int (*fn)(void *arg, const struct btrfs_dir_item *di, const char *name,
 				const u8 *value),
 		      void *arg)
@@ -105,7 +105,7 @@ static int subvol_linked(struct butter_fs *fs, u64 parent, u64 child)
 	return ret < 0 ? ret : 1;
 }
 
-int fs_location_to_ino(struct butter_fs *fs, u64 subvol, const struct btrfs_key *location,
+int inode_location_to_ino(struct butter_fs *fs, u64 subvol, const struct btrfs_key *location,
 		       butter_ino_t *out)
 {
 	struct subvol sv;
@@ -187,14 +187,14 @@ int inode_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 		st->nlink = 1;
 		return 0;
 	}
-	ret = fs_read_inode(fs, ino, &item);
+	ret = inode_read(fs, ino, &item);
 	if (ret)
 		return ret;
 	st->mode = btrfs_inode_mode(&item);
 	st->nlink = btrfs_inode_nlink(&item);
 	st->uid = btrfs_inode_uid(&item);
 	st->gid = btrfs_inode_gid(&item);
-	st->rdev = fs_rdev_to_user(btrfs_inode_rdev(&item));
+	st->rdev = inode_rdev_to_user(btrfs_inode_rdev(&item));
 	st->size = btrfs_inode_size(&item);
 	st->blocks = stat_blocks(btrfs_inode_nbytes(&item), fs->vol.sectorsize);
 	st->generation = btrfs_inode_generation(&item);
@@ -302,7 +302,7 @@ int inode_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_
 		return -ENAMETOOLONG;
 	if (dir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return -ENOENT;
-	ret = fs_read_inode(fs, dir, &item);
+	ret = inode_read(fs, dir, &item);
 	if (ret)
 		return ret;
 	if (!S_ISDIR(btrfs_inode_mode(&item)))
@@ -326,7 +326,7 @@ int inode_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_
 		u32 size;
 
 		data = path_item(&path, &size);
-		ret = fs_walk_dir_items(fs, data, size, match_name, &m);
+		ret = inode_walk_dir_items(fs, data, size, match_name, &m);
 		if (ret > 0)
 			ret = 0;
 	} else if (ret == 1) {
@@ -337,5 +337,5 @@ int inode_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_
 		return ret;
 	if (!m.found)
 		return -ENOENT;
-	return fs_location_to_ino(fs, dir.subvol, &m.location, out);
+	return inode_location_to_ino(fs, dir.subvol, &m.location, out);
 }

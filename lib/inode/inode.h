@@ -13,13 +13,13 @@
 /* ---- inode.c: reading inodes and names ---- */
 
 /* Read an inode item; -ENOENT if absent, -EUCLEAN if malformed. */
-int fs_read_inode(struct butter_fs *fs, butter_ino_t ino, struct btrfs_inode_item *item);
+int inode_read(struct butter_fs *fs, butter_ino_t ino, struct btrfs_inode_item *item);
 
 /*
  * Turn a directory entry's location key inside subvolume @subvol into the
  * inode it names (crossing into a subvolume's root for ROOT_ITEM locations).
  */
-int fs_location_to_ino(struct butter_fs *fs, u64 subvol, const struct btrfs_key *location,
+int inode_location_to_ino(struct butter_fs *fs, u64 subvol, const struct btrfs_key *location,
 		       butter_ino_t *out);
 
 /*
@@ -27,71 +27,71 @@ int fs_location_to_ino(struct butter_fs *fs, u64 subvol, const struct btrfs_key 
  * @fn(arg, di, name, value) for each; a non-zero return stops and is
  * returned. Returns -EUCLEAN if an entry overruns the item.
  */
-int fs_walk_dir_items(struct butter_fs *fs, const u8 *item, u32 size,
+int inode_walk_dir_items(struct butter_fs *fs, const u8 *item, u32 size,
 		      int (*fn)(void *arg, const struct btrfs_dir_item *di, const char *name,
 				const u8 *value),
 		      void *arg);
 
 /* Device numbers: on disk the kernel's internal form (major << 20 | minor). */
-u64 fs_rdev_to_user(u64 disk);
-u64 fs_rdev_to_disk(u64 user);
+u64 inode_rdev_to_user(u64 disk);
+u64 inode_rdev_to_disk(u64 user);
 
 /* DT_* type of a mode. */
-unsigned fs_mode_to_dtype(u32 mode);
+unsigned inode_mode_to_dtype(u32 mode);
 
 /* ---- inode_item.c: changing inode items (phase 2 of a change) ---- */
 
 /* Apply @fn to the inode item of @ino (COW), stamp the transid, move the sequence. */
-int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
+int inode_modify(struct butter_fs *fs, struct subvol *sv, u64 ino,
 		 void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg);
-/* modify_inode() without the sequence bump (an atime is not a change, atime.c rule 2). */
-int modify_inode_keep_sequence(struct butter_fs *fs, struct subvol *sv, u64 ino,
+/* inode_modify() without the sequence bump (an atime is not a change, atime.c rule 2). */
+int inode_modify_keep_sequence(struct butter_fs *fs, struct subvol *sv, u64 ino,
 			       void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg);
 /* The next free inode number of @sv. */
-int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out);
+int inode_next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out);
 /* The BTRFS_FT_* type of a mode. */
-u8 mode_to_ft(u32 mode);
-/* modify_inode() edits: a directory's size by a struct dir_update, its times; a ctime. */
-void touch_dir(struct btrfs_inode_item *ii, void *arg);
-void touch_ctime(struct btrfs_inode_item *ii, void *arg);
+u8 inode_mode_to_ft(u32 mode);
+/* inode_modify() edits: a directory's size by a struct dir_update, its times; a ctime. */
+void inode_touch_dir(struct btrfs_inode_item *ii, void *arg);
+void inode_touch_ctime(struct btrfs_inode_item *ii, void *arg);
 /* A new inode item in @sv (nlink 1, or as @a says), @size bytes; its number in *ino. */
-int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_new_inode *a,
+int inode_create(struct butter_fs *fs, struct subvol *sv, const struct butter_new_inode *a,
 		 u64 size, u64 *ino);
 
 /* ---- names.c: the name items ---- */
 
 /* The next free DIR_INDEX of @dir. */
-int next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out);
+int inode_next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out);
 /* Give @ino the name @name in @dir: DIR_ITEM, DIR_INDEX, INODE_REF/EXTREF; @dir grows. */
-int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name, size_t namelen,
+int inode_add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name, size_t namelen,
 	     u64 ino, u32 mode);
 /*
  * The directory side of a name: a DIR_ITEM entry and the DIR_INDEX item
  * @index for @location in @dir (items only: -EEXIST if the index is taken,
  * -EUCLEAN for a name of more than 255 bytes).
  */
-int fs_insert_dir_entries(struct tree_trans *t, struct tree_root *root, u64 dir, const char *name,
+int inode_insert_dir_entries(struct tree_trans *t, struct tree_root *root, u64 dir, const char *name,
 			  size_t namelen, const struct btrfs_key *location, u8 ft, u64 index);
-/* fs_insert_dir_entries() in a running change, @dir's size and times following. */
-int fs_add_dir_entries(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+/* inode_insert_dir_entries() in a running change, @dir's size and times following. */
+int inode_add_dir_entries(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 		       size_t namelen, const struct btrfs_key *location, u8 ft, u64 index);
 /* Remove the DIR_ITEM entry @name and DIR_INDEX @index from @dir; shrink and touch @dir. */
-int fs_remove_dir_entry(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+int inode_remove_dir_entry(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 			size_t len, u64 index);
-/* Remove the name @name of @ino from @dir: its back reference and fs_remove_dir_entry(). */
-int fs_remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+/* Remove the name @name of @ino from @dir: its back reference and inode_remove_dir_entry(). */
+int inode_remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 		   size_t len, u64 ino);
 /*
  * Cut the entry named @name (a dir_item with its name) out of the DIR_ITEM or
  * XATTR_ITEM item at @key, deleting the item when it was alone. 0, 1 if no
  * such item or entry, -EUCLEAN for a malformed item, -errno.
  */
-int fs_cut_dir_entry(struct butter_fs *fs, struct tree_root *root, const struct btrfs_key *key,
+int inode_cut_dir_entry(struct butter_fs *fs, struct tree_root *root, const struct btrfs_key *key,
 		     const char *name, size_t len);
 /* Make the root directory (inode 256) of a new subvolume tree. */
-int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes);
+int inode_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes);
 /* Insert directory @objectid's inode item @ii and its ".." ref to itself. */
-int fs_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid,
+int inode_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid,
 		      const struct btrfs_inode_item *ii);
 
 /* ---- xattr.c ---- */
@@ -102,7 +102,7 @@ int fs_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid
  * the kernel resolves a name before it reaches btrfs. Returns 0,
  * -EOPNOTSUPP for another namespace, -EINVAL for a bare prefix ("user.").
  */
-int fs_xattr_name_check(const char *name, size_t len);
+int inode_xattr_name_check(const char *name, size_t len);
 
 /*
  * Check a btrfs property (an xattr named btrfs.*) before it is set on an
@@ -111,11 +111,11 @@ int fs_xattr_name_check(const char *name, size_t len);
  * none, or empty. Returns 0 (also for every other namespace), 1 for an
  * empty btrfs.compression (the kernel removes the property then), or -EINVAL.
  */
-int fs_xattr_prop_check(const char *name, size_t len, const void *value, size_t size,
+int inode_xattr_prop_check(const char *name, size_t len, const void *value, size_t size,
 			u64 iflags);
 
 /* Set (@value) or remove (NULL) xattr @name of @ino inside a running change (phase 2). */
-int fs_set_xattr_locked(struct butter_fs *fs, struct subvol *sv, u64 ino, const char *name,
+int inode_set_xattr_locked(struct butter_fs *fs, struct subvol *sv, u64 ino, const char *name,
 			const void *value, size_t size);
 
 /* ---- ino_path.c ---- */
@@ -125,18 +125,18 @@ int fs_set_xattr_locked(struct butter_fs *fs, struct subvol *sv, u64 ino, const 
  * to BTRFS_NAME_LEN bytes). 0, -ENOENT if it has none, -EUCLEAN for a
  * malformed ref (logged), or -errno.
  */
-int fs_inode_first_name(struct butter_fs *fs, const struct tree_root *root, u64 ino, u8 type,
+int inode_first_name(struct butter_fs *fs, const struct tree_root *root, u64 ino, u8 type,
 			u64 *parent, char *name, size_t *name_len);
 /*
  * One path of inode @ino from its subvolume's root directory ("a/b") into
  * @out. 0, -ENOENT (no name), -ENAMETOOLONG, -ELOOP, -EUCLEAN or -errno.
  */
-int fs_inode_path(struct butter_fs *fs, u64 subvol, u64 ino, char *out, size_t cap);
+int inode_path(struct butter_fs *fs, u64 subvol, u64 ino, char *out, size_t cap);
 /*
  * "subvolume S inode I path "P" file offset O" into @buf (the path said to
  * be unknown, and why, when it cannot be resolved); returns @buf.
  */
-const char *fs_describe_file_pos(struct butter_fs *fs, u64 subvol, u64 ino, u64 file_offset,
+const char *inode_describe_file_pos(struct butter_fs *fs, u64 subvol, u64 ino, u64 file_offset,
 				 char *buf, size_t size);
 
 /*

@@ -25,6 +25,7 @@ static int change_inode_item(struct butter_fs *fs, struct subvol *sv, u64 ino,
 	struct tree_path path;
 	int ret;
 
+	ASSERT(w && w->txn.running); /* phase 2 of a change */
 	tree_path_init(&path);
 	ret = tree_search_slot(&w->txn.tt, &sv->root, &key, &path, 0, 1);
 	if (ret == 0) {
@@ -50,20 +51,20 @@ static int change_inode_item(struct butter_fs *fs, struct subvol *sv, u64 ino,
 }
 
 /* Apply @fn to the inode item of @ino (COW). */
-int modify_inode(struct butter_fs *fs, struct subvol *sv, u64 ino,
+int inode_modify(struct butter_fs *fs, struct subvol *sv, u64 ino,
 			void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg)
 {
 	return change_inode_item(fs, sv, ino, fn, arg, 1);
 }
 
 /* The same, leaving the inode's sequence where it is (atime updates). */
-int modify_inode_keep_sequence(struct butter_fs *fs, struct subvol *sv, u64 ino,
+int inode_modify_keep_sequence(struct butter_fs *fs, struct subvol *sv, u64 ino,
 			       void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg)
 {
 	return change_inode_item(fs, sv, ino, fn, arg, 0);
 }
 
-int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out)
+int inode_next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out)
 {
 	if (!sv->next_ino) {
 		struct btrfs_key key = { BTRFS_LAST_FREE_OBJECTID, 0xff, (u64)-1 };
@@ -81,7 +82,7 @@ int next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out)
 	return 0;
 }
 
-u8 mode_to_ft(u32 mode)
+u8 inode_mode_to_ft(u32 mode)
 {
 	switch (mode & S_IFMT) {
 	case S_IFREG: return BTRFS_FT_REG_FILE;
@@ -95,22 +96,22 @@ u8 mode_to_ft(u32 mode)
 	}
 }
 
-void touch_ctime(struct btrfs_inode_item *ii, void *arg)
+void inode_touch_ctime(struct btrfs_inode_item *ii, void *arg)
 {
 	(void)arg;
-	now_ts(&ii->ctime);
+	fs_now_ts(&ii->ctime);
 }
 
-void touch_dir(struct btrfs_inode_item *ii, void *arg)
+void inode_touch_dir(struct btrfs_inode_item *ii, void *arg)
 {
 	struct dir_update *u = arg;
 
 	btrfs_set_inode_size(ii, (u64)((s64)btrfs_inode_size(ii) + u->size_delta));
-	now_ts(&ii->mtime);
+	fs_now_ts(&ii->mtime);
 	ii->ctime = ii->mtime;
 }
 
-int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_new_inode *a,
+int inode_create(struct butter_fs *fs, struct subvol *sv, const struct butter_new_inode *a,
 			u64 size, u64 *ino)
 {
 	struct fs_write_state *w = fs->w;
@@ -118,7 +119,7 @@ int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_ne
 	struct btrfs_key key;
 	int ret;
 
-	ret = next_ino(fs, sv, ino);
+	ret = inode_next_ino(fs, sv, ino);
 	if (ret)
 		return ret;
 	memset(&ii, 0, sizeof(ii));
@@ -131,8 +132,8 @@ int create_inode(struct butter_fs *fs, struct subvol *sv, const struct butter_ne
 	btrfs_set_inode_uid(&ii, a->uid);
 	btrfs_set_inode_gid(&ii, a->gid);
 	btrfs_set_inode_mode(&ii, a->mode);
-	btrfs_set_inode_rdev(&ii, fs_rdev_to_disk(a->rdev));
-	now_ts(&ii.atime);
+	btrfs_set_inode_rdev(&ii, inode_rdev_to_disk(a->rdev));
+	fs_now_ts(&ii.atime);
 	ii.ctime = ii.mtime = ii.otime = ii.atime;
 	key.objectid = *ino;
 	key.type = BTRFS_INODE_ITEM_KEY;

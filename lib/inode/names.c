@@ -26,7 +26,7 @@
 #include "format/checksum.h"
 #include "inode/inode.h"
 
-int next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out)
+int inode_next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out)
 {
 	struct btrfs_key key = { dir, BTRFS_DIR_INDEX_KEY, (u64)-1 };
 	int ret = tree_find_key(&fs->cache, &sv->root, &key, 1, &key);
@@ -39,7 +39,7 @@ int next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out)
 	return 0;
 }
 
-int fs_insert_dir_entries(struct tree_trans *t, struct tree_root *root, u64 dir, const char *name,
+int inode_insert_dir_entries(struct tree_trans *t, struct tree_root *root, u64 dir, const char *name,
 			  size_t namelen, const struct btrfs_key *location, u8 ft, u64 index)
 {
 	u8 buf[sizeof(struct btrfs_dir_item) + BTRFS_NAME_LEN];
@@ -59,7 +59,7 @@ int fs_insert_dir_entries(struct tree_trans *t, struct tree_root *root, u64 dir,
 	key.objectid = dir;
 	key.type = BTRFS_DIR_ITEM_KEY;
 	key.offset = btrfs_name_hash(name, namelen);
-	ret = insert_or_extend(t, root, &key, buf, (u32)(sizeof(*di) + namelen));
+	ret = fs_insert_or_extend(t, root, &key, buf, (u32)(sizeof(*di) + namelen));
 	if (ret)
 		return ret;
 	key.type = BTRFS_DIR_INDEX_KEY;
@@ -67,19 +67,19 @@ int fs_insert_dir_entries(struct tree_trans *t, struct tree_root *root, u64 dir,
 	return tree_insert_item(t, root, &key, buf, (u32)(sizeof(*di) + namelen));
 }
 
-int fs_add_dir_entries(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+int inode_add_dir_entries(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 		       size_t namelen, const struct btrfs_key *location, u8 ft, u64 index)
 {
 	struct dir_update u = { 2 * (s64)namelen };
-	int ret = fs_insert_dir_entries(&fs->w->txn.tt, &sv->root, dir, name, namelen, location, ft,
+	int ret = inode_insert_dir_entries(&fs->w->txn.tt, &sv->root, dir, name, namelen, location, ft,
 					index);
 
 	if (ret)
 		return ret;
-	return modify_inode(fs, sv, dir, touch_dir, &u);
+	return inode_modify(fs, sv, dir, inode_touch_dir, &u);
 }
 
-int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+int inode_add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 	     size_t namelen, u64 ino, u32 mode)
 {
 	struct fs_write_state *w = fs->w;
@@ -89,7 +89,7 @@ int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 	u64 index;
 	int ret;
 
-	ret = next_dir_index(fs, sv, dir, &index);
+	ret = inode_next_dir_index(fs, sv, dir, &index);
 	if (ret)
 		return ret;
 	btrfs_set_inode_ref_index((struct btrfs_inode_ref *)ref, index);
@@ -112,21 +112,21 @@ int add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 		memcpy(ext + sizeof(*er), name, namelen);
 		key.type = BTRFS_INODE_EXTREF_KEY;
 		key.offset = btrfs_extref_hash(dir, name, namelen);
-		ret = insert_or_extend(t, &sv->root, &key, ext, (u32)(sizeof(*er) + namelen));
+		ret = fs_insert_or_extend(t, &sv->root, &key, ext, (u32)(sizeof(*er) + namelen));
 	} else if (ret >= 0 || ret == -ENOENT) {
-		ret = insert_or_extend(t, &sv->root, &key, ref,
+		ret = fs_insert_or_extend(t, &sv->root, &key, ref,
 				       (u32)(sizeof(struct btrfs_inode_ref) + namelen));
 	}
 	if (ret)
 		return ret;
-	return fs_add_dir_entries(fs, sv, dir, name, namelen, &loc, mode_to_ft(mode), index);
+	return inode_add_dir_entries(fs, sv, dir, name, namelen, &loc, inode_mode_to_ft(mode), index);
 }
 
 /*
  * Insert @ii as the inode item of directory @objectid in @root, and the ".."
  * INODE_REF that makes it its own parent (the top directory of a tree).
  */
-int fs_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid,
+int inode_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid,
 		      const struct btrfs_inode_item *ii)
 {
 	struct btrfs_key key = { objectid, BTRFS_INODE_ITEM_KEY, 0 };
@@ -149,7 +149,7 @@ int fs_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid
  * made in @t. @nbytes goes into the inode (mkfs.btrfs uses the node size).
  * Used by subvolume creation and by mkfs.
  */
-int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes)
+int inode_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes)
 {
 	struct btrfs_inode_item ii;
 
@@ -159,9 +159,9 @@ int fs_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes)
 	btrfs_set_inode_nbytes(&ii, nbytes);
 	btrfs_set_inode_nlink(&ii, 1);
 	btrfs_set_inode_mode(&ii, S_IFDIR | 0755);
-	now_ts(&ii.atime);
+	fs_now_ts(&ii.atime);
 	ii.ctime = ii.mtime = ii.otime = ii.atime;
-	return fs_insert_top_dir(t, root, BTRFS_FIRST_FREE_OBJECTID, &ii);
+	return inode_insert_top_dir(t, root, BTRFS_FIRST_FREE_OBJECTID, &ii);
 }
 
 /* Entry matchers: return the entry's length if it matches, 0 if not, <0 if malformed. */
@@ -291,7 +291,7 @@ static int delete_item(struct butter_fs *fs, struct tree_root *root, const struc
 	return ret;
 }
 
-int fs_remove_dir_entry(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+int inode_remove_dir_entry(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 			size_t len, u64 index)
 {
 	struct name_arg a = { name, len, dir, 0 };
@@ -313,10 +313,10 @@ int fs_remove_dir_entry(struct butter_fs *fs, struct subvol *sv, u64 dir, const 
 				   (unsigned long long)index);
 	if (ret)
 		return ret;
-	return modify_inode(fs, sv, dir, touch_dir, &u);
+	return inode_modify(fs, sv, dir, inode_touch_dir, &u);
 }
 
-int fs_cut_dir_entry(struct butter_fs *fs, struct tree_root *root, const struct btrfs_key *key,
+int inode_cut_dir_entry(struct butter_fs *fs, struct tree_root *root, const struct btrfs_key *key,
 		     const char *name, size_t len)
 {
 	struct name_arg a = { name, len, 0, 0 };
@@ -324,7 +324,7 @@ int fs_cut_dir_entry(struct butter_fs *fs, struct tree_root *root, const struct 
 	return cut_entry(fs, root, key, match_dir_entry, &a);
 }
 
-int fs_remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
+int inode_remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 		   size_t len, u64 ino)
 {
 	struct name_arg a = { name, len, dir, 0 };
@@ -342,5 +342,5 @@ int fs_remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char 
 				   (unsigned long long)ino, (unsigned long long)dir);
 	if (ret)
 		return ret;
-	return fs_remove_dir_entry(fs, sv, dir, name, len, a.index);
+	return inode_remove_dir_entry(fs, sv, dir, name, len, a.index);
 }

@@ -6,9 +6,9 @@
  * which is what getxattr(2) returns too.
  *
  * Names outside the namespaces the kernel's btrfs handles are refused, by
- * get, set and remove alike (fs_xattr_name_check); listing shows whatever
+ * get, set and remove alike (inode_xattr_name_check); listing shows whatever
  * the items hold. A btrfs property (btrfs.compression) is checked as the
- * kernel checks it (fs_xattr_prop_check) and stored as the kernel stores
+ * kernel checks it (inode_xattr_prop_check) and stored as the kernel stores
  * it, as an xattr; the kernel applies it to the inode when it loads one.
  */
 #include <errno.h>
@@ -18,7 +18,7 @@
 #include "format/checksum.h"
 #include "inode/inode.h"
 
-int fs_xattr_name_check(const char *name, size_t len)
+int inode_xattr_name_check(const char *name, size_t len)
 {
 	static const char *const prefixes[] = { "user.", "trusted.", "security.", "btrfs." };
 	static const char *const system_names[] = { "system.posix_acl_access",
@@ -38,7 +38,7 @@ int fs_xattr_name_check(const char *name, size_t len)
 	return -EOPNOTSUPP;
 }
 
-int fs_xattr_prop_check(const char *name, size_t len, const void *value, size_t size,
+int inode_xattr_prop_check(const char *name, size_t len, const void *value, size_t size,
 			u64 iflags)
 {
 	static const char *const algos[] = { "zlib", "lzo", "zstd" };
@@ -109,7 +109,7 @@ ssize_t inode_listxattr(struct butter_fs *fs, butter_ino_t ino, char *buf, size_
 		if (key.objectid != ino.ino || key.type != BTRFS_XATTR_ITEM_KEY)
 			break;
 		item = path_item(&path, &isize);
-		ret = fs_walk_dir_items(fs, item, isize, list_one, &c);
+		ret = inode_walk_dir_items(fs, item, isize, list_one, &c);
 		if (ret)
 			break;
 		ret = tree_next_item(&fs->cache, &path);
@@ -159,7 +159,7 @@ ssize_t inode_getxattr(struct butter_fs *fs, butter_ino_t ino, const char *name,
 
 	if (c.len == 0 || c.len > 255)
 		return -ERANGE;
-	ret = fs_xattr_name_check(name, c.len);
+	ret = inode_xattr_name_check(name, c.len);
 	if (ret)
 		return ret;
 	if (ino.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
@@ -177,7 +177,7 @@ ssize_t inode_getxattr(struct butter_fs *fs, butter_ino_t ino, const char *name,
 		u32 isize;
 
 		item = path_item(&path, &isize);
-		ret = fs_walk_dir_items(fs, item, isize, get_one, &c);
+		ret = inode_walk_dir_items(fs, item, isize, get_one, &c);
 	}
 	tree_path_release(&fs->cache, &path);
 	if (ret < 0)
@@ -209,7 +209,7 @@ static int keep_other(void *arg, const struct btrfs_dir_item *di, const char *na
 	return 0;
 }
 
-int fs_set_xattr_locked(struct butter_fs *fs, struct subvol *sv, u64 ino, const char *name,
+int inode_set_xattr_locked(struct butter_fs *fs, struct subvol *sv, u64 ino, const char *name,
 			const void *value, size_t size)
 {
 	struct fs_write_state *w = fs->w;
@@ -233,7 +233,7 @@ int fs_set_xattr_locked(struct butter_fs *fs, struct subvol *sv, u64 ino, const 
 		if (!c.keep)
 			ret = -ENOMEM;
 		else
-			ret = fs_walk_dir_items(fs, item, isize, keep_other, &c);
+			ret = inode_walk_dir_items(fs, item, isize, keep_other, &c);
 		if (ret == 0)
 			ret = tree_del_items(&w->txn.tt, &sv->root, &path, 1);
 	} else if (ret == 1) {
@@ -260,7 +260,7 @@ int fs_set_xattr_locked(struct butter_fs *fs, struct subvol *sv, u64 ino, const 
 		di->type = BTRFS_FT_XATTR;
 		memcpy(buf + sizeof(*di), name, nlen);
 		memcpy(buf + sizeof(*di) + nlen, value, size);
-		ret = insert_or_extend(&w->txn.tt, &sv->root, &key, buf, entry);
+		ret = fs_insert_or_extend(&w->txn.tt, &sv->root, &key, buf, entry);
 	}
 	free(buf);
 	return ret;

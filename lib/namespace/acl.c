@@ -49,7 +49,7 @@ static void set_entry_perm(u8 *v, int i, u16 perm)
 	put_le16(v + 4 + (size_t)i * ACL_ENTRY_SIZE + 2, perm);
 }
 
-int fs_acl_update_mode(const void *value, size_t len, u32 *mode)
+int ns_acl_update_mode(const void *value, size_t len, u32 *mode)
 {
 	const u8 *v = value;
 	int n = acl_entries(v, len), i, equiv = 1;
@@ -88,7 +88,7 @@ int fs_acl_update_mode(const void *value, size_t len, u32 *mode)
 	return equiv;
 }
 
-int fs_acl_chmod(void *value, size_t len, u32 mode)
+int ns_acl_chmod(void *value, size_t len, u32 mode)
 {
 	u8 *v = value;
 	int n = acl_entries(v, len), i, group_obj = -1, mask = -1;
@@ -168,7 +168,7 @@ static int create_masq(u8 *acl, int n, u32 *mode)
 	return not_equiv;
 }
 
-int fs_acl_inherit(struct butter_fs *fs, butter_ino_t dir, u32 *mode, u32 umask,
+int ns_acl_inherit(struct butter_fs *fs, butter_ino_t dir, u32 *mode, u32 umask,
 		   struct fs_acl_set *out)
 {
 	ssize_t len;
@@ -186,13 +186,13 @@ int fs_acl_inherit(struct butter_fs *fs, butter_ino_t dir, u32 *mode, u32 umask,
 	out->dflt = malloc((size_t)len);
 	out->access = malloc((size_t)len);
 	if (!out->dflt || !out->access) {
-		fs_acl_set_free(out);
+		ns_acl_set_free(out);
 		return -ENOMEM;
 	}
 	len = inode_getxattr(fs, dir, "system.posix_acl_default", out->dflt, (size_t)len);
 	n = len < 0 ? (int)len : acl_entries(out->dflt, (size_t)len);
 	if (n < 0) {
-		fs_acl_set_free(out);
+		ns_acl_set_free(out);
 		/* a malformed default ACL: as if there were none */
 		*mode &= ~(umask & 0777);
 		return n == -EINVAL ? 0 : n;
@@ -210,7 +210,7 @@ int fs_acl_inherit(struct butter_fs *fs, butter_ino_t dir, u32 *mode, u32 umask,
 	return 0;
 }
 
-void fs_acl_set_free(struct fs_acl_set *s)
+void ns_acl_set_free(struct fs_acl_set *s)
 {
 	free(s->access);
 	free(s->dflt);

@@ -29,7 +29,6 @@
 
 #include "namespace/namespace.h"
 
-#define BTRFS_INODE_NOATIME_FLAG (1ULL << 9)
 #define RELATIME_MAX_AGE (24 * 60 * 60) /* seconds, as the kernel's relatime */
 
 /* Compare two on-disk times: <0, 0, >0. */
@@ -53,7 +52,7 @@ static int atime_due(const struct btrfs_inode_item *ii, unsigned policy)
 	    (btrfs_inode_flags(ii) & BTRFS_INODE_NOATIME_FLAG) ||
 	    ((policy & BUTTER_ATIME_NODIR) && S_ISDIR(btrfs_inode_mode(ii))))
 		return 0;
-	now_ts(&now);
+	fs_now_ts(&now);
 	if (ts_cmp(atime, &now) == 0)
 		return 0;
 	if ((policy & BUTTER_ATIME_MODE_MASK) == BUTTER_ATIME_STRICT)
@@ -71,7 +70,7 @@ static int check_due(struct butter_fs *fs, butter_ino_t ino, unsigned policy,
 
 	if (!fs->w || ino.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return 0;
-	ret = fs_read_inode(fs, ino, ii);
+	ret = inode_read(fs, ino, ii);
 	if (ret)
 		return ret;
 	return atime_due(ii, policy);
@@ -88,7 +87,7 @@ int ns_atime_due(struct butter_fs *fs, butter_ino_t ino, unsigned policy)
 static void set_atime_now(struct btrfs_inode_item *ii, void *arg)
 {
 	(void)arg;
-	now_ts(&ii->atime);
+	fs_now_ts(&ii->atime);
 }
 
 int ns_touch_atime(struct butter_fs *fs, butter_ino_t ino, unsigned policy)
@@ -100,15 +99,15 @@ int ns_touch_atime(struct butter_fs *fs, butter_ino_t ino, unsigned policy)
 
 	if (!fs->w)
 		return 0;
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret == -EROFS ? 0 : ret;
 	ret = check_due(fs, ino, policy, &ii);
 	if (ret <= 0)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	sv = fs_subvol_mut(fs, ino.subvol, &err);
 	if (!sv)
-		return end_change(w, err == -EROFS ? 0 : err, 0);
-	ret = modify_inode_keep_sequence(fs, sv, ino.ino, set_atime_now, NULL);
-	return end_change(w, ret ? ret : 1, 1);
+		return fs_end_change(w, err == -EROFS ? 0 : err, 0);
+	ret = inode_modify_keep_sequence(fs, sv, ino.ino, set_atime_now, NULL);
+	return fs_end_change(w, ret ? ret : 1, 1);
 }

@@ -16,7 +16,7 @@ static void set_mode_bits(struct btrfs_inode_item *ii, void *arg)
 	const u32 *mode = arg;
 
 	btrfs_set_inode_mode(ii, (btrfs_inode_mode(ii) & ~(u32)0777) | (*mode & 0777));
-	now_ts(&ii->ctime);
+	fs_now_ts(&ii->ctime);
 }
 
 int ns_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
@@ -33,17 +33,17 @@ int ns_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const 
 
 	if (nlen == 0 || nlen > 255)
 		return -ERANGE;
-	ret = fs_xattr_name_check(name, nlen);
+	ret = inode_xattr_name_check(name, nlen);
 	if (ret)
 		return ret;
 	if (entry > tree_max_item_size(&fs->cache))
 		return -E2BIG; /* btrfs's limit: the name and value fit one leaf item */
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
-	ret = fs_read_inode(fs, ino, &ii);
+	ret = inode_read(fs, ino, &ii);
 	if (ret == 0)
-		ret = fs_xattr_prop_check(name, nlen, value, size, btrfs_inode_flags(&ii));
+		ret = inode_xattr_prop_check(name, nlen, value, size, btrfs_inode_flags(&ii));
 	if (ret == 1) {
 		remove_only = 1; /* an empty property: removed, as the kernel does */
 		ret = 0;
@@ -54,18 +54,18 @@ int ns_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const 
 	if (ret == 0 && is_access) {
 		/* as btrfs: the mode follows the ACL; an ACL the mode says all of is not kept */
 		mode = btrfs_inode_mode(&ii);
-		equiv = fs_acl_update_mode(value, size, &mode);
+		equiv = ns_acl_update_mode(value, size, &mode);
 		if (equiv < 0)
 			ret = equiv;
 	}
 	if (ret)
-		return end_change(w, ret, 0);
-	ret = fs_set_xattr_locked(fs, sv, ino.ino, name, equiv == 1 || remove_only ? NULL : value,
+		return fs_end_change(w, ret, 0);
+	ret = inode_set_xattr_locked(fs, sv, ino.ino, name, equiv == 1 || remove_only ? NULL : value,
 				  size);
 	if (ret == 0)
-		ret = is_access ? modify_inode(fs, sv, ino.ino, set_mode_bits, &mode)
-				: modify_inode(fs, sv, ino.ino, touch_ctime, NULL);
-	return end_change(w, ret, 1);
+		ret = is_access ? inode_modify(fs, sv, ino.ino, set_mode_bits, &mode)
+				: inode_modify(fs, sv, ino.ino, inode_touch_ctime, NULL);
+	return fs_end_change(w, ret, 1);
 }
 
 struct attr_update {
@@ -99,7 +99,7 @@ static void apply_attr(struct btrfs_inode_item *ii, void *arg)
 	if (a->mask & BUTTER_SET_CTIME)
 		set_ts(&ii->ctime, &st->ctime);
 	else
-		now_ts(&ii->ctime);
+		fs_now_ts(&ii->ctime);
 }
 
 /* chmod: an access ACL follows the new mode, as on btrfs (phase 2). */
@@ -118,9 +118,9 @@ static int chmod_acl(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, 
 	if (!acl)
 		return -ENOMEM;
 	len = inode_getxattr(fs, ino, name, acl, (size_t)len);
-	ret = len < 0 ? (int)len : fs_acl_chmod(acl, (size_t)len, mode);
+	ret = len < 0 ? (int)len : ns_acl_chmod(acl, (size_t)len, mode);
 	if (ret == 0)
-		ret = fs_set_xattr_locked(fs, sv, ino.ino, name, acl, (size_t)len);
+		ret = inode_set_xattr_locked(fs, sv, ino.ino, name, acl, (size_t)len);
 	else if (ret == -EINVAL)
 		ret = 0; /* a malformed ACL stays as it is */
 	free(acl);
@@ -136,10 +136,10 @@ int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat 
 	struct subvol *sv;
 	int ret, err = 0;
 
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
-	ret = fs_read_inode(fs, ino, &ii);
+	ret = inode_read(fs, ino, &ii);
 	if (ret == 0 && (mask & BUTTER_SET_SIZE) && !S_ISREG(btrfs_inode_mode(&ii)))
 		ret = S_ISDIR(btrfs_inode_mode(&ii)) ? -EISDIR : -EINVAL;
 	if (ret == 0 && (mask & BUTTER_SET_SIZE) && st->size > MAX_FILE_BYTES)
@@ -148,16 +148,16 @@ int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat 
 	if (ret == 0 && !sv)
 		ret = err;
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	if (mask & BUTTER_SET_SIZE) {
-		ret = fs_truncate(fs, sv, ino, st->size);
+		ret = data_truncate(fs, sv, ino, st->size);
 		a.mask &= ~BUTTER_SET_SIZE;
 	}
 	if (ret == 0 && (mask & BUTTER_SET_MODE))
 		ret = chmod_acl(fs, sv, ino, st->mode);
 	if (ret == 0)
-		ret = modify_inode(fs, sv, ino.ino, apply_attr, &a);
-	return end_change(w, ret, 1);
+		ret = inode_modify(fs, sv, ino.ino, apply_attr, &a);
+	return fs_end_change(w, ret, 1);
 }
 
 struct xname {
@@ -177,10 +177,10 @@ int ns_removexattr(struct butter_fs *fs, butter_ino_t ino, const char *name)
 
 	if (x.len == 0 || x.len > 255)
 		return -ERANGE;
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
-	ret = fs_read_inode(fs, ino, &ii);
+	ret = inode_read(fs, ino, &ii);
 	if (ret == 0) {
 		have = inode_getxattr(fs, ino, name, NULL, 0);
 		if (have < 0)
@@ -189,11 +189,11 @@ int ns_removexattr(struct butter_fs *fs, butter_ino_t ino, const char *name)
 	if (ret == 0 && !(sv = fs_subvol_mut(fs, ino.subvol, &err)))
 		ret = err;
 	if (ret)
-		return end_change(w, ret, 0);
-	ret = fs_cut_dir_entry(fs, &sv->root, &key, x.name, x.len);
+		return fs_end_change(w, ret, 0);
+	ret = inode_cut_dir_entry(fs, &sv->root, &key, x.name, x.len);
 	if (ret == 1)
 		ret = -EUCLEAN;
 	if (ret == 0)
-		ret = modify_inode(fs, sv, ino.ino, touch_ctime, NULL);
-	return end_change(w, ret, 1);
+		ret = inode_modify(fs, sv, ino.ino, inode_touch_ctime, NULL);
+	return fs_end_change(w, ret, 1);
 }

@@ -15,7 +15,7 @@
 #include "namespace/namespace.h"
 
 /* Phase-1 checks for a new name in @dir; returns the canonical subvolume. */
-int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name,
+int ns_check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name,
 			  size_t namelen, struct subvol **svp)
 {
 	struct btrfs_inode_item ii;
@@ -30,7 +30,7 @@ int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name,
 		return -EEXIST;
 	if (dir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return -EPERM;
-	ret = fs_read_inode(fs, dir, &ii);
+	ret = inode_read(fs, dir, &ii);
 	if (ret)
 		return ret;
 	if (!S_ISDIR(btrfs_inode_mode(&ii)))
@@ -47,7 +47,7 @@ int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name,
 }
 
 /*
- * Create an empty inode (create_inode) and give it the ACLs fs_acl_inherit() chose
+ * Create an empty inode (inode_create) and give it the ACLs ns_acl_inherit() chose
  * (@acls: an access and, for a directory, a default ACL, either NULL for none).
  * Frees @acls whatever happens.
  */
@@ -55,15 +55,15 @@ static int create_inode_with_acls(struct butter_fs *fs, struct subvol *sv,
 				  const struct butter_new_inode *a, struct fs_acl_set *acls,
 				  u64 *ino)
 {
-	int ret = create_inode(fs, sv, a, 0, ino);
+	int ret = inode_create(fs, sv, a, 0, ino);
 
 	if (ret == 0 && acls->access)
-		ret = fs_set_xattr_locked(fs, sv, *ino, "system.posix_acl_access", acls->access,
+		ret = inode_set_xattr_locked(fs, sv, *ino, "system.posix_acl_access", acls->access,
 					  acls->len);
 	if (ret == 0 && acls->dflt)
-		ret = fs_set_xattr_locked(fs, sv, *ino, "system.posix_acl_default", acls->dflt,
+		ret = inode_set_xattr_locked(fs, sv, *ino, "system.posix_acl_default", acls->dflt,
 					  acls->len);
-	fs_acl_set_free(acls);
+	ns_acl_set_free(acls);
 	return ret;
 }
 
@@ -83,22 +83,22 @@ int ns_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t n
 	default:
 		return -EINVAL;
 	}
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
-	ret = check_new_name(fs, dir, name, namelen, &sv);
+	ret = ns_check_new_name(fs, dir, name, namelen, &sv);
 	if (ret == 0 && (attr->flags & BUTTER_NEW_INHERIT_ACL))
-		ret = fs_acl_inherit(fs, dir, &a.mode, attr->umask, &acls);
+		ret = ns_acl_inherit(fs, dir, &a.mode, attr->umask, &acls);
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	ret = create_inode_with_acls(fs, sv, &a, &acls, &ino);
 	if (ret == 0)
-		ret = add_name(fs, sv, dir.ino, name, namelen, ino, a.mode);
+		ret = inode_add_name(fs, sv, dir.ino, name, namelen, ino, a.mode);
 	if (ret == 0 && out) {
 		out->subvol = sv->id;
 		out->ino = ino;
 	}
-	return end_change(w, ret, 1);
+	return fs_end_change(w, ret, 1);
 }
 
 int ns_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
@@ -114,10 +114,10 @@ int ns_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
 
 	if ((attr->mode & S_IFMT) != S_IFREG)
 		return -EINVAL;
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
-	ret = dir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID ? -EPERM : fs_read_inode(fs, dir, &dii);
+	ret = dir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID ? -EPERM : inode_read(fs, dir, &dii);
 	if (ret == 0 && !S_ISDIR(btrfs_inode_mode(&dii)))
 		ret = -ENOTDIR;
 	if (ret == 0 && btrfs_inode_nlink(&dii) == 0)
@@ -125,17 +125,17 @@ int ns_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
 	if (ret == 0 && !(sv = fs_subvol_mut(fs, dir.subvol, &err)))
 		ret = err;
 	if (ret == 0 && (attr->flags & BUTTER_NEW_INHERIT_ACL))
-		ret = fs_acl_inherit(fs, dir, &a.mode, attr->umask, &acls);
+		ret = ns_acl_inherit(fs, dir, &a.mode, attr->umask, &acls);
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	ret = create_inode_with_acls(fs, sv, &a, &acls, &ino);
 	if (ret == 0)
-		ret = fs_orphan_tmpfile(fs, sv, ino);
+		ret = ns_orphan_tmpfile(fs, sv, ino);
 	if (ret == 0 && out) {
 		out->subvol = sv->id;
 		out->ino = ino;
 	}
-	return end_change(w, ret, 1);
+	return fs_end_change(w, ret, 1);
 }
 
 int ns_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
@@ -153,29 +153,29 @@ int ns_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t 
 	if (tlen >= 4096 ||
 	    tlen > tree_max_item_size(&fs->cache) - BTRFS_FILE_EXTENT_INLINE_DATA_START)
 		return -ENAMETOOLONG; /* as btrfs: the target is one inline extent */
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
-	ret = check_new_name(fs, dir, name, namelen, &sv);
+	ret = ns_check_new_name(fs, dir, name, namelen, &sv);
 	if (ret)
-		return end_change(w, ret, 0);
-	ret = create_inode(fs, sv, &a, tlen, &ino);
+		return fs_end_change(w, ret, 0);
+	ret = inode_create(fs, sv, &a, tlen, &ino);
 	if (ret == 0)
-		ret = insert_inline(fs, sv, ino, target, (u32)tlen);
+		ret = data_insert_inline(fs, sv, ino, target, (u32)tlen);
 	if (ret == 0)
-		ret = add_name(fs, sv, dir.ino, name, namelen, ino, a.mode);
+		ret = inode_add_name(fs, sv, dir.ino, name, namelen, ino, a.mode);
 	if (ret == 0 && out) {
 		out->subvol = sv->id;
 		out->ino = ino;
 	}
-	return end_change(w, ret, 1);
+	return fs_end_change(w, ret, 1);
 }
 
 static void inc_nlink(struct btrfs_inode_item *ii, void *arg)
 {
 	(void)arg;
 	btrfs_set_inode_nlink(ii, btrfs_inode_nlink(ii) + 1);
-	now_ts(&ii->ctime);
+	fs_now_ts(&ii->ctime);
 }
 
 int ns_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char *name,
@@ -188,25 +188,25 @@ int ns_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char
 
 	if (ino.subvol != dir.subvol)
 		return -EXDEV;
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
-	ret = fs_read_inode(fs, ino, &ii);
+	ret = inode_read(fs, ino, &ii);
 	if (ret == 0 && S_ISDIR(btrfs_inode_mode(&ii)))
 		ret = -EPERM;
 	if (ret == 0 && btrfs_inode_nlink(&ii) >= 65535)
 		ret = -EMLINK;
 	/* an open orphan (orphan.c) gets no new name, unless it was made nameless */
-	if (ret == 0 && btrfs_inode_nlink(&ii) == 0 && !fs_orphan_linkable(fs, ino))
+	if (ret == 0 && btrfs_inode_nlink(&ii) == 0 && !ns_orphan_linkable(fs, ino))
 		ret = -ENOENT;
 	if (ret == 0)
-		ret = check_new_name(fs, dir, name, namelen, &sv);
+		ret = ns_check_new_name(fs, dir, name, namelen, &sv);
 	if (ret)
-		return end_change(w, ret, 0);
-	ret = btrfs_inode_nlink(&ii) == 0 ? fs_orphan_relink(fs, sv, ino.ino) : 0;
+		return fs_end_change(w, ret, 0);
+	ret = btrfs_inode_nlink(&ii) == 0 ? ns_orphan_relink(fs, sv, ino.ino) : 0;
 	if (ret == 0)
-		ret = modify_inode(fs, sv, ino.ino, inc_nlink, NULL);
+		ret = inode_modify(fs, sv, ino.ino, inc_nlink, NULL);
 	if (ret == 0)
-		ret = add_name(fs, sv, dir.ino, name, namelen, ino.ino, btrfs_inode_mode(&ii));
-	return end_change(w, ret, 1);
+		ret = inode_add_name(fs, sv, dir.ino, name, namelen, ino.ino, btrfs_inode_mode(&ii));
+	return fs_end_change(w, ret, 1);
 }

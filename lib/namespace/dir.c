@@ -37,7 +37,7 @@ static unsigned ft_to_dtype(u8 ft)
 static int dir_subvol(struct butter_fs *fs, butter_ino_t dir, struct subvol *sv)
 {
 	struct btrfs_inode_item inode;
-	int ret = fs_read_inode(fs, dir, &inode);
+	int ret = inode_read(fs, dir, &inode);
 
 	if (ret)
 		return ret;
@@ -114,7 +114,7 @@ int ns_readdir_until(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, uint6
 			break;
 		}
 		btrfs_disk_to_cpu_key(&location, &di->location);
-		ret = fs_location_to_ino(fs, dir.subvol, &location, &ino);
+		ret = inode_location_to_ino(fs, dir.subvol, &location, &ino);
 		if (ret)
 			break;
 		ret = fn(arg, (const char *)(di + 1), name_len, ino, ft_to_dtype(di->type),

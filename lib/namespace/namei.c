@@ -9,7 +9,7 @@
  *
  * An inode with no names left is deleted at once, data references included,
  * unless a front end holds it open (butter_open_ref): then it becomes an
- * orphan, freed at its last release (fs_drop_last_link, orphan.c).
+ * orphan, freed at its last release (ns_drop_last_link, orphan.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -19,12 +19,12 @@
 #include "format/checksum.h"
 #include "namespace/namespace.h"
 
-int fs_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino)
+int ns_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino)
 {
 	struct tree_trans *t = &fs->w->txn.tt;
 	int ret;
 
-	ret = fs_drop_extents(fs, sv, ino, 0, (u64)-1);
+	ret = data_drop_extents(fs, sv, ino, 0, (u64)-1);
 	if (ret)
 		return ret;
 	for (;;) {
@@ -63,7 +63,7 @@ static void dec_nlink(struct btrfs_inode_item *ii, void *arg)
 	(void)arg;
 	if (btrfs_inode_nlink(ii))
 		btrfs_set_inode_nlink(ii, btrfs_inode_nlink(ii) - 1);
-	now_ts(&ii->ctime);
+	fs_now_ts(&ii->ctime);
 }
 
 /* Phase-1 checks for removing @name from @dir: the target and its inode. */
@@ -79,7 +79,7 @@ static int check_old_name(struct butter_fs *fs, butter_ino_t dir, const char *na
 		return ret;
 	if (target->subvol != dir.subvol || target->ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return -EPERM; /* a subvolume: use subvolume delete */
-	ret = fs_read_inode(fs, *target, ii);
+	ret = inode_read(fs, *target, ii);
 	if (ret)
 		return ret;
 	*svp = fs_subvol_mut(fs, dir.subvol, &err);
@@ -101,8 +101,8 @@ static int drop_link(struct butter_fs *fs, struct subvol *sv, const struct btrfs
 		     u64 target)
 {
 	if (S_ISDIR(btrfs_inode_mode(ii)) || btrfs_inode_nlink(ii) <= 1)
-		return fs_drop_last_link(fs, sv, target);
-	return modify_inode(fs, sv, target, dec_nlink, NULL);
+		return ns_drop_last_link(fs, sv, target);
+	return inode_modify(fs, sv, target, dec_nlink, NULL);
 }
 
 int ns_unlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen)
@@ -113,18 +113,18 @@ int ns_unlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t n
 	struct subvol *sv;
 	int ret;
 
-	ret = begin_change_rsv(fs, &w, 0, 1);
+	ret = fs_begin_change_rsv(fs, &w, 0, 1);
 	if (ret)
 		return ret;
 	ret = check_old_name(fs, dir, name, namelen, &target, &ii, &sv);
 	if (ret == 0 && S_ISDIR(btrfs_inode_mode(&ii)))
 		ret = -EISDIR;
 	if (ret)
-		return end_change(w, ret, 0);
-	ret = fs_remove_name(fs, sv, dir.ino, name, namelen, target.ino);
+		return fs_end_change(w, ret, 0);
+	ret = inode_remove_name(fs, sv, dir.ino, name, namelen, target.ino);
 	if (ret == 0)
 		ret = drop_link(fs, sv, &ii, target.ino);
-	return end_change(w, ret, 1);
+	return fs_end_change(w, ret, 1);
 }
 
 /* The DIR_INDEX of entry @name in @dir, by walking the directory's index items. */
@@ -168,7 +168,7 @@ int ns_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t na
 	struct subvol *sv;
 	int ret;
 
-	ret = begin_change_rsv(fs, &w, 0, 1);
+	ret = fs_begin_change_rsv(fs, &w, 0, 1);
 	if (ret)
 		return ret;
 	if (!(namelen == 1 && name[0] == '.') && !(namelen == 2 && !memcmp(name, "..", 2)) &&
@@ -185,9 +185,9 @@ int ns_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t na
 		sv = fs_subvol_mut(fs, dir.subvol, &err);
 		ret = sv ? find_dir_index(fs, sv, dir.ino, name, namelen, &index) : err;
 		if (ret)
-			return end_change(w, ret, 0);
-		ret = fs_remove_dir_entry(fs, sv, dir.ino, name, namelen, index);
-		return end_change(w, ret, 1);
+			return fs_end_change(w, ret, 0);
+		ret = inode_remove_dir_entry(fs, sv, dir.ino, name, namelen, index);
+		return fs_end_change(w, ret, 1);
 	}
 	ret = check_old_name(fs, dir, name, namelen, &target, &ii, &sv);
 	if (ret == 0 && !S_ISDIR(btrfs_inode_mode(&ii)))
@@ -197,11 +197,11 @@ int ns_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t na
 		ret = ret < 0 ? ret : ret ? 0 : -ENOTEMPTY;
 	}
 	if (ret)
-		return end_change(w, ret, 0);
-	ret = fs_remove_name(fs, sv, dir.ino, name, namelen, target.ino);
+		return fs_end_change(w, ret, 0);
+	ret = inode_remove_name(fs, sv, dir.ino, name, namelen, target.ino);
 	if (ret == 0)
-		ret = fs_drop_last_link(fs, sv, target.ino);
-	return end_change(w, ret, 1);
+		ret = ns_drop_last_link(fs, sv, target.ino);
+	return fs_end_change(w, ret, 1);
 }
 
 /* Is @anc an ancestor of (or equal to) directory @dir? Walks INODE_REFs up. */
@@ -244,67 +244,67 @@ int ns_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, si
 	if (newlen == 0 || (newlen == 1 && newname[0] == '.') ||
 	    (newlen == 2 && !memcmp(newname, "..", 2)) || memchr(newname, '/', newlen))
 		return -EINVAL;
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
 	ret = check_old_name(fs, olddir, oldname, oldlen, &src, &src_ii, &sv);
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	ret = inode_lookup(fs, newdir, newname, newlen, &dst);
 	have_dst = ret == 0;
 	if (ret && ret != -ENOENT)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	if (flags & BUTTER_RENAME_NOREPLACE && have_dst)
-		return end_change(w, -EEXIST, 0);
+		return fs_end_change(w, -EEXIST, 0);
 	if (have_dst && dst.subvol == src.subvol && dst.ino == src.ino)
-		return end_change(w, 0, 0); /* same inode: nothing to do */
+		return fs_end_change(w, 0, 0); /* same inode: nothing to do */
 	if (have_dst) {
 		if (dst.subvol != newdir.subvol || dst.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
-			return end_change(w, -EPERM, 0);
-		ret = fs_read_inode(fs, dst, &dst_ii);
+			return fs_end_change(w, -EPERM, 0);
+		ret = inode_read(fs, dst, &dst_ii);
 		if (ret)
-			return end_change(w, ret, 0);
+			return fs_end_change(w, ret, 0);
 	}
 	if (flags & BUTTER_RENAME_NOREPLACE && have_dst)
-		return end_change(w, -EEXIST, 0);
+		return fs_end_change(w, -EEXIST, 0);
 	if (flags & BUTTER_RENAME_EXCHANGE && !have_dst)
-		return end_change(w, -ENOENT, 0);
+		return fs_end_change(w, -ENOENT, 0);
 	if (!(flags & BUTTER_RENAME_EXCHANGE) && have_dst) {
 		if (S_ISDIR(btrfs_inode_mode(&src_ii)) && !S_ISDIR(btrfs_inode_mode(&dst_ii)))
-			return end_change(w, -ENOTDIR, 0);
+			return fs_end_change(w, -ENOTDIR, 0);
 		if (!S_ISDIR(btrfs_inode_mode(&src_ii)) && S_ISDIR(btrfs_inode_mode(&dst_ii)))
-			return end_change(w, -EISDIR, 0);
+			return fs_end_change(w, -EISDIR, 0);
 		if (S_ISDIR(btrfs_inode_mode(&dst_ii))) {
 			ret = dir_is_empty(fs, sv, dst.ino);
 			if (ret <= 0)
-				return end_change(w, ret < 0 ? ret : -ENOTEMPTY, 0);
+				return fs_end_change(w, ret < 0 ? ret : -ENOTEMPTY, 0);
 		}
 	}
 	/* a directory may not move below itself */
 	if (S_ISDIR(btrfs_inode_mode(&src_ii))) {
 		ret = is_ancestor(fs, src, newdir);
 		if (ret)
-			return end_change(w, ret < 0 ? ret : -EINVAL, 0);
+			return fs_end_change(w, ret < 0 ? ret : -EINVAL, 0);
 	}
 	if (flags & BUTTER_RENAME_EXCHANGE && S_ISDIR(btrfs_inode_mode(&dst_ii))) {
 		ret = is_ancestor(fs, dst, olddir);
 		if (ret)
-			return end_change(w, ret < 0 ? ret : -EINVAL, 0);
+			return fs_end_change(w, ret < 0 ? ret : -EINVAL, 0);
 	}
 	/* phase 2 */
-	ret = fs_remove_name(fs, sv, olddir.ino, oldname, oldlen, src.ino);
+	ret = inode_remove_name(fs, sv, olddir.ino, oldname, oldlen, src.ino);
 	if (ret == 0 && have_dst)
-		ret = fs_remove_name(fs, sv, newdir.ino, newname, newlen, dst.ino);
+		ret = inode_remove_name(fs, sv, newdir.ino, newname, newlen, dst.ino);
 	if (ret == 0)
-		ret = add_name(fs, sv, newdir.ino, newname, newlen, src.ino, btrfs_inode_mode(&src_ii));
+		ret = inode_add_name(fs, sv, newdir.ino, newname, newlen, src.ino, btrfs_inode_mode(&src_ii));
 	if (ret == 0 && have_dst) {
 		if (flags & BUTTER_RENAME_EXCHANGE)
-			ret = add_name(fs, sv, olddir.ino, oldname, oldlen, dst.ino,
+			ret = inode_add_name(fs, sv, olddir.ino, oldname, oldlen, dst.ino,
 				       btrfs_inode_mode(&dst_ii));
 		else
 			ret = drop_link(fs, sv, &dst_ii, dst.ino);
 	}
 	if (ret == 0) /* rename changes the inode's ctime */
-		ret = modify_inode(fs, sv, src.ino, touch_ctime, NULL);
-	return end_change(w, ret, 1);
+		ret = inode_modify(fs, sv, src.ino, inode_touch_ctime, NULL);
+	return fs_end_change(w, ret, 1);
 }

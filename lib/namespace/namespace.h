@@ -13,12 +13,12 @@
 
 /* ---- create.c ---- */
 /* Phase 1 of a new name: @dir is a writable directory and @name is free in it. */
-int check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+int ns_check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		   struct subvol **svp);
 
 /* ---- namei.c ---- */
 /* Delete every item of inode @ino (its data references too). */
-int fs_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino);
+int ns_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino);
 
 /* ---- acl.c: POSIX ACLs kept in step with modes (see its header comment) ---- */
 struct fs_acl_set {
@@ -26,36 +26,36 @@ struct fs_acl_set {
 	size_t len;          /* both have the parent's default ACL's length */
 };
 /* New inode in @dir: narrow *mode (umask when @dir has no default ACL) and give its ACLs. */
-int fs_acl_inherit(struct butter_fs *fs, butter_ino_t dir, u32 *mode, u32 umask,
+int ns_acl_inherit(struct butter_fs *fs, butter_ino_t dir, u32 *mode, u32 umask,
 		   struct fs_acl_set *out);
-void fs_acl_set_free(struct fs_acl_set *s);
+void ns_acl_set_free(struct fs_acl_set *s);
 /* The mode bits an access ACL implies; 1 if it says no more than them, 0 if more, -EINVAL. */
-int fs_acl_update_mode(const void *value, size_t len, u32 *mode);
+int ns_acl_update_mode(const void *value, size_t len, u32 *mode);
 /* chmod: give an access ACL the owner, group-or-mask and other bits of @mode. */
-int fs_acl_chmod(void *value, size_t len, u32 mode);
+int ns_acl_chmod(void *value, size_t len, u32 mode);
 
 /* ---- orphan.c (open files and orphan items; its header comment has the rules) ---- */
 /* At a read-write open, after fs_setup_write(); destroyed at close (lib/ops/open.c). */
-int fs_open_files_init(struct fs_write_state *w);
-void fs_open_files_destroy(struct fs_write_state *w);
+int ns_open_files_init(struct fs_write_state *w);
+void ns_open_files_destroy(struct fs_write_state *w);
 /*
  * The last name of @ino went (phase 2): delete the inode, or, if it is open,
  * keep it with nlink 0 and an ORPHAN_ITEM until its last butter_release().
  */
-int fs_drop_last_link(struct butter_fs *fs, struct subvol *sv, u64 ino);
+int ns_drop_last_link(struct butter_fs *fs, struct subvol *sv, u64 ino);
 /*
  * A new inode @ino without a name (O_TMPFILE, phase 2): counted open once,
  * nlink 0 and an ORPHAN_ITEM, marked linkable.
  */
-int fs_orphan_tmpfile(struct butter_fs *fs, struct subvol *sv, u64 ino);
+int ns_orphan_tmpfile(struct butter_fs *fs, struct subvol *sv, u64 ino);
 /* Is @ino an orphan made by butter_create_tmpfile() that a link may name? */
-bool fs_orphan_linkable(struct butter_fs *fs, butter_ino_t ino);
+bool ns_orphan_linkable(struct butter_fs *fs, butter_ino_t ino);
 /* A linkable orphan gets its first name (phase 2): its orphan item goes. */
-int fs_orphan_relink(struct butter_fs *fs, struct subvol *sv, u64 ino);
+int ns_orphan_relink(struct butter_fs *fs, struct subvol *sv, u64 ino);
 /* Free every orphan still open (at close: nobody can reach them any more). */
-void fs_orphan_free_open(struct butter_fs *fs);
+void ns_orphan_free_open(struct butter_fs *fs);
 /* Free the orphan inodes of every writable subvolume, at a read-write open. */
-int fs_orphan_cleanup(struct butter_fs *fs);
+int ns_orphan_cleanup(struct butter_fs *fs);
 
 /*
  * The bodies of the public calls of this layer: butter_atime_due(), butter_create(), butter_create_tmpfile() and the rest below.

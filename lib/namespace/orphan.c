@@ -15,7 +15,7 @@
  *
  * States of an inode (per subvolume id and inode number):
  *
- *   named --last name removed, not open--> freed (fs_delete_inode at once)
+ *   named --last name removed, not open--> freed (ns_delete_inode at once)
  *   named --last name removed, open-----> orphan: nlink 0 + ORPHAN_ITEM,
  *                                          data and attributes still usable
  *   orphan --last butter_release()------> freed: every item of the inode,
@@ -27,7 +27,7 @@
  *   linkable orphan --butter_link()-----> named: nlink 1, orphan item deleted
  *                                          (the kernel's O_TMPFILE + linkat)
  *
- * Cleanup at open (fs_orphan_cleanup), as the kernel's btrfs_orphan_cleanup:
+ * Cleanup at open (ns_orphan_cleanup), as the kernel's btrfs_orphan_cleanup:
  * for every orphan item of every writable subvolume (the top level and every
  * live, not read-only subvolume), an inode with nlink 0 is freed with its
  * orphan item; an orphan item whose inode is gone or still has names (old
@@ -117,7 +117,7 @@ static void grow(struct fs_open_files *t)
 	t->nbuckets = nb;
 }
 
-int fs_open_files_init(struct fs_write_state *w)
+int ns_open_files_init(struct fs_write_state *w)
 {
 	struct fs_open_files *t = calloc(1, sizeof(*t));
 
@@ -134,7 +134,7 @@ int fs_open_files_init(struct fs_write_state *w)
 	return 0;
 }
 
-void fs_open_files_destroy(struct fs_write_state *w)
+void ns_open_files_destroy(struct fs_write_state *w)
 {
 	struct fs_open_files *t = w->open_files;
 
@@ -204,7 +204,7 @@ static int delete_orphan_item(struct butter_fs *fs, struct subvol *sv, u64 ino)
 /* Free orphan @ino of @sv (phase 2): all its items, its data, its orphan item. */
 static int free_orphan(struct butter_fs *fs, struct subvol *sv, u64 ino)
 {
-	int ret = fs_delete_inode(fs, sv, ino);
+	int ret = ns_delete_inode(fs, sv, ino);
 
 	if (ret == 0)
 		ret = delete_orphan_item(fs, sv, ino);
@@ -215,10 +215,10 @@ static void unlink_last(struct btrfs_inode_item *ii, void *arg)
 {
 	(void)arg;
 	btrfs_set_inode_nlink(ii, 0);
-	now_ts(&ii->ctime);
+	fs_now_ts(&ii->ctime);
 }
 
-int fs_drop_last_link(struct butter_fs *fs, struct subvol *sv, u64 ino)
+int ns_drop_last_link(struct butter_fs *fs, struct subvol *sv, u64 ino)
 {
 	struct fs_open_files *t = fs->w->open_files;
 	struct btrfs_key key = { BTRFS_ORPHAN_OBJECTID, BTRFS_ORPHAN_ITEM_KEY, ino };
@@ -231,18 +231,18 @@ int fs_drop_last_link(struct butter_fs *fs, struct subvol *sv, u64 ino)
 		e->orphan = 1;
 	pthread_mutex_unlock(&t->lock);
 	if (!e)
-		return fs_delete_inode(fs, sv, ino);
+		return ns_delete_inode(fs, sv, ino);
 	/*
 	 * Phase 2 either way: if this fails the transaction is aborted, and the
 	 * flag only makes the last release try (and fail) to free the inode.
 	 */
-	ret = modify_inode(fs, sv, ino, unlink_last, NULL);
+	ret = inode_modify(fs, sv, ino, unlink_last, NULL);
 	if (ret == 0)
 		ret = tree_insert_item(&fs->w->txn.tt, &sv->root, &key, NULL, 0);
 	return ret;
 }
 
-int fs_orphan_tmpfile(struct butter_fs *fs, struct subvol *sv, u64 ino)
+int ns_orphan_tmpfile(struct butter_fs *fs, struct subvol *sv, u64 ino)
 {
 	struct fs_open_files *t = fs->w->open_files;
 	struct btrfs_key key = { BTRFS_ORPHAN_OBJECTID, BTRFS_ORPHAN_ITEM_KEY, ino };
@@ -263,13 +263,13 @@ int fs_orphan_tmpfile(struct butter_fs *fs, struct subvol *sv, u64 ino)
 	t->count++;
 	grow(t);
 	pthread_mutex_unlock(&t->lock);
-	ret = modify_inode(fs, sv, ino, unlink_last, NULL);
+	ret = inode_modify(fs, sv, ino, unlink_last, NULL);
 	if (ret == 0)
 		ret = tree_insert_item(&fs->w->txn.tt, &sv->root, &key, NULL, 0);
 	return ret;
 }
 
-bool fs_orphan_linkable(struct butter_fs *fs, butter_ino_t ino)
+bool ns_orphan_linkable(struct butter_fs *fs, butter_ino_t ino)
 {
 	struct fs_open_files *t = fs->w->open_files;
 	struct open_inode *e;
@@ -282,7 +282,7 @@ bool fs_orphan_linkable(struct butter_fs *fs, butter_ino_t ino)
 	return yes;
 }
 
-int fs_orphan_relink(struct butter_fs *fs, struct subvol *sv, u64 ino)
+int ns_orphan_relink(struct butter_fs *fs, struct subvol *sv, u64 ino)
 {
 	struct fs_open_files *t = fs->w->open_files;
 	struct open_inode *e;
@@ -332,7 +332,7 @@ int ns_release(struct butter_fs *fs, butter_ino_t ino, unsigned flags)
 		return 1;
 
 	/* the last open of an orphan: free it as a change (invariant 2) */
-	ret = begin_change_rsv(fs, &w, 0, 1);
+	ret = fs_begin_change_rsv(fs, &w, 0, 1);
 	pthread_mutex_lock(&t->lock);
 	p = find_link(t, ino.subvol, ino.ino);
 	e = *p;
@@ -346,14 +346,14 @@ int ns_release(struct butter_fs *fs, butter_ino_t ino, unsigned flags)
 	if (ret)
 		return ret; /* the orphan item stays on disk: the next open frees it */
 	if (!last)
-		return end_change(w, 0, 0);
+		return fs_end_change(w, 0, 0);
 	sv = fs_subvol_mut(fs, ino.subvol, &err);
 	if (!sv)
-		return end_change(w, err, 0);
-	return end_change(w, free_orphan(fs, sv, ino.ino), 1);
+		return fs_end_change(w, err, 0);
+	return fs_end_change(w, free_orphan(fs, sv, ino.ino), 1);
 }
 
-void fs_orphan_free_open(struct butter_fs *fs)
+void ns_orphan_free_open(struct butter_fs *fs)
 {
 	struct fs_write_state *w = fs->w;
 	struct fs_open_files *t = w->open_files;
@@ -379,11 +379,11 @@ void fs_orphan_free_open(struct butter_fs *fs)
 		pthread_mutex_unlock(&t->lock);
 		if (!found)
 			return;
-		ret = begin_change_rsv(fs, &wl, 0, 1);
+		ret = fs_begin_change_rsv(fs, &wl, 0, 1);
 		if (ret == 0) {
 			sv = fs_subvol_mut(fs, found->subvol, &err);
-			ret = sv ? end_change(wl, free_orphan(fs, sv, found->ino), 1)
-				 : end_change(wl, err, 0);
+			ret = sv ? fs_end_change(wl, free_orphan(fs, sv, found->ino), 1)
+				 : fs_end_change(wl, err, 0);
 		}
 		if (ret)
 			blog_warn(&fs->log, "subvolume %llu: orphan inode %llu left for the next "
@@ -445,22 +445,22 @@ static int clean_one(struct butter_fs *fs, u64 subvol, u64 ino, size_t *freed, s
 	struct subvol *sv;
 	int ret, err = 0;
 
-	ret = begin_change_rsv(fs, &w, 0, 1);
+	ret = fs_begin_change_rsv(fs, &w, 0, 1);
 	if (ret)
 		return ret;
 	sv = fs_subvol_mut(fs, subvol, &err);
 	if (!sv)
-		return end_change(w, err, 0);
-	ret = fs_read_inode(fs, id, &ii);
+		return fs_end_change(w, err, 0);
+	ret = inode_read(fs, id, &ii);
 	if (ret == -ENOENT || (ret == 0 && btrfs_inode_nlink(&ii) > 0)) {
 		/* nothing to free: the item alone goes */
 		ret = delete_orphan_item(fs, sv, ino);
-		return end_change(w, ret == 1 ? 0 : ret, 1);
+		return fs_end_change(w, ret == 1 ? 0 : ret, 1);
 	}
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	(*freed)++;
-	return end_change(w, free_orphan(fs, sv, ino), 1);
+	return fs_end_change(w, free_orphan(fs, sv, ino), 1);
 }
 
 /* Clean subvolume @id's orphans (skipped when read-only or not live). */
@@ -485,7 +485,7 @@ static int clean_subvol(struct butter_fs *fs, u64 id, const struct btrfs_root_it
 	return ret;
 }
 
-int fs_orphan_cleanup(struct butter_fs *fs)
+int ns_orphan_cleanup(struct butter_fs *fs)
 {
 	struct btrfs_key key = { BTRFS_FS_TREE_OBJECTID, BTRFS_ROOT_ITEM_KEY, 0 };
 	struct btrfs_root_item item;

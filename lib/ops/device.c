@@ -138,7 +138,7 @@ int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint6
 		blockdev_close(bdev);
 		return -ENOMEM;
 	}
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret == 0)
 		ret = txn_commit(&w->txn); /* the device joins at a commit of its own */
 	if (ret == 0)
@@ -149,7 +149,7 @@ int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint6
 		free(dev->path);
 		free(dev);
 		blockdev_close(bdev);
-		return w ? end_change(w, ret, 0) : ret;
+		return w ? fs_end_change(w, ret, 0) : ret;
 	}
 	for (i = 0; i < vol->ndevs; i++)
 		if (vol->devs[i]->devid > id)
@@ -166,7 +166,7 @@ int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint6
 		free(dev->path);
 		free(dev);
 		blockdev_close(bdev);
-		return end_change(w, ret, 1);
+		return fs_end_change(w, ret, 1);
 	}
 	ret = chunk_add_device(&w->es, &w->txn.tt, dev);
 	if (ret == 0) {
@@ -175,7 +175,7 @@ int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint6
 	}
 	if (ret == 0 && devid)
 		*devid = dev->devid;
-	return end_change(w, ret, 1);
+	return fs_end_change(w, ret, 1);
 }
 
 int ops_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,

@@ -146,7 +146,7 @@ static int make_root_tree_dir(struct mkfs_state *m, const struct timespec *now)
 	int ret;
 
 	fill_dir_inode(&ii, m->txn.tt.transid, m->vol.nodesize, now);
-	ret = fs_insert_top_dir(&m->txn.tt, &m->root_tree, BTRFS_ROOT_TREE_DIR_OBJECTID, &ii);
+	ret = inode_insert_top_dir(&m->txn.tt, &m->root_tree, BTRFS_ROOT_TREE_DIR_OBJECTID, &ii);
 	if (ret)
 		return ret;
 	memset(buf, 0, sizeof(buf));
@@ -472,9 +472,9 @@ int butter_mkfs(const struct butter_mkfs_opts *o)
 	if (ret == 0 && data_l != meta_l)
 		ret = chunk_insert_items(&m->es, &m->txn.tt, data_l);
 	if (ret == 0)
-		ret = fs_make_root_dir(&m->txn.tt, &m->fs_tree, m->vol.nodesize);
+		ret = inode_make_root_dir(&m->txn.tt, &m->fs_tree, m->vol.nodesize);
 	if (ret == 0)
-		ret = fs_make_root_dir(&m->txn.tt, &m->data_reloc, m->vol.nodesize);
+		ret = inode_make_root_dir(&m->txn.tt, &m->data_reloc, m->vol.nodesize);
 	if (ret == 0)
 		ret = make_root_tree_dir(m, &now);
 	if (ret == 0)

@@ -90,11 +90,11 @@ static void close_write(struct butter_fs *fs, int commit)
 		return;
 	if (commit) {
 		if (w->open_files)
-			fs_orphan_free_open(fs);
+			ns_orphan_free_open(fs);
 		fs_final_commit(fs);
 	}
-	fs_tree_log_destroy(w);
-	fs_open_files_destroy(w);
+	tlog_destroy(w);
+	ns_open_files_destroy(w);
 	fs_teardown_write(fs);
 }
 
@@ -105,20 +105,20 @@ static int open_write(struct butter_fs *fs)
 
 	if (ret)
 		return ret;
-	ret = fs_open_files_init(fs->w);
+	ret = ns_open_files_init(fs->w);
 	if (ret == 0)
-		ret = fs_qgroup_setup(fs);
+		ret = subvol_qgroup_setup(fs);
 	if (ret) {
 		close_write(fs, 0);
 		return ret;
 	}
 	/* what was fsynced after the last commit, before any allocation */
-	ret = fs_replay_log(fs);
+	ret = tlog_replay(fs);
 	/* finish deleting subvolumes whose freeing a crash interrupted */
 	if (ret >= 0)
-		ret = fs_drop_orphan_subvols(fs);
+		ret = subvol_drop_orphans(fs);
 	if (ret >= 0)
-		ret = fs_orphan_cleanup(fs); /* as the kernel at a read-write mount */
+		ret = ns_orphan_cleanup(fs); /* as the kernel at a read-write mount */
 	if (ret < 0) {
 		close_write(fs, 1);
 		return ret;

@@ -18,20 +18,20 @@ int ops_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size)
 	u64 want = *size;
 	int ret;
 
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
 	ret = txn_commit(&w->txn);
 	if (ret == 0)
 		ret = txn_begin(&w->txn);
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	ret = chunk_resize_device(&w->es, &w->txn.tt, devid, &want);
 	if (ret == -ENOSPC || ret == -EFBIG || ret == -ENODEV)
-		return end_change(w, ret, 0); /* refused before any change */
+		return fs_end_change(w, ret, 0); /* refused before any change */
 	if (ret == 0)
 		ret = txn_commit(&w->txn);
 	if (ret == 0)
 		*size = want;
-	return end_change(w, ret, 1);
+	return fs_end_change(w, ret, 1);
 }

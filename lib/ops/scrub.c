@@ -209,7 +209,7 @@ static void describe(struct scrub *sc, const struct owner *o, u64 delta, char *b
 
 	if (o && o->known)
 		snprintf(buf, size, ", %s",
-			 fs_describe_file_pos(sc->fs, o->root, o->ino, o->offset + delta, file,
+			 inode_describe_file_pos(sc->fs, o->root, o->ino, o->offset + delta, file,
 					      sizeof(file)));
 	else
 		buf[0] = '\0';
@@ -356,7 +356,7 @@ static int scrub_data_batch(struct scrub *sc, u64 logical, u32 n, const struct o
 	u32 i;
 	int m, ret;
 
-	ret = fs_lookup_csums(sc->fs, logical, n, sc->csums, sc->have);
+	ret = data_lookup_csums(sc->fs, logical, n, sc->csums, sc->have);
 	if (ret)
 		return ret;
 	for (i = 0; i < n; i++)

@@ -12,7 +12,7 @@
 #include <uuid/uuid.h>
 #include "subvol/subvol.h"
 
-int fs_link_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, const char *name,
+int subvol_link(struct butter_fs *fs, struct subvol *parent, u64 dir, const char *name,
 		   size_t namelen, u64 id, u64 index)
 {
 	struct tree_trans *t = &fs->w->txn.tt;
@@ -36,7 +36,7 @@ int fs_link_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, const c
 		ret = tree_insert_item(t, &fs->root_tree, &key, ref, size);
 	}
 	if (ret == 0)
-		ret = fs_add_dir_entries(fs, parent, dir, name, namelen, &loc, BTRFS_FT_DIR, index);
+		ret = inode_add_dir_entries(fs, parent, dir, name, namelen, &loc, BTRFS_FT_DIR, index);
 	return ret;
 }
 
@@ -44,7 +44,7 @@ int fs_link_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, const c
  * The next free subvolume id: the largest root item id + 1, at least 256, and
  * above every id this handle handed out before.
  */
-int fs_next_subvol_id(struct butter_fs *fs, u64 *id)
+int subvol_next_id(struct butter_fs *fs, u64 *id)
 {
 	struct btrfs_key key = { BTRFS_LAST_FREE_OBJECTID, 0xff, (u64)-1 };
 	int ret = tree_find_key(&fs->cache, &fs->root_tree, &key, 1, &key);
@@ -67,20 +67,20 @@ int fs_next_subvol_id(struct butter_fs *fs, u64 *id)
  * name is free (its subvolume in *@parent); the new tree's id and the
  * directory index of its name.
  */
-int check_new_subvol(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+int subvol_check_new(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		     struct subvol **parent, u64 *id, u64 *index)
 {
-	int ret = check_new_name(fs, dir, name, namelen, parent);
+	int ret = ns_check_new_name(fs, dir, name, namelen, parent);
 
 	if (ret == 0)
-		ret = fs_next_subvol_id(fs, id);
+		ret = subvol_next_id(fs, id);
 	if (ret == 0)
-		ret = next_dir_index(fs, *parent, dir.ino, index);
+		ret = inode_next_dir_index(fs, *parent, dir.ino, index);
 	return ret;
 }
 
 /* Add @sv to the handle's subvolume records. */
-int fs_add_subvol_record(struct butter_fs *fs, struct subvol *sv)
+int subvol_add_record(struct butter_fs *fs, struct subvol *sv)
 {
 	struct subvol **arr;
 
@@ -104,25 +104,25 @@ int subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name,
 	u64 id, index;
 	int ret;
 
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
-	ret = check_new_subvol(fs, dir, name, namelen, &parent, &id, &index);
+	ret = subvol_check_new(fs, dir, name, namelen, &parent, &id, &index);
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	sv = calloc(1, sizeof(*sv));
 	if (!sv)
-		return end_change(w, -ENOMEM, 0);
+		return fs_end_change(w, -ENOMEM, 0);
 	sv->id = id;
 	sv->dirid = BTRFS_FIRST_FREE_OBJECTID;
 	ret = tree_create_root(&w->txn.tt, id, &sv->root);
 	if (ret == 0)
-		ret = fs_make_root_dir(&w->txn.tt, &sv->root, 0);
+		ret = inode_make_root_dir(&w->txn.tt, &sv->root, 0);
 	if (ret == 0)
 		ret = txn_track_root(&w->txn, &sv->root);
 	if (ret) {
 		free(sv);
-		return end_change(w, ret, 1);
+		return fs_end_change(w, ret, 1);
 	}
 	memset(&ri, 0, sizeof(ri));
 	btrfs_set_inode_generation(&ri.inode, 1);
@@ -141,20 +141,20 @@ int subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name,
 	uuid_generate(ri.uuid);
 	put_le64(&ri.ctransid, w->txn.tt.transid);
 	put_le64(&ri.otransid, w->txn.tt.transid);
-	now_ts(&ri.ctime);
+	fs_now_ts(&ri.ctime);
 	ri.otime = ri.ctime;
 	key.objectid = id;
 	key.type = BTRFS_ROOT_ITEM_KEY;
 	key.offset = 0;
 	ret = tree_insert_item(&w->txn.tt, &fs->root_tree, &key, &ri, sizeof(ri));
 	if (ret == 0)
-		ret = fs_link_subvol(fs, parent, dir.ino, name, namelen, id, index);
+		ret = subvol_link(fs, parent, dir.ino, name, namelen, id, index);
 	if (ret == 0)
-		ret = fs_uuid_tree_add(fs, ri.uuid, BTRFS_UUID_KEY_SUBVOL, id);
+		ret = subvol_uuid_tree_add(fs, ri.uuid, BTRFS_UUID_KEY_SUBVOL, id);
 	if (ret == 0)
-		ret = fs_qgroup_create(fs, id, 0);
+		ret = subvol_qgroup_create(fs, id, 0);
 	if (ret == 0)
-		ret = fs_add_subvol_record(fs, sv);
+		ret = subvol_add_record(fs, sv);
 	if (ret == 0) {
 		if (out_id)
 			*out_id = id;
@@ -162,5 +162,5 @@ int subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name,
 		txn_ctx_forget_root(&w->txn, &sv->root);
 		free(sv);
 	}
-	return end_change(w, ret, 1);
+	return fs_end_change(w, ret, 1);
 }

@@ -99,7 +99,7 @@ static int subvol_path(struct butter_fs *fs, u64 id, char *out, size_t cap, u64 
 			if (++depth > MAX_PATH_DEPTH)
 				return BLOG_CORRUPT(&fs->log, "subvolume %llu: directory path loops",
 						    (unsigned long long)parent);
-			ret = fs_inode_first_name(fs, &psv.root, dirid, BTRFS_INODE_REF_KEY, &up, name,
+			ret = inode_first_name(fs, &psv.root, dirid, BTRFS_INODE_REF_KEY, &up, name,
 						  &name_len);
 			if (ret)
 				return ret;

@@ -80,7 +80,7 @@ static int qgroup_commit_hook(void *arg)
 	return 0;
 }
 
-int fs_qgroup_setup(struct butter_fs *fs)
+int subvol_qgroup_setup(struct butter_fs *fs)
 {
 	struct fs_write_state *w = fs->w;
 	struct btrfs_key key = { 0, BTRFS_QGROUP_STATUS_KEY, 0 };
@@ -154,7 +154,7 @@ static int put_item(struct butter_fs *fs, const struct btrfs_key *key, const voi
 	return ret;
 }
 
-int fs_qgroup_create(struct butter_fs *fs, u64 id, u64 src)
+int subvol_qgroup_create(struct butter_fs *fs, u64 id, u64 src)
 {
 	struct fs_write_state *w = fs->w;
 	struct btrfs_key key = { 0, BTRFS_QGROUP_INFO_KEY, id };
@@ -216,7 +216,7 @@ static int delete_range(struct butter_fs *fs, const struct btrfs_key *first,
 	}
 }
 
-int fs_qgroup_remove(struct butter_fs *fs, u64 id)
+int subvol_qgroup_remove(struct butter_fs *fs, u64 id)
 {
 	struct fs_write_state *w = fs->w;
 	struct btrfs_key first = { 0, BTRFS_QGROUP_INFO_KEY, id };

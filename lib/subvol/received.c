@@ -34,7 +34,7 @@ int subvol_set_received(struct butter_fs *fs, uint64_t id, const uint8_t uuid[16
 		return -EINVAL;
 	if (id == BTRFS_FS_TREE_OBJECTID)
 		return -EPERM;
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
 	sv = fs_subvol_cached(fs, id, &err);
@@ -43,7 +43,7 @@ int subvol_set_received(struct butter_fs *fs, uint64_t id, const uint8_t uuid[16
 	if (ret == 0)
 		ret = fs_read_root_item(fs, id, &ri, &key);
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	memcpy(old, ri.received_uuid, sizeof(old));
 
 	/* phase 2: from here a failure aborts the transaction */
@@ -60,7 +60,7 @@ int subvol_set_received(struct butter_fs *fs, uint64_t id, const uint8_t uuid[16
 			memcpy(item->received_uuid, uuid, BTRFS_UUID_SIZE);
 			put_le64(&item->stransid, stransid);
 			put_le64(&item->rtransid, w->txn.tt.transid);
-			now_ts(&item->rtime);
+			fs_now_ts(&item->rtime);
 			if (flags & BUTTER_RECEIVED_RDONLY)
 				btrfs_set_root_flags(item, btrfs_root_flags(item) |
 							   BTRFS_ROOT_SUBVOL_RDONLY);
@@ -68,9 +68,9 @@ int subvol_set_received(struct butter_fs *fs, uint64_t id, const uint8_t uuid[16
 	}
 	tree_path_release(&fs->cache, &path);
 	if (ret == 0 && !null_uuid(old))
-		ret = fs_uuid_tree_remove(fs, old, BTRFS_UUID_KEY_RECEIVED_SUBVOL, id);
+		ret = subvol_uuid_tree_remove(fs, old, BTRFS_UUID_KEY_RECEIVED_SUBVOL, id);
 	if (ret == 0)
-		ret = fs_uuid_tree_add(fs, uuid, BTRFS_UUID_KEY_RECEIVED_SUBVOL, id);
+		ret = subvol_uuid_tree_add(fs, uuid, BTRFS_UUID_KEY_RECEIVED_SUBVOL, id);
 	if (ret == 0 && (flags & BUTTER_RECEIVED_RDONLY)) {
 		pthread_mutex_lock(&fs->subvol_lock);
 		sv->flags |= BTRFS_ROOT_SUBVOL_RDONLY;
@@ -78,5 +78,5 @@ int subvol_set_received(struct butter_fs *fs, uint64_t id, const uint8_t uuid[16
 	}
 	if (ret == 0)
 		ret = txn_commit(&w->txn);
-	return end_change(w, ret, 1);
+	return fs_end_change(w, ret, 1);
 }

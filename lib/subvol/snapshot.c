@@ -51,16 +51,16 @@ int subvol_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 
 	if (flags & ~BUTTER_SNAPSHOT_RDONLY)
 		return -EINVAL;
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
 	src = fs_subvol_cached(fs, src_id, &err);
 	if (!src)
 		ret = err;
 	if (ret == 0)
-		ret = check_new_subvol(fs, dir, name, namelen, &parent, &id, &index);
+		ret = subvol_check_new(fs, dir, name, namelen, &parent, &id, &index);
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	/* the snapshot shows what is committed: commit what runs first */
 	ret = txn_commit(&w->txn);
 	if (ret == 0)
@@ -68,10 +68,10 @@ int subvol_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 	if (ret == 0)
 		ret = fs_read_root_item(fs, src->id, &ri, NULL);
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	sv = calloc(1, sizeof(*sv));
 	if (!sv)
-		return end_change(w, -ENOMEM, 0);
+		return fs_end_change(w, -ENOMEM, 0);
 	transid = w->txn.tt.transid;
 	sv->id = id;
 	sv->dirid = src->dirid;
@@ -89,7 +89,7 @@ int subvol_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 	}
 	if (ret) {
 		free(sv);
-		return end_change(w, ret, 1);
+		return fs_end_change(w, ret, 1);
 	}
 	src->root.last_snapshot = transid;
 	src->root.dirty = 1;
@@ -117,7 +117,7 @@ int subvol_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 		memset(&ri.rtime, 0, sizeof(ri.rtime));
 	}
 	put_le64(&ri.otransid, transid);
-	now_ts(&ri.otime);
+	fs_now_ts(&ri.otime);
 	/* a snapshot's root item key records when it was taken */
 	key.objectid = id;
 	key.type = BTRFS_ROOT_ITEM_KEY;
@@ -126,25 +126,25 @@ int subvol_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 	if (ret == 0)
 		ret = txn_track_root(&w->txn, &sv->root);
 	if (ret == 0)
-		ret = fs_link_subvol(fs, parent, dir.ino, name, namelen, id, index);
+		ret = subvol_link(fs, parent, dir.ino, name, namelen, id, index);
 	if (ret == 0)
-		ret = fs_uuid_tree_add(fs, ri.uuid, BTRFS_UUID_KEY_SUBVOL, id);
+		ret = subvol_uuid_tree_add(fs, ri.uuid, BTRFS_UUID_KEY_SUBVOL, id);
 	if (ret == 0 && (flags & BUTTER_SNAPSHOT_RDONLY))
-		ret = fs_uuid_tree_add(fs, ri.received_uuid, BTRFS_UUID_KEY_RECEIVED_SUBVOL, id);
+		ret = subvol_uuid_tree_add(fs, ri.received_uuid, BTRFS_UUID_KEY_RECEIVED_SUBVOL, id);
 	if (ret == 0)
-		ret = fs_qgroup_create(fs, id, src->id);
+		ret = subvol_qgroup_create(fs, id, src->id);
 	if (ret == 0)
-		ret = fs_add_subvol_record(fs, sv);
+		ret = subvol_add_record(fs, sv);
 	if (ret) {
 		txn_ctx_forget_root(&w->txn, &sv->root);
 		free(sv);
-		return end_change(w, ret, 1);
+		return fs_end_change(w, ret, 1);
 	}
 	/* nothing of this transaction may be changed in place once shared */
 	ret = txn_commit(&w->txn);
 	if (ret == 0 && out_id)
 		*out_id = id;
-	return end_change(w, ret, 0);
+	return fs_end_change(w, ret, 0);
 }
 
 /* ---- dropping a tree ---- */
@@ -378,7 +378,7 @@ static int drop_tree(struct butter_fs *fs, u64 id)
 		ret = delete_root_item(fs, &key);
 	}
 	if (ret == 0)
-		ret = fs_qgroup_remove(fs, id);
+		ret = subvol_qgroup_remove(fs, id);
 	return ret;
 }
 
@@ -414,7 +414,7 @@ static int unlink_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, c
 						     (unsigned long long)sv->id)
 				      : ret;
 	index = btrfs_root_ref_sequence(&rr);
-	ret = fs_remove_dir_entry(fs, parent, dir, name, namelen, index);
+	ret = inode_remove_dir_entry(fs, parent, dir, name, namelen, index);
 	if (ret == 0)
 		ret = delete_root_item(fs, &key);
 	if (ret == 0) {
@@ -469,9 +469,9 @@ static int unlink_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, c
 		ret = tree_insert_item(t, &fs->root_tree, &key, NULL, 0);
 	}
 	if (ret == 0)
-		ret = fs_uuid_tree_remove(fs, uuid, BTRFS_UUID_KEY_SUBVOL, sv->id);
+		ret = subvol_uuid_tree_remove(fs, uuid, BTRFS_UUID_KEY_SUBVOL, sv->id);
 	if (ret == 0)
-		ret = fs_uuid_tree_remove(fs, received, BTRFS_UUID_KEY_RECEIVED_SUBVOL, sv->id);
+		ret = subvol_uuid_tree_remove(fs, received, BTRFS_UUID_KEY_RECEIVED_SUBVOL, sv->id);
 	return ret;
 }
 
@@ -486,7 +486,7 @@ int subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *name,
 
 	if ((namelen == 1 && name[0] == '.') || (namelen == 2 && !memcmp(name, "..", 2)))
 		return -EINVAL;
-	ret = begin_change_rsv(fs, &w, 0, 1);
+	ret = fs_begin_change_rsv(fs, &w, 0, 1);
 	if (ret)
 		return ret;
 	ret = inode_lookup(fs, dir, name, namelen, &target);
@@ -510,11 +510,11 @@ int subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *name,
 	if (ret == 0)
 		ret = txn_begin(&w->txn);
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	/* step 1: unlink, committed */
 	ret = unlink_subvol(fs, parent, dir.ino, name, namelen, sv);
 	if (ret)
-		return end_change(w, ret, 1);
+		return fs_end_change(w, ret, 1);
 	txn_ctx_forget_root(&w->txn, &sv->root);
 	pthread_mutex_lock(&fs->subvol_lock);
 	sv->deleted = 1;
@@ -523,15 +523,15 @@ int subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *name,
 	if (ret == 0)
 		ret = txn_begin(&w->txn);
 	if (ret)
-		return end_change(w, ret, 0);
+		return fs_end_change(w, ret, 0);
 	/* step 2: drop the tree */
 	ret = drop_tree(fs, id);
 	if (ret == 0)
 		ret = txn_commit(&w->txn);
-	return end_change(w, ret, 1);
+	return fs_end_change(w, ret, 1);
 }
 
-int fs_drop_orphan_subvols(struct butter_fs *fs)
+int subvol_drop_orphans(struct butter_fs *fs)
 {
 	struct btrfs_key key = { BTRFS_ORPHAN_OBJECTID, BTRFS_ORPHAN_ITEM_KEY, 0 };
 	struct fs_write_state *w;
@@ -556,14 +556,14 @@ int fs_drop_orphan_subvols(struct butter_fs *fs)
 			return ret;
 		if (btrfs_root_refs(&ri) != 0)
 			continue;
-		ret = begin_change_rsv(fs, &w, 0, 1);
+		ret = fs_begin_change_rsv(fs, &w, 0, 1);
 		if (ret)
 			return ret;
 		blog_info(&fs->log, "dropping deleted subvolume %llu", (unsigned long long)id);
 		ret = drop_tree(fs, id);
 		if (ret == 0)
 			ret = txn_commit(&w->txn);
-		ret = end_change(w, ret, 1);
+		ret = fs_end_change(w, ret, 1);
 		if (ret)
 			return ret;
 		dropped++;

@@ -11,14 +11,14 @@
 
 /* ---- create.c ---- */
 /* The next free subvolume id (largest root item id + 1, at least 256). */
-int fs_next_subvol_id(struct butter_fs *fs, u64 *id);
-/* Phase 1 of a new subvolume: check_new_name(), fs_next_subvol_id(), next_dir_index(). */
-int check_new_subvol(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+int subvol_next_id(struct butter_fs *fs, u64 *id);
+/* Phase 1 of a new subvolume: ns_check_new_name(), subvol_next_id(), inode_next_dir_index(). */
+int subvol_check_new(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		     struct subvol **parent, u64 *id, u64 *index);
 /* Add @sv to the handle's subvolume records (under subvol_lock); -ENOMEM. */
-int fs_add_subvol_record(struct butter_fs *fs, struct subvol *sv);
+int subvol_add_record(struct butter_fs *fs, struct subvol *sv);
 /* Name subvolume @id as @name in @dir of @parent: ROOT_REF, ROOT_BACKREF, dir entries. */
-int fs_link_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, const char *name,
+int subvol_link(struct butter_fs *fs, struct subvol *parent, u64 dir, const char *name,
 		   size_t namelen, u64 id, u64 index);
 
 /* ---- snapshot.c ---- */
@@ -26,19 +26,19 @@ int fs_link_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, const c
  * Free every deleted subvolume still waiting (orphan item, root refs 0):
  * called when a handle opens read-write. Returns how many, or -errno.
  */
-int fs_drop_orphan_subvols(struct butter_fs *fs);
+int subvol_drop_orphans(struct butter_fs *fs);
 
 /* ---- uuid_tree.c: list / unlist subvolume @id under @uuid (type UUID_KEY_*) ---- */
-int fs_uuid_tree_add(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id);
-int fs_uuid_tree_remove(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id);
+int subvol_uuid_tree_add(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id);
+int subvol_uuid_tree_remove(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id);
 
 /* ---- qgroup.c (quotas: its header comment has the rules) ---- */
 /* At a read-write open, after fs_setup_write(): find the quota tree, hook the commit. -EOPNOTSUPP: squota. */
-int fs_qgroup_setup(struct butter_fs *fs);
+int subvol_qgroup_setup(struct butter_fs *fs);
 /* Give new subvolume @id its qgroup items (phase 2); @src: a snapshot's source, or 0. */
-int fs_qgroup_create(struct butter_fs *fs, u64 id, u64 src);
+int subvol_qgroup_create(struct butter_fs *fs, u64 id, u64 src);
 /* Remove the qgroup of subvolume @id, dropped completely (phase 2). */
-int fs_qgroup_remove(struct butter_fs *fs, u64 id);
+int subvol_qgroup_remove(struct butter_fs *fs, u64 id);
 
 /*
  * The bodies of the public calls of this layer: butter_snapshot(), butter_subvol_create(), butter_subvol_delete() and the rest below.

@@ -32,7 +32,7 @@ static int uuid_is_null(const u8 *uuid)
 	return !memcmp(uuid, zero, BTRFS_UUID_SIZE);
 }
 
-int fs_uuid_tree_add(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id)
+int subvol_uuid_tree_add(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id)
 {
 	struct fs_write_state *w = fs->w;
 	struct btrfs_key key;
@@ -59,13 +59,13 @@ int fs_uuid_tree_add(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id)
 	if (listed)
 		return 0;
 	put_le64(&v, id);
-	ret = insert_or_extend(&w->txn.tt, &w->uuid_tree, &key, &v, sizeof(v));
+	ret = fs_insert_or_extend(&w->txn.tt, &w->uuid_tree, &key, &v, sizeof(v));
 	if (ret == 0)
 		ret = txn_track_root(&w->txn, &w->uuid_tree);
 	return ret;
 }
 
-int fs_uuid_tree_remove(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id)
+int subvol_uuid_tree_remove(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id)
 {
 	struct fs_write_state *w = fs->w;
 	struct tree_trans *t = &w->txn.tt;

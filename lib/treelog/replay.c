@@ -486,7 +486,7 @@ static int add_dir_entries(struct replay *r, u64 dir, const char *name, u32 len,
 			   const struct btrfs_key *location, u8 ft, u64 index)
 {
 	struct btrfs_key key = { dir, BTRFS_DIR_INDEX_KEY, index };
-	int ret = fs_insert_dir_entries(r->t, &r->sv->root, dir, name, len, location, ft, index);
+	int ret = inode_insert_dir_entries(r->t, &r->sv->root, dir, name, len, location, ft, index);
 
 	if (ret == -EEXIST)
 		return refuse(r->fs, "a directory index is taken by another name", &key);
@@ -641,7 +641,7 @@ static int replay_inode(struct replay *r, const struct item_copy *c)
 		u64 from = (btrfs_inode_size(&next) + ss - 1) / ss * ss;
 
 		/* extents past the size go now: prealloc ones in the log come back after */
-		ret = fs_drop_extents(r->fs, r->sv, ino, from, (u64)-1);
+		ret = data_drop_extents(r->fs, r->sv, ino, from, (u64)-1);
 	}
 	if (ret == 0)
 		ret = save_times(r, ino, &next);
@@ -781,7 +781,7 @@ static int replay_dir_index(struct replay *r, const struct item_copy *c)
 		btrfs_set_inode_ref_index((struct btrfs_inode_ref *)ref, index);
 		btrfs_set_inode_ref_name_len((struct btrfs_inode_ref *)ref, (u16)len);
 		memcpy(ref + sizeof(struct btrfs_inode_ref), name, len);
-		ret = insert_or_extend(r->t, &r->sv->root, &rkey, ref,
+		ret = fs_insert_or_extend(r->t, &r->sv->root, &rkey, ref,
 				       (u32)(sizeof(struct btrfs_inode_ref) + len));
 		if (ret == 0)
 			ret = add_dir_entries(r, dir, name, len, &loc, ldi->type, index);
@@ -990,7 +990,7 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 			ret = unlink_name(r, rn.parent, ino, rn.name, rn.len, (u64)-1);
 		if (ret == 0)
 			ret = add_dir_entries(r, rn.parent, rn.name, rn.len, &loc,
-					      mode_to_ft(btrfs_inode_mode(&ii)), rn.index);
+					      inode_mode_to_ft(btrfs_inode_mode(&ii)), rn.index);
 		if (ret)
 			return ret;
 	}
@@ -1121,7 +1121,7 @@ static int replay_extent(struct replay *r, const struct item_copy *c)
 		if (ret && ret != -ENOENT)
 			return ret;
 	}
-	ret = fs_drop_extents(r->fs, r->sv, ino, start, end);
+	ret = data_drop_extents(r->fs, r->sv, ino, start, end);
 	if (ret == -EOPNOTSUPP)
 		return refuse(r->fs, "a logged extent overlaps the middle of an inline extent",
 			      &c->key);
@@ -1142,7 +1142,7 @@ static int replay_extent(struct replay *r, const struct item_copy *c)
 		u64 disk_len = btrfs_file_extent_disk_num_bytes(fi);
 		u64 offset = btrfs_file_extent_offset(fi);
 
-		ret = fs_queue_data_ref(r->w, disk, disk_len, r->sv->id, ino, start - offset, 1);
+		ret = data_queue_data_ref(r->w, disk, disk_len, r->sv->id, ino, start - offset, 1);
 		if (ret)
 			return ret;
 		if (fi->type != BTRFS_FILE_EXTENT_REG)
@@ -1258,7 +1258,7 @@ static int fix_link_counts(struct replay *r)
 			if (nlink != btrfs_inode_nlink(&ii)) {
 				f.set_nlink = 1;
 				f.nlink = nlink;
-				ret = modify_inode(r->fs, r->sv, ino, apply_fix, &f);
+				ret = inode_modify(r->fs, r->sv, ino, apply_fix, &f);
 			}
 			continue;
 		}
@@ -1267,7 +1267,7 @@ static int fix_link_counts(struct replay *r)
 		if (S_ISDIR(btrfs_inode_mode(&ii)))
 			ret = empty_dir(r, ino); /* its children join the queue */
 		if (ret == 0)
-			ret = fs_delete_inode(r->fs, r->sv, ino);
+			ret = ns_delete_inode(r->fs, r->sv, ino);
 	}
 	return ret;
 }
@@ -1345,7 +1345,7 @@ static int finish_subvol(struct replay *r)
 		f.set_size = 1;
 		ret = sum_dir_names(r, r->dirs.v[i], &f.size);
 		if (ret == 0)
-			ret = modify_inode(r->fs, r->sv, r->dirs.v[i], apply_fix, &f);
+			ret = inode_modify(r->fs, r->sv, r->dirs.v[i], apply_fix, &f);
 	}
 	for (i = 0; ret == 0 && i < r->files.n; i++) {
 		struct inode_fix f = { 0 };
@@ -1356,7 +1356,7 @@ static int finish_subvol(struct replay *r)
 		f.set_nbytes = 1;
 		ret = sum_extents(r, r->files.v[i], &f.nbytes);
 		if (ret == 0)
-			ret = modify_inode(r->fs, r->sv, r->files.v[i], apply_fix, &f);
+			ret = inode_modify(r->fs, r->sv, r->files.v[i], apply_fix, &f);
 	}
 	for (i = 0; ret == 0 && i < r->ntimes; i++) {
 		struct inode_fix f = { 0 };
@@ -1366,7 +1366,7 @@ static int finish_subvol(struct replay *r)
 			continue;
 		f.set_times = 1;
 		f.times = &r->times[i];
-		ret = modify_inode(r->fs, r->sv, r->times[i].ino, apply_fix, &f);
+		ret = inode_modify(r->fs, r->sv, r->times[i].ino, apply_fix, &f);
 	}
 	r->sv->next_ino = 0; /* replayed inodes may be past what was computed */
 	return ret;
@@ -1807,7 +1807,7 @@ static int replay_subvol(struct replay *r, const struct log_tree *lt)
 	return ret;
 }
 
-int fs_replay_log(struct butter_fs *fs)
+int tlog_replay(struct butter_fs *fs)
 {
 	struct btrfs_super_block *sb = &fs->vol.super;
 	struct tree_root lrt = { 0 };
@@ -1839,7 +1839,7 @@ int fs_replay_log(struct butter_fs *fs)
 	if (ret)
 		goto out;
 
-	ret = begin_change(fs, &w);
+	ret = fs_begin_change(fs, &w);
 	if (ret)
 		goto out;
 	r.fs = fs;
@@ -1857,7 +1857,7 @@ int fs_replay_log(struct butter_fs *fs)
 		w->txn.super_dirty = 1;
 		ret = txn_commit(&w->txn);
 	}
-	ret = end_change(w, ret, 1);
+	ret = fs_end_change(w, ret, 1);
 	if (ret == 0)
 		blog_info(&fs->log, "replayed the tree log: %llu items in %zu subvolume log(s)",
 			  (unsigned long long)r.items, nlogs);

@@ -15,10 +15,10 @@
  * allocates. 0 if there is no log; -EOPNOTSUPP (logged) for a log it
  * cannot replay exactly; any error leaves the disk as it was.
  */
-int fs_replay_log(struct butter_fs *fs);
+int tlog_replay(struct butter_fs *fs);
 
 /* Free the log state at close (after the last commit). */
-void fs_tree_log_destroy(struct fs_write_state *w);
+void tlog_destroy(struct fs_write_state *w);
 
 /*
  * The bodies of the public calls of this layer: butter_fsync(), butter_fsync_many().

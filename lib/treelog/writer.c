@@ -316,7 +316,7 @@ static int name_is_new(struct butter_fs *fs, const struct tree_root *croot,
 		return -ENOMEM;
 	ret = tree_lookup_item(&fs->cache, croot, &key, buf, (u32)ret);
 	if (ret >= 0)
-		ret = fs_walk_dir_items(fs, buf, (u32)ret, match_name, &f);
+		ret = inode_walk_dir_items(fs, buf, (u32)ret, match_name, &f);
 	free(buf);
 	if (ret < 0)
 		return ret;
@@ -867,7 +867,7 @@ static struct tree_log *log_get(struct butter_fs *fs)
 	return l;
 }
 
-void fs_tree_log_destroy(struct fs_write_state *w)
+void tlog_destroy(struct fs_write_state *w)
 {
 	if (!w->tlog)
 		return;
