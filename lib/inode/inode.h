@@ -94,6 +94,28 @@ int inode_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes
 int inode_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid,
 		      const struct btrfs_inode_item *ii);
 
+/*
+ * Decoding the entries packed in one name item. The lengths are 0 for an
+ * entry that overruns the @left bytes; the finds return the entry's offset,
+ * -ENOENT if absent, -EUCLEAN if the item is malformed.
+ */
+/* One name of an inode ref or extref item, decoded. */
+struct inode_ref_name {
+	u64 parent, index;
+	const char *name;
+	u32 len;
+};
+u32 inode_dir_entry_len(const u8 *p, u32 left);
+u32 inode_ref_entry_len(u8 type, const u8 *p, u32 left);
+/* Decode the INODE_REF (@type) or INODE_EXTREF entry at @p of the item keyed @key_offset. */
+void inode_ref_decode(u8 type, u64 key_offset, const u8 *p, struct inode_ref_name *r);
+/* The ref entry named @name with @parent in the item (@type, @key_offset) @data. */
+long inode_find_ref_entry(u8 type, u64 key_offset, const u8 *data, u32 size, u64 parent,
+			  const char *name, u32 len, struct inode_ref_name *out);
+/* The dir entry named @name in the DIR_ITEM/DIR_INDEX item @data; its location in *location. */
+long inode_find_dir_entry(const u8 *data, u32 size, const char *name, u32 len,
+			  struct btrfs_key *location);
+
 /* ---- xattr.c ---- */
 
 /*

@@ -344,3 +344,103 @@ int inode_remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const ch
 		return ret;
 	return inode_remove_dir_entry(fs, sv, dir, name, len, a.index);
 }
+
+/* ---- decoding the entries packed in name items ---- */
+
+/* ---- entries packed in items ---- */
+
+/* Length of the dir entry at @p (@left bytes remain), or 0 if it overruns. */
+u32 inode_dir_entry_len(const u8 *p, u32 left)
+{
+	const struct btrfs_dir_item *di = (const void *)p;
+	u32 len;
+
+	if (left < sizeof(*di))
+		return 0;
+	len = (u32)sizeof(*di) + btrfs_dir_name_len(di) + btrfs_dir_data_len(di);
+	return len <= left ? len : 0;
+}
+
+u32 inode_ref_entry_len(u8 type, const u8 *p, u32 left)
+{
+	u32 len;
+
+	if (type == BTRFS_INODE_REF_KEY) {
+		if (left < sizeof(struct btrfs_inode_ref))
+			return 0;
+		len = (u32)sizeof(struct btrfs_inode_ref) +
+		      btrfs_inode_ref_name_len((const struct btrfs_inode_ref *)p);
+	} else {
+		if (left < sizeof(struct btrfs_inode_extref))
+			return 0;
+		len = (u32)sizeof(struct btrfs_inode_extref) +
+		      btrfs_inode_extref_name_len((const struct btrfs_inode_extref *)p);
+	}
+	return len <= left ? len : 0;
+}
+
+void inode_ref_decode(u8 type, u64 key_offset, const u8 *p, struct inode_ref_name *r)
+{
+	if (type == BTRFS_INODE_REF_KEY) {
+		const struct btrfs_inode_ref *ir = (const void *)p;
+
+		r->parent = key_offset;
+		r->index = btrfs_inode_ref_index(ir);
+		r->len = btrfs_inode_ref_name_len(ir);
+		r->name = (const char *)(ir + 1);
+	} else {
+		const struct btrfs_inode_extref *er = (const void *)p;
+
+		r->parent = btrfs_inode_extref_parent(er);
+		r->index = btrfs_inode_extref_index(er);
+		r->len = btrfs_inode_extref_name_len(er);
+		r->name = (const char *)(er + 1);
+	}
+}
+
+/*
+ * Find the entry named @name (and for extrefs / refs with @parent) in the
+ * item @data: its offset, -ENOENT if absent, -EUCLEAN if the item is malformed.
+ */
+long inode_find_ref_entry(u8 type, u64 key_offset, const u8 *data, u32 size, u64 parent,
+			   const char *name, u32 len, struct inode_ref_name *out)
+{
+	u32 pos = 0;
+
+	while (pos < size) {
+		u32 l = inode_ref_entry_len(type, data + pos, size - pos);
+		struct inode_ref_name r;
+
+		if (!l)
+			return -EUCLEAN;
+		inode_ref_decode(type, key_offset, data + pos, &r);
+		if (r.parent == parent && r.len == len && !memcmp(r.name, name, len)) {
+			if (out)
+				*out = r;
+			return pos;
+		}
+		pos += l;
+	}
+	return -ENOENT;
+}
+
+long inode_find_dir_entry(const u8 *data, u32 size, const char *name, u32 len,
+			   struct btrfs_key *location)
+{
+	u32 pos = 0;
+
+	while (pos < size) {
+		u32 l = inode_dir_entry_len(data + pos, size - pos);
+		const struct btrfs_dir_item *di = (const void *)(data + pos);
+
+		if (!l)
+			return -EUCLEAN;
+		if (btrfs_dir_name_len(di) == len && !memcmp(di + 1, name, len)) {
+			if (location)
+				btrfs_disk_to_cpu_key(location, &di->location);
+			return pos;
+		}
+		pos += l;
+	}
+	return -ENOENT;
+}

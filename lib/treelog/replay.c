@@ -16,8 +16,8 @@
  *   items: the committed free space still counts them as free.
  *
  * The replay (the kernel's algorithm, fs/btrfs/tree-log.c, rewritten):
- *   0. check every log item before changing anything; refuse what is not
- *      understood (see refuse() calls: old log formats, verity, subvolume
+ *   0. check every log item before changing anything; tlog_refuse what is not
+ *      understood (see tlog_refuse() calls: old log formats, verity, subvolume
  *      links); take log tree blocks and logged data extents out of free
  *      space (log blocks are pinned: free again after the commit);
  *   an inode logged with no links is skipped with all its items (its names
@@ -58,12 +58,7 @@
 #include <sys/stat.h>
 
 #include "format/checksum.h"
-#include "treelog/treelog.h"
-
-struct u64_list {
-	u64 *v;
-	size_t n, cap;
-};
+#include "treelog/replay.h"
 
 /* Times of a replayed inode as the log (or the subvolume) had them. */
 struct inode_times {
@@ -86,13 +81,7 @@ struct replay {
 	u64 items;                   /* log items replayed, for the message */
 };
 
-/* Logged data extents without extent items, taken out of free space (step 0). */
-struct excluded {
-	struct u64_list disk, len;
-	u64 cur_inode;               /* objectid of the last inode item seen in the walk */
-};
-
-static int refuse(struct butter_fs *fs, const char *why, const struct btrfs_key *key)
+int tlog_refuse(struct butter_fs *fs, const char *why, const struct btrfs_key *key)
 {
 	if (key)
 		blog_err(&fs->log, "cannot replay the tree log (item %llu %u %llu): %s; "
@@ -105,7 +94,7 @@ static int refuse(struct butter_fs *fs, const char *why, const struct btrfs_key 
 	return -EOPNOTSUPP;
 }
 
-static int u64_push(struct u64_list *l, u64 v)
+int tlog_u64_push(struct u64_list *l, u64 v)
 {
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 64;
@@ -166,111 +155,6 @@ static int collect(struct node_cache *cache, const struct tree_root *root, u64 o
 	}
 	tree_path_release(cache, &path);
 	return ret < 0 ? ret : 0;
-}
-
-/* ---- entries packed in items ---- */
-
-/* Length of the dir entry at @p (@left bytes remain), or 0 if it overruns. */
-static u32 dir_entry_len(const u8 *p, u32 left)
-{
-	const struct btrfs_dir_item *di = (const void *)p;
-	u32 len;
-
-	if (left < sizeof(*di))
-		return 0;
-	len = (u32)sizeof(*di) + btrfs_dir_name_len(di) + btrfs_dir_data_len(di);
-	return len <= left ? len : 0;
-}
-
-static u32 ref_entry_len(u8 type, const u8 *p, u32 left)
-{
-	u32 len;
-
-	if (type == BTRFS_INODE_REF_KEY) {
-		if (left < sizeof(struct btrfs_inode_ref))
-			return 0;
-		len = (u32)sizeof(struct btrfs_inode_ref) +
-		      btrfs_inode_ref_name_len((const struct btrfs_inode_ref *)p);
-	} else {
-		if (left < sizeof(struct btrfs_inode_extref))
-			return 0;
-		len = (u32)sizeof(struct btrfs_inode_extref) +
-		      btrfs_inode_extref_name_len((const struct btrfs_inode_extref *)p);
-	}
-	return len <= left ? len : 0;
-}
-
-/* One name of an inode ref or extref item, decoded. */
-struct ref_name {
-	u64 parent, index;
-	const char *name;
-	u32 len;
-};
-
-static void ref_decode(u8 type, u64 key_offset, const u8 *p, struct ref_name *r)
-{
-	if (type == BTRFS_INODE_REF_KEY) {
-		const struct btrfs_inode_ref *ir = (const void *)p;
-
-		r->parent = key_offset;
-		r->index = btrfs_inode_ref_index(ir);
-		r->len = btrfs_inode_ref_name_len(ir);
-		r->name = (const char *)(ir + 1);
-	} else {
-		const struct btrfs_inode_extref *er = (const void *)p;
-
-		r->parent = btrfs_inode_extref_parent(er);
-		r->index = btrfs_inode_extref_index(er);
-		r->len = btrfs_inode_extref_name_len(er);
-		r->name = (const char *)(er + 1);
-	}
-}
-
-/*
- * Find the entry named @name (and for extrefs / refs with @parent) in the
- * item @data: its offset, or -1 if absent, -2 if the item is malformed.
- */
-static long find_ref_entry(u8 type, u64 key_offset, const u8 *data, u32 size, u64 parent,
-			   const char *name, u32 len, struct ref_name *out)
-{
-	u32 pos = 0;
-
-	while (pos < size) {
-		u32 l = ref_entry_len(type, data + pos, size - pos);
-		struct ref_name r;
-
-		if (!l)
-			return -2;
-		ref_decode(type, key_offset, data + pos, &r);
-		if (r.parent == parent && r.len == len && !memcmp(r.name, name, len)) {
-			if (out)
-				*out = r;
-			return pos;
-		}
-		pos += l;
-	}
-	return -1;
-}
-
-static long find_dir_entry(const u8 *data, u32 size, const char *name, u32 len,
-			   struct btrfs_key *location)
-{
-	u32 pos = 0;
-
-	while (pos < size) {
-		u32 l = dir_entry_len(data + pos, size - pos);
-		const struct btrfs_dir_item *di = (const void *)(data + pos);
-
-		if (!l)
-			return -2;
-		if (btrfs_dir_name_len(di) == len && !memcmp(di + 1, name, len)) {
-			if (location)
-				btrfs_disk_to_cpu_key(location, &di->location);
-			return pos;
-		}
-		pos += l;
-	}
-	return -1;
 }
 
 /* ---- changing subvolume items ---- */
@@ -377,7 +261,7 @@ static int unlink_name(struct replay *r, u64 dir, u64 ino, const char *name, u32
 	struct node_cache *cache = &r->fs->cache;
 	struct btrfs_key key = { ino, BTRFS_INODE_REF_KEY, dir };
 	struct btrfs_key loc;
-	struct ref_name rn;
+	struct inode_ref_name rn;
 	int have_index = index != (u64)-1;
 	u8 *data = NULL;
 	u32 size;
@@ -392,8 +276,8 @@ static int unlink_name(struct replay *r, u64 dir, u64 ino, const char *name, u32
 		ret = read_item(r, &r->sv->root, &key, &data, &size);
 	}
 	if (ret == 0) {
-		pos = find_ref_entry(key.type, key.offset, data, size, dir, name, len, &rn);
-		if (pos == -2)
+		pos = inode_find_ref_entry(key.type, key.offset, data, size, dir, name, len, &rn);
+		if (pos == -EUCLEAN)
 			ret = BLOG_CORRUPT(&r->fs->log, "inode %llu: malformed ref item",
 					   (unsigned long long)ino);
 		if (pos >= 0) {
@@ -401,7 +285,7 @@ static int unlink_name(struct replay *r, u64 dir, u64 ino, const char *name, u32
 				index = rn.index;
 				have_index = 1;
 			}
-			ret = cut_item(r, &key, (u32)pos, ref_entry_len(key.type, data + pos,
+			ret = cut_item(r, &key, (u32)pos, inode_ref_entry_len(key.type, data + pos,
 									 size - (u32)pos));
 		}
 	} else if (ret == -ENOENT) {
@@ -419,7 +303,7 @@ static int unlink_name(struct replay *r, u64 dir, u64 ino, const char *name, u32
 
 		ret = collect(cache, &r->sv->root, dir, BTRFS_DIR_INDEX_KEY, 0, (u64)-1, &idx);
 		for (i = 0; ret == 0 && i < idx.n; i++) {
-			if (find_dir_entry(idx.v[i].data, idx.v[i].size, name, len, &loc) == 0 &&
+			if (inode_find_dir_entry(idx.v[i].data, idx.v[i].size, name, len, &loc) == 0 &&
 			    loc.objectid == ino) {
 				index = idx.v[i].key.offset;
 				have_index = 1;
@@ -435,7 +319,7 @@ static int unlink_name(struct replay *r, u64 dir, u64 ino, const char *name, u32
 		key.type = BTRFS_DIR_INDEX_KEY;
 		key.offset = index;
 		ret = read_item(r, &r->sv->root, &key, &data, &size);
-		if (ret == 0 && find_dir_entry(data, size, name, len, &loc) == 0 && loc.objectid == ino)
+		if (ret == 0 && inode_find_dir_entry(data, size, name, len, &loc) == 0 && loc.objectid == ino)
 			ret = cut_item(r, &key, 0, size);
 		else if (ret == -ENOENT)
 			ret = 0;
@@ -451,20 +335,20 @@ static int unlink_name(struct replay *r, u64 dir, u64 ino, const char *name, u32
 	key.offset = btrfs_name_hash(name, len);
 	ret = read_item(r, &r->sv->root, &key, &data, &size);
 	if (ret == 0) {
-		pos = find_dir_entry(data, size, name, len, &loc);
-		if (pos == -2)
+		pos = inode_find_dir_entry(data, size, name, len, &loc);
+		if (pos == -EUCLEAN)
 			ret = BLOG_CORRUPT(&r->fs->log, "dir %llu: malformed dir item",
 					   (unsigned long long)dir);
 		else if (pos >= 0 && loc.objectid == ino)
-			ret = cut_item(r, &key, (u32)pos, dir_entry_len(data + pos, size - (u32)pos));
+			ret = cut_item(r, &key, (u32)pos, inode_dir_entry_len(data + pos, size - (u32)pos));
 	} else if (ret == -ENOENT) {
 		ret = 0;
 	}
 	free(data);
 	if (ret == 0)
-		ret = u64_push(&r->dirs, dir);
+		ret = tlog_u64_push(&r->dirs, dir);
 	if (ret == 0)
-		ret = u64_push(&r->fixup, ino);
+		ret = tlog_u64_push(&r->fixup, ino);
 	return ret;
 }
 
@@ -476,7 +360,7 @@ static int drop_dir_entry(struct replay *r, u64 dir, const u8 *entry, u64 index)
 
 	btrfs_disk_to_cpu_key(&loc, &di->location);
 	if (loc.type != BTRFS_INODE_ITEM_KEY)
-		return refuse(r->fs, "a subvolume's name in a directory would have to go", &loc);
+		return tlog_refuse(r->fs, "a subvolume's name in a directory would have to go", &loc);
 	return unlink_name(r, dir, loc.objectid, (const char *)(di + 1), btrfs_dir_name_len(di),
 			   index);
 }
@@ -489,9 +373,9 @@ static int add_dir_entries(struct replay *r, u64 dir, const char *name, u32 len,
 	int ret = inode_insert_dir_entries(r->t, &r->sv->root, dir, name, len, location, ft, index);
 
 	if (ret == -EEXIST)
-		return refuse(r->fs, "a directory index is taken by another name", &key);
+		return tlog_refuse(r->fs, "a directory index is taken by another name", &key);
 	if (ret == 0)
-		ret = u64_push(&r->dirs, dir);
+		ret = tlog_u64_push(&r->dirs, dir);
 	return ret;
 }
 
@@ -515,7 +399,7 @@ static int replay_xattr_deletes(struct replay *r, u64 ino)
 			ret = 0;
 		/* walk back to front so earlier offsets stay valid while cutting */
 		while (ret == 0 && pos < c->size) {
-			u32 l = dir_entry_len(c->data + pos, c->size - pos);
+			u32 l = inode_dir_entry_len(c->data + pos, c->size - pos);
 			const struct btrfs_dir_item *di = (const void *)(c->data + pos);
 
 			if (!l) {
@@ -523,7 +407,7 @@ static int replay_xattr_deletes(struct replay *r, u64 ino)
 						   (unsigned long long)ino);
 				break;
 			}
-			if (!logged || find_dir_entry(logged, lsize, (const char *)(di + 1),
+			if (!logged || inode_find_dir_entry(logged, lsize, (const char *)(di + 1),
 						      btrfs_dir_name_len(di), NULL) < 0) {
 				ret = cut_item(r, &c->key, pos - cut, l);
 				cut += l;
@@ -562,13 +446,13 @@ static int replay_dir_deletes(struct replay *r, u64 dir)
 			u8 *logged = NULL;
 			u32 lsize;
 
-			if (!dir_entry_len(c->data, c->size)) {
+			if (!inode_dir_entry_len(c->data, c->size)) {
 				ret = BLOG_CORRUPT(&r->fs->log, "dir %llu: malformed index item",
 						   (unsigned long long)dir);
 				break;
 			}
 			ret = read_item(r, &r->log, &c->key, &logged, &lsize);
-			if (ret == 0 && find_dir_entry(logged, lsize, (const char *)(di + 1),
+			if (ret == 0 && inode_find_dir_entry(logged, lsize, (const char *)(di + 1),
 						       btrfs_dir_name_len(di), NULL) >= 0) {
 				free(logged);
 				continue;
@@ -646,11 +530,11 @@ static int replay_inode(struct replay *r, const struct item_copy *c)
 	if (ret == 0)
 		ret = save_times(r, ino, &next);
 	if (ret == 0)
-		ret = u64_push(&r->fixup, ino);
+		ret = tlog_u64_push(&r->fixup, ino);
 	if (ret == 0 && S_ISDIR(btrfs_inode_mode(&next)))
-		ret = u64_push(&r->dirs, ino);
+		ret = tlog_u64_push(&r->dirs, ino);
 	if (ret == 0 && !S_ISDIR(btrfs_inode_mode(&next)))
-		ret = u64_push(&r->files, ino);
+		ret = tlog_u64_push(&r->files, ino);
 	return ret;
 }
 
@@ -675,9 +559,9 @@ static int backref_in_log(struct replay *r, u64 ino, u64 dir, const char *name, 
 		return 0;
 	if (ret)
 		return ret;
-	pos = find_ref_entry(key.type, key.offset, data, size, dir, name, len, NULL);
+	pos = inode_find_ref_entry(key.type, key.offset, data, size, dir, name, len, NULL);
 	free(data);
-	if (pos == -2)
+	if (pos == -EUCLEAN)
 		return BLOG_CORRUPT(&r->fs->log, "log: inode %llu: malformed ref item",
 				    (unsigned long long)ino);
 	return pos >= 0;
@@ -702,8 +586,8 @@ static int check_dir_entry(struct replay *r, const struct btrfs_key *key, const 
 
 	ret = read_item(r, &r->sv->root, key, &data, &size);
 	if (ret == 0) {
-		pos = find_dir_entry(data, size, name, len, &found);
-		if (pos == -2) {
+		pos = inode_find_dir_entry(data, size, name, len, &found);
+		if (pos == -EUCLEAN) {
 			ret = BLOG_CORRUPT(&r->fs->log, "dir %llu: malformed %s item",
 					   (unsigned long long)dir, is_index ? "index" : "dir");
 		} else if (pos >= 0) {
@@ -715,7 +599,7 @@ static int check_dir_entry(struct replay *r, const struct btrfs_key *key, const 
 				ret = is_index ? drop_dir_entry(r, dir, data, key->offset)
 					       : drop_dir_entry(r, dir, data + pos, (u64)-1);
 		} else if (exists && is_index) {
-			ret = refuse(r->fs, "a directory index is taken by another name", key);
+			ret = tlog_refuse(r->fs, "a directory index is taken by another name", key);
 		}
 	} else if (ret == -ENOENT) {
 		ret = 0;
@@ -737,7 +621,7 @@ static int replay_dir_index(struct replay *r, const struct item_copy *c)
 	btrfs_disk_to_cpu_key(&loc, &ldi->location);
 	ret = inode_exists(r, dir, NULL);
 	if (ret <= 0)
-		return ret < 0 ? ret : refuse(r->fs, "a logged name's directory does not exist",
+		return ret < 0 ? ret : tlog_refuse(r->fs, "a logged name's directory does not exist",
 					     &c->key);
 	exists = loc.type == BTRFS_INODE_ITEM_KEY ? inode_exists(r, loc.objectid, NULL) : 0;
 	if (exists < 0)
@@ -760,7 +644,7 @@ static int replay_dir_index(struct replay *r, const struct item_copy *c)
 	if (ret)
 		return ret < 0 ? ret : 0; /* the inode's ref replay adds the name */
 	if (name_ok || index_ok)
-		return refuse(r->fs, "a name is half present in its directory", &c->key);
+		return tlog_refuse(r->fs, "a name is half present in its directory", &c->key);
 	{
 		/* a name of an inode whose own refs were not logged: all three places */
 		u8 ref[sizeof(struct btrfs_inode_ref) + BTRFS_NAME_LEN];
@@ -771,8 +655,8 @@ static int replay_dir_index(struct replay *r, const struct item_copy *c)
 		if (len > BTRFS_NAME_LEN)
 			return -EUCLEAN;
 		ret = read_item(r, &r->sv->root, &rkey, &have, &hsize);
-		if (ret == 0 && find_ref_entry(rkey.type, dir, have, hsize, dir, name, len, NULL) >= 0)
-			ret = refuse(r->fs, "an inode ref exists without its entries", &c->key);
+		if (ret == 0 && inode_find_ref_entry(rkey.type, dir, have, hsize, dir, name, len, NULL) >= 0)
+			ret = tlog_refuse(r->fs, "an inode ref exists without its entries", &c->key);
 		else if (ret == -ENOENT || ret == 0)
 			ret = 0;
 		free(have);
@@ -786,7 +670,7 @@ static int replay_dir_index(struct replay *r, const struct item_copy *c)
 		if (ret == 0)
 			ret = add_dir_entries(r, dir, name, len, &loc, ldi->type, index);
 		if (ret == 0)
-			ret = u64_push(&r->fixup, loc.objectid);
+			ret = tlog_u64_push(&r->fixup, loc.objectid);
 	}
 	return ret;
 }
@@ -802,7 +686,7 @@ static int inode_in_dir(struct replay *r, u64 dir, u64 ino, u64 index, const cha
 	int ret, match = 0;
 
 	ret = read_item(r, &r->sv->root, &key, &data, &size);
-	if (ret == 0 && find_dir_entry(data, size, name, len, &loc) >= 0 &&
+	if (ret == 0 && inode_find_dir_entry(data, size, name, len, &loc) >= 0 &&
 	    loc.type == BTRFS_INODE_ITEM_KEY && loc.objectid == ino)
 		match = 1;
 	free(data);
@@ -814,7 +698,7 @@ static int inode_in_dir(struct replay *r, u64 dir, u64 ino, u64 index, const cha
 	key.type = BTRFS_DIR_ITEM_KEY;
 	key.offset = btrfs_name_hash(name, len);
 	ret = read_item(r, &r->sv->root, &key, &data, &size);
-	match = ret == 0 && find_dir_entry(data, size, name, len, &loc) >= 0 &&
+	match = ret == 0 && inode_find_dir_entry(data, size, name, len, &loc) >= 0 &&
 		loc.type == BTRFS_INODE_ITEM_KEY && loc.objectid == ino;
 	free(data);
 	if (ret && ret != -ENOENT)
@@ -853,15 +737,15 @@ static int drop_unlogged_refs(struct replay *r, u64 ino, u64 parent, u8 type)
 			u32 pos = 0;
 
 			while (pos < c->size) {
-				u32 l = ref_entry_len(type, c->data + pos, c->size - pos);
-				struct ref_name rn;
+				u32 l = inode_ref_entry_len(type, c->data + pos, c->size - pos);
+				struct inode_ref_name rn;
 
 				if (!l) {
 					ret = BLOG_CORRUPT(&r->fs->log, "inode %llu: malformed ref",
 							   (unsigned long long)ino);
 					break;
 				}
-				ref_decode(type, c->key.offset, c->data + pos, &rn);
+				inode_ref_decode(type, c->key.offset, c->data + pos, &rn);
 				pos += l;
 				if (rn.parent != parent)
 					continue;
@@ -900,7 +784,7 @@ static int drop_named_entry(struct replay *r, const struct btrfs_key *key, const
 		return 0;
 	if (ret)
 		return ret;
-	pos = find_dir_entry(data, size, name, len, NULL);
+	pos = inode_find_dir_entry(data, size, name, len, NULL);
 	if (pos >= 0)
 		ret = drop_dir_entry(r, key->objectid, data + pos,
 				     key->type == BTRFS_DIR_INDEX_KEY ? key->offset : (u64)-1);
@@ -919,7 +803,7 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 		return 0; /* the root directory's ".." */
 	ret = inode_exists(r, ino, &ii);
 	if (ret <= 0)
-		return ret < 0 ? ret : refuse(r->fs, "a logged ref's inode does not exist", &c->key);
+		return ret < 0 ? ret : tlog_refuse(r->fs, "a logged ref's inode does not exist", &c->key);
 	/*
 	 * A name in a directory that does not exist (it was not logged) cannot
 	 * be made: the kernel skips the whole item then, and so do we. An
@@ -927,33 +811,33 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 	 * missing is replayed half by the kernel: refused.
 	 */
 	while (pos < c->size) {
-		u32 l = ref_entry_len(c->key.type, c->data + pos, c->size - pos);
-		struct ref_name rn;
+		u32 l = inode_ref_entry_len(c->key.type, c->data + pos, c->size - pos);
+		struct inode_ref_name rn;
 
 		if (!l)
 			return BLOG_CORRUPT(&r->fs->log, "log: inode %llu: malformed ref",
 					    (unsigned long long)ino);
-		ref_decode(c->key.type, c->key.offset, c->data + pos, &rn);
+		inode_ref_decode(c->key.type, c->key.offset, c->data + pos, &rn);
 		ret = inode_exists(r, rn.parent, NULL);
 		if (ret < 0)
 			return ret;
 		if (ret == 0 && pos == 0)
 			return 0;
 		if (ret == 0)
-			return refuse(r->fs, "an extref names a directory that does not exist",
+			return tlog_refuse(r->fs, "an extref names a directory that does not exist",
 				      &c->key);
 		pos += l;
 	}
 	pos = 0;
 	while (pos < c->size) {
-		u32 l = ref_entry_len(c->key.type, c->data + pos, c->size - pos);
+		u32 l = inode_ref_entry_len(c->key.type, c->data + pos, c->size - pos);
 		struct btrfs_key key, loc = { ino, BTRFS_INODE_ITEM_KEY, 0 };
-		struct ref_name rn;
+		struct inode_ref_name rn;
 
 		if (!l)
 			return BLOG_CORRUPT(&r->fs->log, "log: inode %llu: malformed ref",
 					    (unsigned long long)ino);
-		ref_decode(c->key.type, c->key.offset, c->data + pos, &rn);
+		inode_ref_decode(c->key.type, c->key.offset, c->data + pos, &rn);
 		pos += l;
 		ret = inode_in_dir(r, rn.parent, ino, rn.index, rn.name, rn.len);
 		if (ret < 0)
@@ -973,10 +857,10 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 			u32 size;
 
 			ret = read_item(r, &r->sv->root, &key, &data, &size);
-			if (ret == 0 && find_dir_entry(data, size, rn.name, rn.len, NULL) == 0)
+			if (ret == 0 && inode_find_dir_entry(data, size, rn.name, rn.len, NULL) == 0)
 				ret = drop_dir_entry(r, rn.parent, data, rn.index);
 			else if (ret == 0)
-				ret = refuse(r->fs, "a directory index is taken by another name", &key);
+				ret = tlog_refuse(r->fs, "a directory index is taken by another name", &key);
 			else if (ret == -ENOENT)
 				ret = 0;
 			free(data);
@@ -1005,16 +889,16 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 			size = 0;
 		}
 		while (ret == 0 && p < size) {
-			u32 l = ref_entry_len(c->key.type, data + p, size - p);
-			struct ref_name rn;
+			u32 l = inode_ref_entry_len(c->key.type, data + p, size - p);
+			struct inode_ref_name rn;
 
 			if (!l) {
 				ret = -EUCLEAN;
 				break;
 			}
-			ref_decode(c->key.type, c->key.offset, data + p, &rn);
+			inode_ref_decode(c->key.type, c->key.offset, data + p, &rn);
 			p += l;
-			if (find_ref_entry(c->key.type, c->key.offset, c->data, c->size, rn.parent,
+			if (inode_find_ref_entry(c->key.type, c->key.offset, c->data, c->size, rn.parent,
 					   rn.name, rn.len, NULL) < 0) {
 				char name[BTRFS_NAME_LEN];
 				u32 len = rn.len < sizeof(name) ? rn.len : (u32)sizeof(name);
@@ -1043,7 +927,7 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 	}
 	ret = put_item(r, &c->key, c->data, c->size);
 	if (ret == 0)
-		ret = u64_push(&r->fixup, ino);
+		ret = tlog_u64_push(&r->fixup, ino);
 	return ret;
 }
 
@@ -1102,7 +986,7 @@ static int replay_extent(struct replay *r, const struct item_copy *c)
 
 	ret = inode_exists(r, ino, NULL);
 	if (ret <= 0)
-		return ret < 0 ? ret : refuse(r->fs, "a logged extent's inode does not exist",
+		return ret < 0 ? ret : tlog_refuse(r->fs, "a logged extent's inode does not exist",
 					     &c->key);
 	if (fi->type == BTRFS_FILE_EXTENT_INLINE) {
 		end = (start + btrfs_file_extent_ram_bytes(fi) + ss - 1) / ss * ss;
@@ -1123,11 +1007,11 @@ static int replay_extent(struct replay *r, const struct item_copy *c)
 	}
 	ret = data_drop_extents(r->fs, r->sv, ino, start, end);
 	if (ret == -EOPNOTSUPP)
-		return refuse(r->fs, "a logged extent overlaps the middle of an inline extent",
+		return tlog_refuse(r->fs, "a logged extent overlaps the middle of an inline extent",
 			      &c->key);
 	if (ret)
 		return ret;
-	ret = u64_push(&r->files, ino);
+	ret = tlog_u64_push(&r->files, ino);
 	if (ret)
 		return ret;
 	if (fi->type == BTRFS_FILE_EXTENT_INLINE)
@@ -1170,7 +1054,7 @@ static int count_links(struct replay *r, u64 ino, u32 *nlink)
 			u32 pos = 0;
 
 			while (pos < refs.v[i].size) {
-				u32 l = ref_entry_len(type, refs.v[i].data + pos, refs.v[i].size - pos);
+				u32 l = inode_ref_entry_len(type, refs.v[i].data + pos, refs.v[i].size - pos);
 
 				if (!l) {
 					ret = BLOG_CORRUPT(&r->fs->log, "inode %llu: malformed ref",
@@ -1222,7 +1106,7 @@ static int empty_dir(struct replay *r, u64 dir)
 
 	ret = collect(&r->fs->cache, &r->sv->root, dir, BTRFS_DIR_INDEX_KEY, 0, (u64)-1, &idx);
 	for (i = 0; ret == 0 && i < idx.n; i++)
-		if (dir_entry_len(idx.v[i].data, idx.v[i].size))
+		if (inode_dir_entry_len(idx.v[i].data, idx.v[i].size))
 			ret = drop_dir_entry(r, dir, idx.v[i].data, idx.v[i].key.offset);
 	item_list_free(&idx);
 	if (ret)
@@ -1230,7 +1114,7 @@ static int empty_dir(struct replay *r, u64 dir)
 	/* names without an index (should not exist) */
 	ret = collect(&r->fs->cache, &r->sv->root, dir, BTRFS_DIR_ITEM_KEY, 0, (u64)-1, &idx);
 	for (i = 0; ret == 0 && i < idx.n; i++)
-		if (dir_entry_len(idx.v[i].data, idx.v[i].size))
+		if (inode_dir_entry_len(idx.v[i].data, idx.v[i].size))
 			ret = drop_dir_entry(r, dir, idx.v[i].data, (u64)-1);
 	item_list_free(&idx);
 	return ret;
@@ -1286,7 +1170,7 @@ static int sum_dir_names(struct replay *r, u64 dir, u64 *size)
 			u32 pos = 0;
 
 			while (pos < items.v[i].size) {
-				u32 l = dir_entry_len(items.v[i].data + pos, items.v[i].size - pos);
+				u32 l = inode_dir_entry_len(items.v[i].data + pos, items.v[i].size - pos);
 
 				if (!l) {
 					ret = -EUCLEAN;
@@ -1443,326 +1327,6 @@ static int replay_pass(struct replay *r, enum pass pass)
 	return ret < 0 ? ret : 0;
 }
 
-/* ---- step 0: checking the log, taking its space ---- */
-
-struct log_tree {
-	u64 subvol;
-	struct tree_root root;
-};
-
-/* Does any extent item of the extent tree overlap [start, start + len)? Its key in *found. */
-static int extent_overlap(struct butter_fs *fs, u64 start, u64 len, struct btrfs_key *found)
-{
-	struct btrfs_key key = { start + len - 1, (u8)-1, (u64)-1 };
-	struct tree_path path;
-	int ret;
-
-	tree_path_init(&path);
-	ret = tree_search_backward(&fs->cache, &fs->extent_tree, &key, &path);
-	while (ret == 0) {
-		u64 end;
-
-		path_key(&path, &key);
-		if (key.type == BTRFS_EXTENT_ITEM_KEY || key.type == BTRFS_METADATA_ITEM_KEY) {
-			end = key.objectid + (key.type == BTRFS_EXTENT_ITEM_KEY ? key.offset
-									: fs->vol.nodesize);
-			ret = end > start;
-			*found = key;
-			break;
-		}
-		if (key.type == BTRFS_BLOCK_GROUP_ITEM_KEY && key.objectid < start) {
-			ret = 0;
-			break;
-		}
-		ret = tree_prev_item(&fs->cache, &path);
-		if (ret == 1)
-			ret = 0;
-		else if (ret == 0)
-			continue;
-		break;
-	}
-	tree_path_release(&fs->cache, &path);
-	return ret;
-}
-
-/* Take the log tree block at @bytenr out of free space until after the commit. */
-static int pin_log_block(struct butter_fs *fs, u64 bytenr)
-{
-	struct extent_state *es = &fs->w->es;
-	struct block_group *bg = extent_find_bg(es, bytenr);
-	u64 len = fs->vol.nodesize;
-	struct btrfs_key found;
-	int ret;
-
-	if (!bg || !(bg->flags & BTRFS_BLOCK_GROUP_METADATA) ||
-	    bytenr + len > bg->start + bg->length)
-		return refuse(fs, "a log tree block lies outside the metadata block groups", NULL);
-	ret = extent_overlap(fs, bytenr, len, &found);
-	if (ret < 0)
-		return ret;
-	if (ret)
-		return refuse(fs, "a log tree block overlaps an allocated extent", &found);
-	ret = range_remove(&bg->free, bytenr, bytenr + len);
-	if (ret == 0)
-		ret = extent_pin(es, bytenr, len);
-	return ret;
-}
-
-/* Check one logged item before anything changes. */
-static int check_log_item(struct butter_fs *fs, struct excluded *ex, const struct btrfs_key *key,
-			  const u8 *p, u32 size)
-{
-	/*
-	 * Items of an inode follow its inode item; the kernel's replay relies on
-	 * that to skip inodes logged without links, and so does ours.
-	 */
-	if (key->type != BTRFS_INODE_ITEM_KEY && key->objectid != BTRFS_EXTENT_CSUM_OBJECTID &&
-	    key->objectid != ex->cur_inode)
-		return refuse(fs, "items of an inode whose inode item is not logged", key);
-	switch (key->type) {
-	case BTRFS_INODE_ITEM_KEY:
-		if (size < sizeof(struct btrfs_inode_item))
-			return BLOG_CORRUPT(&fs->log, "log: short inode item %llu",
-					    (unsigned long long)key->objectid);
-		ex->cur_inode = key->objectid;
-		return 0;
-	case BTRFS_INODE_REF_KEY:
-	case BTRFS_INODE_EXTREF_KEY: {
-		u32 pos = 0;
-
-		while (pos < size) {
-			u32 l = ref_entry_len(key->type, p + pos, size - pos);
-
-			if (!l || l - (key->type == BTRFS_INODE_REF_KEY
-					       ? sizeof(struct btrfs_inode_ref)
-					       : sizeof(struct btrfs_inode_extref)) > BTRFS_NAME_LEN)
-				return BLOG_CORRUPT(&fs->log, "log: malformed ref of %llu",
-						    (unsigned long long)key->objectid);
-			pos += l;
-		}
-		return 0;
-	}
-	case BTRFS_XATTR_ITEM_KEY: {
-		u32 pos = 0;
-
-		while (pos < size) {
-			u32 l = dir_entry_len(p + pos, size - pos);
-
-			if (!l)
-				return BLOG_CORRUPT(&fs->log, "log: malformed xattr of %llu",
-						    (unsigned long long)key->objectid);
-			pos += l;
-		}
-		return 0;
-	}
-	case BTRFS_DIR_INDEX_KEY: {
-		const struct btrfs_dir_item *di = (const void *)p;
-		struct btrfs_key loc;
-
-		if (dir_entry_len(p, size) != size || btrfs_dir_name_len(di) > BTRFS_NAME_LEN ||
-		    btrfs_dir_data_len(di))
-			return BLOG_CORRUPT(&fs->log, "log: malformed dir index of %llu",
-					    (unsigned long long)key->objectid);
-		btrfs_disk_to_cpu_key(&loc, &di->location);
-		if (loc.type != BTRFS_INODE_ITEM_KEY)
-			return refuse(fs, "the log names a subvolume in a directory", key);
-		return 0;
-	}
-	case BTRFS_DIR_LOG_INDEX_KEY:
-		if (size < 8)
-			return BLOG_CORRUPT(&fs->log, "log: short dir log item of %llu",
-					    (unsigned long long)key->objectid);
-		return 0;
-	case BTRFS_EXTENT_CSUM_KEY:
-		if (key->objectid != BTRFS_EXTENT_CSUM_OBJECTID || size % fs->vol.csum_size)
-			return BLOG_CORRUPT(&fs->log, "log: malformed csum item");
-		return 0;
-	case BTRFS_EXTENT_DATA_KEY: {
-		const struct btrfs_file_extent_item *fi = (const void *)p;
-		struct extent_state *es = &fs->w->es;
-		u64 disk, len;
-		struct block_group *bg;
-		struct btrfs_key found;
-		int ret;
-
-		if (size < BTRFS_FILE_EXTENT_INLINE_DATA_START)
-			return BLOG_CORRUPT(&fs->log, "log: short extent of %llu",
-					    (unsigned long long)key->objectid);
-		if (fi->encryption || btrfs_file_extent_other_encoding(fi) ||
-		    fi->compression > BTRFS_COMPRESS_ZSTD)
-			return refuse(fs, "a logged extent has an unknown encoding", key);
-		if (fi->type == BTRFS_FILE_EXTENT_INLINE)
-			return key->offset ? refuse(fs, "an inline extent past offset 0", key) : 0;
-		if (fi->type != BTRFS_FILE_EXTENT_REG && fi->type != BTRFS_FILE_EXTENT_PREALLOC)
-			return refuse(fs, "a logged extent of unknown type", key);
-		if (size < sizeof(*fi))
-			return BLOG_CORRUPT(&fs->log, "log: short extent of %llu",
-					    (unsigned long long)key->objectid);
-		disk = btrfs_file_extent_disk_bytenr(fi);
-		len = btrfs_file_extent_disk_num_bytes(fi);
-		if (key->offset % fs->vol.sectorsize ||
-		    btrfs_file_extent_num_bytes(fi) % fs->vol.sectorsize)
-			return refuse(fs, "a logged extent is not sector aligned", key);
-		if (!disk)
-			return 0;
-		bg = extent_find_bg(es, disk);
-		if (!len || len % fs->vol.sectorsize || disk % fs->vol.sectorsize || !bg ||
-		    !(bg->flags & BTRFS_BLOCK_GROUP_DATA) || disk + len > bg->start + bg->length)
-			return refuse(fs, "a logged extent lies outside the data block groups", key);
-		ret = extent_overlap(fs, disk, len, &found);
-		if (ret < 0)
-			return ret;
-		if (ret) {
-			if (found.objectid == disk && found.type == BTRFS_EXTENT_ITEM_KEY &&
-			    found.offset == len)
-				return 0; /* an extent from before: it gets one more reference */
-			return refuse(fs, "a logged extent overlaps another extent", key);
-		}
-		/* written since the commit: keep the allocator away from it */
-		ret = range_remove(&bg->free, disk, disk + len);
-		bg->fst_dirty = 1;
-		if (ret == 0)
-			ret = u64_push(&ex->disk, disk);
-		if (ret == 0)
-			ret = u64_push(&ex->len, len);
-		return ret;
-	}
-	default:
-		return refuse(fs, key->type == BTRFS_DIR_ITEM_KEY || key->type == BTRFS_DIR_LOG_ITEM_KEY
-					  ? "a log in the format of kernels before 5.17 (dir items)"
-					  : "an item type the replay does not know",
-			      key);
-	}
-}
-
-/*
- * Visit every block of the tree at @root: pin it, and check (and take the
- * space of) the items of each leaf when @items.
- */
-static int walk_log_blocks(struct butter_fs *fs, struct excluded *ex, struct tree_node *node,
-			   int items)
-{
-	u32 i;
-	int ret;
-
-	ret = pin_log_block(fs, node->bytenr);
-	if (ret)
-		return ret;
-	if (node->level == 0) {
-		for (i = 0; items && i < node->nritems; i++) {
-			struct btrfs_key key;
-
-			node_key(node, i, &key);
-			ret = check_log_item(fs, ex, &key, leaf_item_data(node, i),
-					     leaf_item_size(node, i));
-			if (ret)
-				return ret;
-		}
-		return 0;
-	}
-	for (i = 0; i < node->nritems; i++) {
-		struct tree_node *child;
-
-		ret = node_read_child(&fs->cache, node, i, &child);
-		if (ret)
-			return ret;
-		ret = walk_log_blocks(fs, ex, child, items);
-		node_put(&fs->cache, child);
-		if (ret)
-			return ret;
-	}
-	return 0;
-}
-
-static int walk_tree(struct butter_fs *fs, struct excluded *ex, const struct tree_root *root,
-		     int items)
-{
-	struct tree_node *node;
-	int ret = node_read(&fs->cache, root->bytenr, root->generation, root->level, NULL, &node);
-
-	if (ret) {
-		blog_err(&fs->log, "cannot read the tree log at %llu", (unsigned long long)root->bytenr);
-		return ret;
-	}
-	ret = walk_log_blocks(fs, ex, node, items);
-	node_put(&fs->cache, node);
-	return ret;
-}
-
-/* The log trees named in the log root tree, in subvolume order. */
-static int read_log_roots(struct butter_fs *fs, const struct tree_root *lrt, struct log_tree **out,
-			  size_t *n)
-{
-	struct btrfs_key key = { BTRFS_TREE_LOG_OBJECTID, BTRFS_ROOT_ITEM_KEY, 0 };
-	struct tree_path path;
-	int ret;
-
-	*out = NULL;
-	*n = 0;
-	tree_path_init(&path);
-	ret = tree_search_forward(&fs->cache, lrt, &key, &path);
-	while (ret == 0) {
-		const struct btrfs_root_item *ri;
-		struct log_tree *lt;
-		u32 size;
-
-		path_key(&path, &key);
-		if (key.objectid != BTRFS_TREE_LOG_OBJECTID || key.type != BTRFS_ROOT_ITEM_KEY) {
-			ret = refuse(fs, "the log root tree holds an unknown item", &key);
-			break;
-		}
-		ri = (const void *)path_item(&path, &size);
-		if (size < BTRFS_ROOT_ITEM_V1_SIZE || ri->level >= BTRFS_MAX_LEVEL) {
-			ret = BLOG_CORRUPT(&fs->log, "log root item %llu malformed",
-					   (unsigned long long)key.offset);
-			break;
-		}
-		lt = realloc(*out, (*n + 1) * sizeof(*lt));
-		if (!lt) {
-			ret = -ENOMEM;
-			break;
-		}
-		*out = lt;
-		lt += (*n)++;
-		lt->subvol = key.offset;
-		memset(&lt->root, 0, sizeof(lt->root));
-		lt->root.objectid = BTRFS_TREE_LOG_OBJECTID;
-		lt->root.bytenr = btrfs_root_bytenr(ri);
-		lt->root.generation = btrfs_root_generation(ri);
-		lt->root.level = ri->level;
-		ret = tree_next_item(&fs->cache, &path);
-	}
-	tree_path_release(&fs->cache, &path);
-	return ret < 0 ? ret : 0;
-}
-
-/* Give logged data extents that nothing references after all back to free space. */
-static int release_unused(struct butter_fs *fs, struct excluded *ex)
-{
-	struct fs_write_state *w = fs->w;
-	size_t i;
-	int ret;
-
-	/* the queued references become extent items first */
-	ret = extent_run_delayed_refs(&w->es, &w->txn.tt);
-	for (i = 0; ret == 0 && i < ex->disk.n; i++) {
-		struct btrfs_key key = { ex->disk.v[i], BTRFS_EXTENT_ITEM_KEY, ex->len.v[i] };
-		struct block_group *bg;
-
-		ret = tree_lookup_item(&fs->cache, &fs->extent_tree, &key, NULL, 0);
-		if (ret >= 0) {
-			ret = 0;
-			continue;
-		}
-		if (ret != -ENOENT)
-			break;
-		bg = extent_find_bg(&w->es, key.objectid);
-		ret = range_add(&bg->free, key.objectid, key.objectid + key.offset);
-		bg->fst_dirty = 1;
-	}
-	return ret;
-}
-
 static void replay_reset(struct replay *r)
 {
 	free(r->fixup.v);
@@ -1792,7 +1356,7 @@ static int replay_subvol(struct replay *r, const struct log_tree *lt)
 		return ret;
 	r->sv = fs_subvol_mut(r->fs, lt->subvol, &err);
 	if (!r->sv)
-		return err == -EROFS ? refuse(r->fs, "a read-only subvolume has a log", NULL) : err;
+		return err == -EROFS ? tlog_refuse(r->fs, "a read-only subvolume has a log", NULL) : err;
 	r->log = lt->root;
 	ret = txn_track_root(&r->w->txn, &r->sv->root);
 	if (ret == 0)
@@ -1826,15 +1390,15 @@ int tlog_replay(struct butter_fs *fs)
 	lrt.bytenr = btrfs_super_log_root(sb);
 	lrt.level = sb->log_root_level;
 	if (btrfs_super_incompat_flags(sb) & BTRFS_FEATURE_INCOMPAT_MIXED_GROUPS)
-		return refuse(fs, "mixed block groups", NULL);
+		return tlog_refuse(fs, "mixed block groups", NULL);
 
 	/* step 0: every log block and logged extent, before anything is allocated */
-	ret = walk_tree(fs, &ex, &lrt, 0);
+	ret = tlog_walk_tree(fs, &ex, &lrt, 0);
 	if (ret == 0)
-		ret = read_log_roots(fs, &lrt, &logs, &nlogs);
+		ret = tlog_read_log_roots(fs, &lrt, &logs, &nlogs);
 	for (i = 0; ret == 0 && i < nlogs; i++) {
 		ex.cur_inode = (u64)-1;
-		ret = walk_tree(fs, &ex, &logs[i].root, 1);
+		ret = tlog_walk_tree(fs, &ex, &logs[i].root, 1);
 	}
 	if (ret)
 		goto out;
@@ -1849,7 +1413,7 @@ int tlog_replay(struct butter_fs *fs)
 	for (i = 0; ret == 0 && i < nlogs; i++)
 		ret = replay_subvol(&r, &logs[i]);
 	if (ret == 0)
-		ret = release_unused(fs, &ex);
+		ret = tlog_release_unused(fs, &ex);
 	if (ret == 0) {
 		/* the log is part of the subvolumes now: the same commit forgets it */
 		btrfs_set_super_log_root(sb, 0);
