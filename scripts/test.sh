@@ -11,10 +11,43 @@ modprobe btrfs 2>/dev/null || true
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 
-[ -d build ] || meson setup build -Db_sanitize=address,undefined >/dev/null
+# meson_dir DIR NAME=VALUE...: make DIR a meson build directory with these
+# options. A missing or unconfigured DIR is set up; a configured one whose
+# options differ (say a build made earlier without sanitizers) is
+# reconfigured, never silently reused; one that matches is left alone.
+meson_dir() {
+	local dir=$1 opt name want have
+	shift
+	if [ ! -f "$dir/meson-private/coredata.dat" ]; then
+		local args=()
+		for opt in "$@"; do args+=("-D$opt"); done
+		meson setup "$dir" "${args[@]}" >/dev/null
+		return
+	fi
+	for opt in "$@"; do
+		name=${opt%%=*}
+		want=${opt#*=}
+		# the value as meson holds it (a string, or a list in newer meson), comma-joined
+		have=$(meson introspect "$dir" --buildoptions | /usr/bin/python3 -c '
+import json, sys
+name = sys.argv[1]
+for o in json.load(sys.stdin):
+    if o["name"] == name:
+        v = o["value"]
+        print(",".join(v) if isinstance(v, list) else str(v))
+        break
+' "$name")
+		if [ "$have" != "$want" ]; then
+			echo "$dir: $name is '$have', want '$want': reconfiguring"
+			meson configure "$dir" "-D$opt" >/dev/null
+		fi
+	done
+}
+
+meson_dir build b_sanitize=address,undefined
 ninja -C build
 # an optimised build too: -O3 finds warnings (-Werror) the sanitizer build does not
-[ -d build-release ] || meson setup build-release --buildtype=release >/dev/null
+meson_dir build-release buildtype=release
 ninja -C build-release >/dev/null
 meson test -C build --print-errorlogs
 
