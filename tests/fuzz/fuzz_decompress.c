@@ -11,7 +11,7 @@
  *   5       3k    flips: le16 position, xor byte
  *   ...           the payload
  * Plain mode decodes the payload as a stream. Encode-first mode compresses the
- * payload with btrfs_compress() (checking that it decodes back unchanged),
+ * payload with data_compress() (checking that it decodes back unchanged),
  * flips the given bytes of the stream, and decodes that: the fuzzer reaches
  * deep into the decoders without having to discover valid streams itself.
  * The output buffer is exactly the length asked for, so ASan sees any
@@ -34,7 +34,7 @@ static void check_roundtrip(int type, const uint8_t *in, size_t len, const uint8
 
 	if (!back)
 		return;
-	n = btrfs_decompress(type, stream, slen, back, len, ss);
+	n = data_decompress(type, stream, slen, back, len, ss);
 	if (n != (ssize_t)len || memcmp(back, in, len) != 0) {
 		fprintf(stderr, "fuzz_decompress: type %d: round trip of %zu bytes gave %zd\n", type,
 			len, n);
@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		stream = malloc(cap);
 		if (!stream)
 			return 0;
-		slen = btrfs_compress(type, 0, payload, plen, stream, cap, ss);
+		slen = data_compress(type, 0, payload, plen, stream, cap, ss);
 		if (slen < 0) {
 			free(stream);
 			return 0;
@@ -91,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	out = malloc(out_len ? out_len : 1);
 	if (out) {
-		n = btrfs_decompress(type, payload, plen, out, out_len, ss);
+		n = data_decompress(type, payload, plen, out, out_len, ss);
 		if (n > (ssize_t)out_len) {
 			fprintf(stderr, "fuzz_decompress: produced %zd of %zu bytes\n", n, out_len);
 			abort();

@@ -105,7 +105,7 @@ static ssize_t decode(int type, const u8 *in, size_t in_len, u8 *out, size_t out
 
 	if (in_len)
 		memcpy(inc, in, in_len);
-	r = btrfs_decompress(type, inc, in_len, outc, out_len, ss);
+	r = data_decompress(type, inc, in_len, outc, out_len, ss);
 	if (r > 0 && out)
 		memcpy(out, outc, (size_t)r <= out_len ? (size_t)r : out_len);
 	free(inc);
@@ -121,7 +121,7 @@ static ssize_t encode(int type, int level, const u8 *in, size_t in_len, u8 *out,
 
 	if (in_len)
 		memcpy(inc, in, in_len);
-	r = btrfs_compress(type, level, inc, in_len, outc, out_cap, ss);
+	r = data_compress(type, level, inc, in_len, outc, out_cap, ss);
 	if (r > 0 && out)
 		memcpy(out, outc, (size_t)r <= out_cap ? (size_t)r : out_cap);
 	free(inc);
@@ -665,8 +665,8 @@ static void test_invalid_type(void)
 	u8 buf[64] = { 0 };
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		CHECK(btrfs_decompress(bad[i], buf, sizeof(buf), buf, sizeof(buf), SZ) == -EINVAL);
-		CHECK(btrfs_compress(bad[i], 0, buf, sizeof(buf), buf, sizeof(buf), SZ) == -EINVAL);
+		CHECK(data_decompress(bad[i], buf, sizeof(buf), buf, sizeof(buf), SZ) == -EINVAL);
+		CHECK(data_compress(bad[i], 0, buf, sizeof(buf), buf, sizeof(buf), SZ) == -EINVAL);
 	}
 	/* zlib and zstd do not care about the sectorsize. */
 	{
