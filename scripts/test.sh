@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite: install dependencies, build with ASan + UBSan, run the
 # unit tests, the integration tests (kernel as oracle: needs root, loop devices
-# and btrfs; under CI=true a skipped test fails the run) and a bounded fuzz run.
-# Idempotent. FUZZ_SECONDS (default 120) bounds the fuzzing.
+# and btrfs; under CI=true a skipped test fails the run), a bounded fuzz run,
+# the layering check (scripts/check-layers.py) and the threaded stress test
+# under ThreadSanitizer (scripts/tsan.sh).
+# Idempotent. FUZZ_SECONDS (default 120) bounds the fuzzing, TSAN_SECONDS
+# (default 30 here) the stress test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -50,6 +53,10 @@ ninja -C build
 meson_dir build-release buildtype=release
 ninja -C build-release >/dev/null
 meson test -C build --print-errorlogs
+# no folder of lib/ uses a symbol of a folder above it
+/usr/bin/python3 scripts/check-layers.py build
+# many threads on one handle, the library's own lock only (ThreadSanitizer build)
+TSAN_SECONDS=${TSAN_SECONDS:-30} scripts/tsan.sh
 
 if [ -x tests/fuzz/run.sh ]; then
 	tests/fuzz/run.sh "${FUZZ_SECONDS:-120}"
