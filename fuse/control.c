@@ -5,8 +5,8 @@
  * Every request has the fixed size its command encodes (the kernel copies
  * exactly that much in and out); a request of another size, or an unknown
  * command, is ENOTTY, as for any file that does not know an ioctl. Changes
- * (create, snapshot, delete, sync, label) need a read-write mount and take
- * fs_lock exclusive; after a name appears or disappears in a directory the
+ * (create, snapshot, delete, sync, label) need a read-write mount; the
+ * library serialises each call itself (its lock, butter.h); after a name appears or disappears in a directory the
  * kernel's cached entry for it is dropped (notify_inval_entry, which drops
  * the directory's attributes too: mtime, size, nlink), so the mount shows the
  * change at once.
@@ -82,7 +82,6 @@ static int do_subvol_change(struct daemon *d, unsigned cmd, fuse_ino_t dirnode,
 	if (ret)
 		return ret;
 	daemon_note_change(d);
-	pthread_rwlock_wrlock(&d->fs_lock);
 	if (cmd == (unsigned)BUTTER_IOC_SUBVOL_CREATE)
 		ret = butter_subvol_create(d->fs, dir, s->name, len, &s->id);
 	else if (cmd == (unsigned)BUTTER_IOC_SNAPSHOT)
@@ -90,14 +89,14 @@ static int do_subvol_change(struct daemon *d, unsigned cmd, fuse_ino_t dirnode,
 				      &s->id);
 	else
 		ret = butter_subvol_delete(d->fs, dir, s->name, len);
-	pthread_rwlock_unlock(&d->fs_lock);
 	return ret;
 }
 
 /*
- * One scrub step (control.h). A step holds fs_lock exclusive: it commits, and
- * its walk must not meet a change half made; the budget keeps each stall of
- * the mount short, and the caller's loop lets other requests in between.
+ * One scrub step (control.h). A step runs alone (the library holds its lock
+ * exclusive for it: it commits, and its walk must not meet a change half
+ * made); the budget keeps each stall of the mount short, and the caller's
+ * loop lets other requests in between.
  */
 #define SCRUB_STEP_BYTES (64ull << 20)
 
@@ -111,7 +110,6 @@ static int do_scrub_step(struct daemon *d, struct butter_ioc_scrub *s)
 	if (s->flags & ~(uint64_t)BUTTER_SCRUB_READONLY || s->what > 1)
 		return -EINVAL;
 	memset(&st, 0, sizeof(st));
-	pthread_rwlock_wrlock(&d->fs_lock);
 	if (s->what == 0) {
 		ret = butter_scrub_range(d->fs, flags, &s->cursor, SCRUB_STEP_BYTES, &st);
 		s->more = ret == 1;
@@ -119,7 +117,6 @@ static int do_scrub_step(struct daemon *d, struct butter_ioc_scrub *s)
 		ret = butter_scrub_supers(d->fs, flags, &st);
 		s->more = 0;
 	}
-	pthread_rwlock_unlock(&d->fs_lock);
 	s->tree_bytes = st.tree_bytes;
 	s->data_bytes = st.data_bytes;
 	s->no_csum_bytes = st.no_csum_bytes;
@@ -148,9 +145,7 @@ static int do_fsync_many(struct daemon *d, const struct butter_ioc_fsync *f)
 		inos[i].subvol = f->inos[i].subvol;
 		inos[i].ino = f->inos[i].ino;
 	}
-	pthread_rwlock_wrlock(&d->fs_lock);
 	ret = butter_fsync_many(d->fs, inos, f->count, !!(f->flags & BUTTER_FSYNC_DATA));
-	pthread_rwlock_unlock(&d->fs_lock);
 	return ret;
 }
 
@@ -165,16 +160,16 @@ static int do_dev_stats(struct daemon *d, struct butter_ioc_dev_stats *s)
 		return -EINVAL;
 	if ((flags & BUTTER_DEV_STATS_RESET) && d->readonly)
 		return -EROFS;
-	if (flags & BUTTER_DEV_STATS_RESET)
-		pthread_rwlock_wrlock(&d->fs_lock);
-	else
-		pthread_rwlock_rdlock(&d->fs_lock);
+	/* one section: the reset and its commit together, and st.path is the handle's */
+	ret = butter_lock(d->fs, !!(flags & BUTTER_DEV_STATS_RESET));
+	if (ret)
+		return ret;
 	ret = butter_device_stats(d->fs, (size_t)s->idx, flags, &st);
 	if (ret == 0 && (flags & BUTTER_DEV_STATS_RESET))
 		ret = butter_sync(d->fs);
 	if (ret == 0)
 		ret = copy_str(s->path, sizeof(s->path), st.path ? st.path : "");
-	pthread_rwlock_unlock(&d->fs_lock);
+	butter_unlock(d->fs);
 	if (ret)
 		return ret;
 	s->devid = st.devid;
@@ -242,18 +237,14 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_ioc_subvol_next *n = &u.next;
 		struct next_ctx c = { n->id, n, 0, 0 };
 
-		pthread_rwlock_rdlock(&d->fs_lock);
 		ret = butter_subvol_list(d->fs, take_first, &c);
-		pthread_rwlock_unlock(&d->fs_lock);
 		if (ret >= 0)
 			ret = c.err ? c.err : c.found ? 0 : -ENOENT;
 		out = sizeof(*n);
 		break;
 	}
 	case BUTTER_IOC_SYNC:
-		pthread_rwlock_wrlock(&d->fs_lock);
 		ret = d->readonly ? 0 : butter_sync(d->fs);
-		pthread_rwlock_unlock(&d->fs_lock);
 		if (ret)
 			daemon_commit_failed(d, ret);
 		break;
@@ -267,9 +258,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_info bi;
 		struct stat ns;
 
-		pthread_rwlock_rdlock(&d->fs_lock);
 		ret = butter_get_info(d->fs, &bi);
-		pthread_rwlock_unlock(&d->fs_lock);
 		u.daemon.version = BUTTER_IOC_VERSION;
 		u.daemon.flags = (d->readonly ? BUTTER_DAEMON_READONLY : 0) |
 				 (atomic_load(&d->commit_failed) ? BUTTER_DAEMON_FAILED : 0);
@@ -282,9 +271,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 	case BUTTER_IOC_FS_INFO: {
 		struct butter_info bi;
 
-		pthread_rwlock_rdlock(&d->fs_lock);
 		ret = butter_get_info(d->fs, &bi);
-		pthread_rwlock_unlock(&d->fs_lock);
 		if (ret == 0) {
 			ret = copy_str(u.fs.label, sizeof(u.fs.label), bi.label);
 			memcpy(u.fs.fsid, bi.fsid, 16);
@@ -302,9 +289,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 	case BUTTER_IOC_SPACE: {
 		struct butter_space_info si;
 
-		pthread_rwlock_rdlock(&d->fs_lock);
 		ret = butter_get_space(d->fs, (size_t)u.space.idx, &si);
-		pthread_rwlock_unlock(&d->fs_lock);
 		u.space.flags = si.flags;
 		u.space.total = si.total;
 		u.space.used = si.used;
@@ -320,9 +305,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 			ret = -EINVAL;
 			break;
 		}
-		pthread_rwlock_wrlock(&d->fs_lock);
 		ret = d->readonly ? -EROFS : butter_set_label(d->fs, u.label.label);
-		pthread_rwlock_unlock(&d->fs_lock);
 		break;
 	case BUTTER_IOC_FSYNC:
 		ret = do_fsync_many(d, &u.fsync);

@@ -27,8 +27,8 @@
  *             every 50 ms until the loop has returned, so a wake-up that lands
  *             just before the wait is not lost
  *   commit    about a second after changes stop, and at most commit=SECONDS
- *             (30) after a change, takes fs_lock exclusive and calls
- *             butter_sync() (below); not started read-only
+ *             (30) after a change, calls butter_sync() (below); started for
+ *             read-only mounts too (a remount may make them writable)
  *
  * After `fusermount3 -u` or umount returns, the daemon still commits and
  * closes: the image is final when the daemon process has exited, which is
@@ -326,9 +326,9 @@ static void library_log(void *arg, int level, const char *msg)
 /* ---- the commit thread -------------------------------------------------------- */
 
 /*
- * When changes reach the disk. A change is any request that takes fs_lock
- * exclusive to change the filesystem (ops.c write_lock, fsync.c, control.c
- * note it through daemon_note_change()). The commit thread commits
+ * When changes reach the disk. A change is any request that changes the
+ * filesystem (ops.c change_begin(), fsync.c, control.c note it through
+ * daemon_note_change()). The commit thread commits
  *  1. IDLE_COMMIT_MS after the last change, once changes stop, so that what a
  *     program wrote and `sync` pushed out (sync(2) never reaches a FUSE
  *     daemon: the kernel only writes its dirty pages back to us) is on disk
@@ -425,9 +425,7 @@ static void *commit_main(void *arg)
 		/* changes from here on mark the mount dirty again */
 		atomic_store(&c->dirty, false);
 		pthread_mutex_unlock(&c->lock);
-		pthread_rwlock_wrlock(&c->d->fs_lock);
 		int ret = butter_sync(c->d->fs);
-		pthread_rwlock_unlock(&c->d->fs_lock);
 		if (ret)
 			daemon_commit_failed(c->d, ret);
 		pthread_mutex_lock(&c->lock);
@@ -660,42 +658,44 @@ int daemon_remount(struct daemon *d, bool readonly)
 {
 	int ret;
 
-	pthread_rwlock_wrlock(&d->fs_lock);
 	if (readonly) {
 		ret = butter_set_readonly(d->fs, 1);
 		if (ret == 0)
 			d->readonly = true;
 	} else if (atomic_load(&d->commit_failed)) {
 		ret = -EROFS;
-	} else if (d->handle_rdonly) {
-		/*
-		 * Mounted -o ro: the handle holds the devices shared and has no
-		 * write state. Close it and open again read-write (the node ids
-		 * stay: nodes.c maps subvolume and inode, not handles); if that
-		 * fails, open read-only again and stay so.
-		 */
-		butter_close(d->fs);
-		d->fs = NULL;
-		ret = open_fs(d, false);
-		if (ret == 0) {
-			d->reopened = true;
-			ret = apply_compression(d);
-		}
-		else if (open_fs(d, true) != 0) {
-			/*
-			 * Nothing to serve from and nothing to commit (it was read-only):
-			 * end as a daemon that died would, the mount answers ENOTCONN.
-			 */
-			daemon_log(d, BUTTER_LOG_ERROR, "remount: the filesystem cannot be opened "
-				   "again: the daemon exits");
-			_exit(1);
-		}
 	} else {
+		/*
+		 * Mounted -o ro, the handle holds the devices shared and has no
+		 * write state: the library opens the filesystem again read-write
+		 * in place (the node ids stay: nodes.c maps subvolume and inode,
+		 * not handles), or stays read-only if it cannot.
+		 */
+		bool was_rdonly = atomic_load(&d->handle_rdonly);
+
 		ret = butter_set_readonly(d->fs, 0);
-		if (ret == 0)
+		if (ret == 0) {
 			d->readonly = false;
+			if (was_rdonly) {
+				atomic_store(&d->handle_rdonly, false);
+				d->reopened = true;
+				ret = apply_compression(d);
+			}
+		} else if (was_rdonly) {
+			struct butter_info info;
+
+			if (butter_get_info(d->fs, &info) == -EIO) {
+				/*
+				 * Not even read-only again: nothing to serve from and nothing
+				 * to commit (it was read-only); end as a daemon that died
+				 * would, the mount answers ENOTCONN.
+				 */
+				daemon_log(d, BUTTER_LOG_ERROR, "remount: the filesystem cannot be "
+					   "opened again: the daemon exits");
+				_exit(1);
+			}
+		}
 	}
-	pthread_rwlock_unlock(&d->fs_lock);
 	if (ret == 0)
 		daemon_log(d, BUTTER_LOG_INFO, "%s: remounted %s", d->opts->mountpoint,
 			   readonly ? "read-only" : "read-write");
@@ -764,7 +764,6 @@ static int run(const struct mount_opts *o)
 	struct committer committer = { 0 };
 	struct stat st;
 	butter_ino_t root;
-	pthread_rwlockattr_t rwattr;
 	pthread_t sig_thread;
 	bool sig_running = false, mounted = false;
 	char *fuse_opts = NULL;
@@ -794,10 +793,6 @@ static int run(const struct mount_opts *o)
 		butter_close(d.fs);
 		return 1;
 	}
-	pthread_rwlockattr_init(&rwattr);
-	pthread_rwlockattr_setkind_np(&rwattr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	pthread_rwlock_init(&d.fs_lock, &rwattr);
-	pthread_rwlockattr_destroy(&rwattr);
 	fsync_queue_init(&d.fsyncq);
 
 	fuse_opts = fuse_option_string(o);
@@ -877,7 +872,6 @@ out:
 	}
 	butter_close(d.fs);
 	nodes_destroy(&d.nodes);
-	pthread_rwlock_destroy(&d.fs_lock);
 	fsync_queue_destroy(&d.fsyncq);
 	if (fuse_log_daemon) {
 		fuse_set_log_func(NULL); /* libfuse's default again */

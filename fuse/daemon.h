@@ -3,14 +3,12 @@
  * (one per mount), its lock rule, and the table of request handlers.
  *
  * Locking:
- *   fs_lock  read-side library calls (lookup, stat, read, readdir, xattrs,
- *            seek, statfs) hold it shared; changes (create, write, setattr,
- *            link, unlink, rename, xattr changes) and commits hold it
- *            exclusive. The library serialises changes itself, but a change
- *            edits dirty tree nodes in place, so a reader walking the same
- *            nodes must not run beside it. Writers are preferred, so a stream
- *            of reads cannot starve a commit.
- *   nodes    its own mutex (nodes.c); taken inside fs_lock, never around it.
+ *   the library's lock  every library call takes it itself (butter.h: reads
+ *            shared, changes exclusive). A handler that needs several calls
+ *            to see one state (check, then change) runs them in a section,
+ *            butter_lock() ... butter_unlock() (ops.c section_read() and
+ *            section_change()); one call needs no section.
+ *   nodes    its own mutex (nodes.c); taken inside a section, never around one.
  * Every other field is set before the session starts and only read after.
  */
 #ifndef BUTTER_FUSE_DAEMON_H
@@ -29,7 +27,7 @@
 #include "options.h"
 #include "pollloop.h"
 
-/* fsync requests waiting for the next tree log sync (fsync.c); its own lock, taken outside fs_lock */
+/* fsync requests waiting for the next tree log sync (fsync.c); its own lock, taken outside the library's */
 struct fsync_queue {
 	pthread_mutex_t lock;
 	struct fsync_entry *head, **tail;   /* protected by lock */
@@ -39,9 +37,8 @@ struct daemon {
 	const struct mount_opts *opts;
 	struct butter_fs *fs;
 	struct node_table nodes;
-	pthread_rwlock_t fs_lock;     /* see above */
 	atomic_bool readonly;         /* changes refused: -o ro, or remounted read-only */
-	bool handle_rdonly;           /* fs was opened read-only (changes only under fs_lock) */
+	atomic_bool handle_rdonly;    /* fs was opened read-only (until a remount reopens it) */
 	atomic_bool reopened;         /* fs was opened again read-write by a remount */
 	atomic_ulong writes_served;   /* WRITE requests answered (the exit's write-back loop) */
 	bool posix_acl;               /* the kernel enforces ACLs; we inherit them (op_init) */
@@ -101,7 +98,7 @@ void fsync_queue_init(struct fsync_queue *q);
 void fsync_queue_destroy(struct fsync_queue *q);
 
 /*
- * Note that a change was made (or is being made under fs_lock exclusive):
+ * Note that a change was made (or is being made):
  * the commit thread writes it out about a second after changes stop, at
  * most commit= seconds after it (daemon.c). Cheap; any thread.
  */

@@ -5,12 +5,13 @@
  * journaling filesystem does.
  *
  * Protocol (each request is one entry; the queue has its own mutex, taken
- * before fs_lock is asked for and never while waiting for it):
+ * before the library's lock is asked for and never while waiting for it):
  *   1. the request's thread appends its entry to the queue;
- *   2. it takes fs_lock exclusive (a log sync may fall back to a commit);
+ *   2. it holds the library's lock exclusive (butter_lock(): a section, so
+ *      the requests that queue meanwhile wait for this batch to end);
  *   3. it takes every entry queued by then (its own, unless an earlier
  *      thread's batch took it), makes them durable in one call and replies
- *      to each; then it lets fs_lock go.
+ *      to each; then it ends the section.
  * A thread whose entry was taken by another batch finds the queue empty (or
  * holding later requests, which it serves) and returns: its request was
  * answered, and the fuse_req_t is not touched again after step 1.
@@ -51,7 +52,7 @@ static struct fsync_entry *take_all(struct fsync_queue *q)
 	return all;
 }
 
-/* Make the batch @all durable and answer each request (fs_lock held exclusive). */
+/* Make the batch @all durable and answer each request (inside an exclusive section). */
 static void serve(struct daemon *d, struct fsync_entry *all)
 {
 	butter_ino_t *inos;
@@ -108,9 +109,12 @@ void butter_fuse_fsync(fuse_req_t req, fuse_ino_t ino, int datasync)
 	pthread_mutex_unlock(&q->lock);
 
 	daemon_note_change(d);
-	pthread_rwlock_wrlock(&d->fs_lock);
+	/* if the section cannot begin (a dead handle), each call says why itself */
+	int locked = butter_lock(d->fs, 1);
+
 	all = take_all(q);
 	if (all)
 		serve(d, all);
-	pthread_rwlock_unlock(&d->fs_lock);
+	if (locked == 0)
+		butter_unlock(d->fs);
 }

@@ -6,8 +6,11 @@
  * Rules every handler follows:
  *  1. Node ids come in and go out through nodes.c; st_ino is always the node
  *     id (nodes.c says why and how it is made).
- *  2. Library calls run under d->fs_lock (daemon.h): shared for reads,
- *     exclusive for changes and commits. Replies are sent after unlocking.
+ *  2. The library serialises its calls itself (its lock, butter.h); a
+ *     handler whose calls must see one state (check, then change) runs
+ *     them in a section (section_read(), section_change(): butter_lock()).
+ *     Every change is noted for the commit thread (daemon_note_change()).
+ *     Replies are sent after a section ends.
  *  3. Errors are the library's negative errno, replied as fuse_reply_err(req,
  *     -ret) through reply_err(), which changes one value: ENOSYS. To the
  *     kernel ENOSYS means "this daemon lacks the operation" and it stops
@@ -23,8 +26,8 @@
  *     opendir) is one butter_open_ref() of its inode, dropped by release or
  *     releasedir (or at once if the reply fails): so a file unlinked while
  *     open lives on as an orphan until its last release (lib/fs/orphan.c).
- *     A release that frees an orphan is a change and takes fs_lock
- *     exclusive; others take no fs_lock at all.
+ *     A release that frees an orphan is a change (noted for the commit
+ *     thread); the library takes its lock exclusive only then.
  *  7. Attributes and names, present or missing, are given to the kernel
  *     with the mount's timeouts (a day by default: options.c says why that
  *     is safe); a lookup of a missing name replies a negative entry (node id
@@ -69,21 +72,26 @@ static struct daemon *D(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-static void read_lock(struct daemon *d)
+/*
+ * Sections (rule 2): several library calls that must see one state. If a
+ * section cannot begin (a handle that died at a failed remount), every call
+ * in it fails with the library's error by itself, and the end is harmless.
+ */
+static void section_read(struct daemon *d)
 {
-	pthread_rwlock_rdlock(&d->fs_lock);
+	(void)butter_lock(d->fs, 0);
 }
 
-/* Take fs_lock for a change (rule 2), which the commit thread then writes out. */
-static void write_lock(struct daemon *d)
+/* A section that changes the filesystem, which the commit thread then writes out. */
+static void section_change(struct daemon *d)
 {
 	daemon_note_change(d);
-	pthread_rwlock_wrlock(&d->fs_lock);
+	(void)butter_lock(d->fs, 1);
 }
 
-static void unlock(struct daemon *d)
+static void section_end(struct daemon *d)
 {
-	pthread_rwlock_unlock(&d->fs_lock);
+	butter_unlock(d->fs);
 }
 
 static void reply_err(fuse_req_t req, int ret)
@@ -133,7 +141,7 @@ static void reply_attr(fuse_req_t req, const struct daemon *d, int ret,
 
 /*
  * Fill @e for the file @id, named @name in @parent, and count one kernel
- * lookup of its node. Called with fs_lock held.
+ * lookup of its node. Called inside a section.
  */
 static int make_entry(struct daemon *d, butter_ino_t parent, const char *name, size_t len,
 		      butter_ino_t id, struct fuse_entry_param *e)
@@ -223,9 +231,8 @@ static void touch_atime(struct daemon *d, fuse_ino_t ino, butter_ino_t id, int d
 
 	if (due <= 0)
 		return;
-	write_lock(d);
+	daemon_note_change(d);
 	ret = butter_touch_atime(d->fs, id, atime_policy(d->opts));
-	unlock(d);
 	if (ret > 0)
 		fuse_lowlevel_notify_inval_inode(d->se, ino, -1, 0);
 }
@@ -303,9 +310,7 @@ static void lookup_self(struct daemon *d, fuse_req_t req, fuse_ino_t ino)
 		reply_err(req, ret);
 		return;
 	}
-	read_lock(d);
 	ret = butter_stat(d->fs, id, &bs);
-	unlock(d);
 	memset(&e, 0, sizeof(e));
 	if (ret == 0) {
 		e.ino = ino;
@@ -332,11 +337,11 @@ static void lookup_name(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (ret == 0)
 		ret = nodes_resolve(&d->nodes, parent, &dir);
 	if (ret == 0) {
-		read_lock(d);
+		section_read(d);
 		ret = butter_lookup(d->fs, dir, name, len, &id);
 		if (ret == 0)
 			ret = make_entry(d, dir, name, len, id, &e);
-		unlock(d);
+		section_end(d);
 	}
 	if (ret == -ENOENT && d->opts->entry_timeout > 0) {
 		/* a missing name, cached as a negative entry (rule 7) */
@@ -380,9 +385,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	(void)fi;
 	if (ret == 0) {
-		read_lock(d);
 		ret = butter_stat(d->fs, id, &bs);
-		unlock(d);
 	}
 	reply_attr(req, d, ret, &bs, ino);
 }
@@ -438,7 +441,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		bs.ctime = attr->st_ctim;
 	}
 	if (ret == 0) {
-		write_lock(d);
+		section_change(d);
 		if (mask && d->writeback) {
 			/*
 			 * With the writeback cache the kernel owns a regular file's mtime
@@ -466,7 +469,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			ret = butter_setattr(d->fs, id, &bs, mask);
 		if (ret == 0)
 			ret = butter_stat(d->fs, id, &bs);
-		unlock(d);
+		section_end(d);
 	}
 	reply_attr(req, d, ret, &bs, ino);
 }
@@ -479,9 +482,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	ssize_t n = nodes_resolve(&d->nodes, ino, &id);
 
 	if (n == 0) {
-		read_lock(d);
 		n = butter_readlink(d->fs, id, buf, sizeof(buf));
-		unlock(d);
 	}
 	if (n >= (ssize_t)sizeof(buf))
 		n = -ENAMETOOLONG;
@@ -521,7 +522,7 @@ static int make_node(struct daemon *d, fuse_req_t req, fuse_ino_t parent, const 
 		ret = nodes_resolve(&d->nodes, parent, &dir);
 	if (ret)
 		return ret;
-	write_lock(d);
+	section_change(d);
 	ret = butter_stat(d->fs, dir, &pst);
 	if (ret == 0 && (pst.mode & S_ISGID)) {
 		attr.gid = pst.gid;
@@ -539,7 +540,7 @@ static int make_node(struct daemon *d, fuse_req_t req, fuse_ino_t parent, const 
 		if (ret) /* a new file, held by nobody: its first lookup goes */
 			(void)nodes_forget(&d->nodes, e->ino, 1);
 	}
-	unlock(d);
+	section_end(d);
 	return ret;
 }
 
@@ -581,11 +582,11 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	if (ret == 0)
 		ret = nodes_resolve(&d->nodes, newparent, &dir);
 	if (ret == 0) {
-		write_lock(d);
+		section_change(d);
 		ret = butter_link(d->fs, id, dir, newname, len);
 		if (ret == 0)
 			ret = make_entry(d, dir, newname, len, id, &e);
-		unlock(d);
+		section_end(d);
 	}
 	reply_entry(d, req, ret, &e);
 }
@@ -594,8 +595,8 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 
 /*
  * Rule 8: before @name in @dir goes, if it names a non-directory the kernel
- * has looked up, keep the file open until the kernel forgets it. Under the
- * exclusive fs_lock. Nothing to undo if the removal then fails (the file
+ * has looked up, keep the file open until the kernel forgets it. Inside the
+ * change section. Nothing to undo if the removal then fails (the file
  * stays linked; the forget drops the reference).
  */
 static void hold_victim(struct daemon *d, butter_ino_t dir, const char *name, size_t len)
@@ -625,11 +626,11 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, boo
 	if (ret == 0)
 		ret = nodes_resolve(&d->nodes, parent, &p);
 	if (ret == 0) {
-		write_lock(d);
+		section_change(d);
 		if (!dir)
 			hold_victim(d, p, name, len);
 		ret = dir ? butter_rmdir(d->fs, p, name, len) : butter_unlink(d->fs, p, name, len);
-		unlock(d);
+		section_end(d);
 	}
 	reply_err(req, ret);
 }
@@ -666,11 +667,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	if (ret == 0)
 		ret = nodes_resolve(&d->nodes, newparent, &to);
 	if (ret == 0) {
-		write_lock(d);
+		section_change(d);
 		if (!(bflags & (BUTTER_RENAME_EXCHANGE | BUTTER_RENAME_NOREPLACE)))
 			hold_victim(d, to, newname, newlen);
 		ret = butter_rename(d->fs, from, name, len, to, newname, newlen, bflags);
-		unlock(d);
+		section_end(d);
 	}
 	reply_err(req, ret);
 }
@@ -687,9 +688,8 @@ static void set_keep_cache(struct daemon *d, fuse_ino_t ino, const struct butter
 }
 
 /*
- * Drop the handle count of node @ino (rule 6): under fs_lock shared (a
- * remount may replace d->fs), exclusive if this frees an orphan, which is a
- * change. Handles opened while the mount was read-only from its start were
+ * Drop the handle count of node @ino (rule 6); the library takes its lock
+ * shared, exclusive when this frees an orphan, which is a change. Handles opened while the mount was read-only from its start were
  * never counted (a read-only handle counts nothing): after a remount
  * read-write their releases find no count, which is not an error.
  */
@@ -698,15 +698,11 @@ static void release_handle(struct daemon *d, fuse_ino_t ino)
 	butter_ino_t id;
 	int ret = nodes_resolve(&d->nodes, ino, &id);
 
-	if (ret == 0) {
-		read_lock(d);
+	if (ret == 0)
 		ret = butter_release(d->fs, id, BUTTER_RELEASE_NOFREE);
-		unlock(d);
-	}
 	if (ret == 1) {
-		write_lock(d);
+		daemon_note_change(d); /* the last open of an orphan: freeing it is a change */
 		ret = butter_release(d->fs, id, 0);
-		unlock(d);
 	}
 	if (ret == -EINVAL && d->reopened)
 		ret = 0;
@@ -730,7 +726,7 @@ int butter_fuse_tmpfile(struct daemon *d, uint64_t parent, uint32_t mode, uint32
 		return ret;
 	if (d->readonly)
 		return -EROFS;
-	write_lock(d);
+	section_change(d);
 	ret = butter_stat(d->fs, dir, &pst);
 	if (ret == 0 && (pst.mode & S_ISGID))
 		attr.gid = pst.gid; /* as make_node */
@@ -742,7 +738,7 @@ int butter_fuse_tmpfile(struct daemon *d, uint64_t parent, uint32_t mode, uint32
 		if (ret)
 			butter_release(d->fs, id, 0);
 	}
-	unlock(d);
+	section_end(d);
 	return ret;
 }
 
@@ -783,7 +779,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool reads = (fi->flags & O_ACCMODE) != O_WRONLY && !(fi->flags & O_NOATIME);
 
 	if (ret == 0) {
-		read_lock(d);
+		section_read(d);
 		ret = butter_stat(d->fs, id, &bs);
 		if (ret == 0 && S_ISDIR(bs.mode))
 			ret = -EISDIR;
@@ -794,7 +790,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			ret = butter_open_ref(d->fs, id);
 		if (ret == 0 && reads)
 			due = butter_atime_due(d->fs, id, atime_policy(d->opts));
-		unlock(d);
+		section_end(d);
 	}
 	if (ret) {
 		reply_err(req, ret);
@@ -826,12 +822,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			n = -ENOMEM;
 	}
 	if (n == 0) {
-		read_lock(d);
+		section_read(d);
 		if (size)
 			n = butter_read(d->fs, id, buf, size, (uint64_t)off);
 		if (n >= 0 && !(fi->flags & O_NOATIME))
 			due = butter_atime_due(d->fs, id, atime_policy(d->opts));
-		unlock(d);
+		section_end(d);
 	}
 	touch_atime(d, ino, id, due);
 	if (n < 0)
@@ -869,7 +865,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	if (n == 0) {
 		struct butter_stat times;
 
-		write_lock(d);
+		section_change(d);
 		if (d->writeback)
 			n = butter_stat(d->fs, id, &times);
 		if (n == 0)
@@ -887,7 +883,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 			if (ret)
 				n = ret;
 		}
-		unlock(d);
+		section_end(d);
 	}
 	atomic_fetch_add(&d->writes_served, 1);
 	if (n > 0 && !fi->writepage && (fi->flags & O_DIRECT))
@@ -935,9 +931,7 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 	if (ret == 0 && d->writeback && !d->opts->single_thread)
 		fuse_lowlevel_notify_inval_inode(d->se, ino, 0, 0);
 	if (ret == 0) {
-		read_lock(d);
 		ret = butter_seek(d->fs, id, (uint64_t)off, whence, &result);
-		unlock(d);
 	}
 	if (ret)
 		reply_err(req, ret);
@@ -961,9 +955,8 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	if (ret == 0 && (offset < 0 || length <= 0))
 		ret = -EINVAL;
 	if (ret == 0) {
-		write_lock(d);
+		daemon_note_change(d);
 		ret = butter_fallocate(d->fs, id, mode, (uint64_t)offset, (uint64_t)length);
-		unlock(d);
 	}
 	reply_err(req, ret);
 }
@@ -1030,7 +1023,7 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 		reply_err(req, ret);
 		return;
 	}
-	write_lock(d);
+	section_change(d);
 	ret = butter_stat(d->fs, src, &sst);
 	if (ret == 0)
 		ret = butter_stat(d->fs, dst, &dst_st);
@@ -1055,7 +1048,7 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 		if (copied < 0)
 			ret = (int)copied;
 	}
-	unlock(d);
+	section_end(d);
 	if (ret)
 		reply_err(req, ret);
 	else
@@ -1073,7 +1066,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int ret = nodes_resolve(&d->nodes, ino, &id);
 
 	if (ret == 0) {
-		read_lock(d);
+		section_read(d);
 		ret = butter_stat(d->fs, id, &bs);
 		if (ret == 0 && !S_ISDIR(bs.mode))
 			ret = -ENOTDIR;
@@ -1081,7 +1074,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			ret = butter_readdir_end(d->fs, id, &end);
 		if (ret == 0)
 			ret = butter_open_ref(d->fs, id);
-		unlock(d);
+		section_end(d);
 	}
 	if (ret) {
 		reply_err(req, ret);
@@ -1214,7 +1207,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
 		reply_err(req, ret);
 		return;
 	}
-	read_lock(d);
+	section_read(d);
 	if (off == 0 && !add_dot(&f, ".", ino, 1))
 		goto full;
 	if (off <= 1 && !add_dot(&f, "..", ino, 2))
@@ -1224,7 +1217,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
 full:
 	if (ret >= 0 && !noatime)
 		due = butter_atime_due(d->fs, f.dir, atime_policy(d->opts));
-	unlock(d);
+	section_end(d);
 	touch_atime(d, ino, f.dir, due);
 	if (ret < 0 && f.used == 0) {
 		reply_err(req, ret);
@@ -1263,9 +1256,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	int ret;
 
 	(void)ino;
-	read_lock(d);
 	ret = butter_statfs(d->fs, &bs);
-	unlock(d);
 	if (ret) {
 		reply_err(req, ret);
 		return;
@@ -1302,10 +1293,8 @@ static void xattr_read(fuse_req_t req, fuse_ino_t ino, const char *name, size_t 
 			n = -ENOMEM;
 	}
 	if (n == 0) {
-		read_lock(d);
 		n = name ? butter_getxattr(d->fs, id, name, buf, size)
 			 : butter_listxattr(d->fs, id, buf, size);
-		unlock(d);
 	}
 	if (n < 0)
 		reply_err(req, (int)n);
@@ -1370,7 +1359,7 @@ static bool caller_in_group_or_fsetid(fuse_req_t req, gid_t gid)
 /*
  * After an access ACL was set on @id (the library set the mode from it):
  * clear S_ISGID as the kernel does when the caller is neither in the file's
- * group nor holds CAP_FSETID. Called with fs_lock held exclusive.
+ * group nor holds CAP_FSETID. Called inside a change section.
  */
 static int acl_kill_sgid(struct daemon *d, fuse_req_t req, butter_ino_t id)
 {
@@ -1393,7 +1382,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	if (ret == 0 && (flags & ~(XATTR_CREATE | XATTR_REPLACE)))
 		ret = -EINVAL;
 	if (ret == 0) {
-		write_lock(d);
+		section_change(d);
 		if (flags) {
 			ssize_t have = butter_getxattr(d->fs, id, name, NULL, 0);
 
@@ -1408,7 +1397,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 			ret = butter_setxattr(d->fs, id, name, value, size);
 		if (ret == 0 && d->posix_acl && strcmp(name, "system.posix_acl_access") == 0)
 			ret = acl_kill_sgid(d, req, id);
-		unlock(d);
+		section_end(d);
 	}
 	if (ret == -E2BIG)
 		ret = -ENOSPC; /* too big for a leaf: what the kernel's btrfs answers */
@@ -1422,9 +1411,8 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	int ret = nodes_resolve(&d->nodes, ino, &id);
 
 	if (ret == 0) {
-		write_lock(d);
+		daemon_note_change(d);
 		ret = butter_removexattr(d->fs, id, name);
-		unlock(d);
 	}
 	reply_err(req, ret);
 }

@@ -17,6 +17,9 @@
  *   none       calls without a handle (open, mkfs, parsers, names) and
  *              butter_begin_close(), which only drops device claims.
  *
+ * A handle whose reopen failed is dead (fs->dead): every call fails with
+ * -EIO once it has the lock.
+ *
  * A thread that holds the lock (a call's callback, or a butter_lock()
  * section) calls through without taking it again: per thread, the handle's
  * key api_held says which mode it holds. A change asked for under a shared
@@ -40,6 +43,10 @@ static int enter(struct butter_fs *fs, int mode)
 		pthread_rwlock_wrlock(&fs->api_lock);
 	else
 		pthread_rwlock_rdlock(&fs->api_lock);
+	if (fs->dead) { /* a reopen failed (ops/open.c): nothing to serve from */
+		pthread_rwlock_unlock(&fs->api_lock);
+		return -EIO;
+	}
 	pthread_setspecific(fs->api_held, (void *)(intptr_t)mode);
 	return 1;
 }
@@ -84,7 +91,8 @@ int butter_lock(struct butter_fs *fs, int exclusive)
 
 void butter_unlock(struct butter_fs *fs)
 {
-	leave(fs, 1);
+	if (pthread_getspecific(fs->api_held) != NULL) /* else no section began */
+		leave(fs, 1);
 }
 
 int butter_release(struct butter_fs *fs, butter_ino_t ino, unsigned flags)
@@ -147,7 +155,7 @@ int butter_set_label(struct butter_fs *fs, const char *label)
 
 int butter_set_readonly(struct butter_fs *fs, int readonly)
 {
-	LOCKED(fs, HOLD_EXCL, int, fs_set_readonly(fs, readonly));
+	LOCKED(fs, HOLD_EXCL, int, ops_set_readonly(fs, readonly));
 }
 
 void butter_set_space_commit_hook(struct butter_fs *fs, void (*fn)(void *arg), void *arg)

@@ -249,32 +249,18 @@ static int init_api_lock(struct butter_fs *fs)
 	return 0;
 }
 
-int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
-		  const struct butter_open_opts *opts, struct butter_fs **out)
+/*
+ * Read the filesystem on @bdevs into @fs, whose log, flags and locks are set
+ * up: the open sequence at the top of this file. On failure everything it
+ * acquired is released again, the devices included.
+ */
+static int load(struct butter_fs *fs, const char *path, struct blockdev **bdevs, size_t n,
+		const struct butter_open_opts *opts)
 {
-	struct butter_fs *fs;
-	size_t i;
 	int ret;
 
-	fs = calloc(1, sizeof(*fs));
-	if (!fs) {
-		for (i = 0; i < n; i++)
-			blockdev_close(bdevs[i]);
-		return -ENOMEM;
-	}
-	fs->log.fn = opts->log;
-	fs->log.arg = opts->log_arg;
-	fs->log.level = opts->log_level ? opts->log_level : BUTTER_LOG_WARNING;
 	fs->open_flags = opts->flags;
-	ret = init_api_lock(fs);
-	if (ret) {
-		for (i = 0; i < n; i++)
-			blockdev_close(bdevs[i]);
-		free(fs);
-		return ret;
-	}
 	pthread_mutex_init(&fs->subvol_lock, NULL);
-
 	ret = volumes_open(&fs->vol, bdevs, n, &fs->log, !!(opts->flags & BUTTER_OPEN_DEGRADED));
 	if (ret)
 		goto fail_early;
@@ -328,7 +314,6 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 			  "%s: the filesystem has a tree log (it was not unmounted cleanly); "
 			  "changes fsynced since the last commit are not shown",
 			  path);
-	*out = fs;
 	return 0;
 
 fail_cache:
@@ -337,26 +322,100 @@ fail_vol:
 	volumes_close(&fs->vol);
 fail_early:
 	pthread_mutex_destroy(&fs->subvol_lock);
-	pthread_key_delete(fs->api_held);
-	pthread_rwlock_destroy(&fs->api_lock);
-	for (i = 0; i < fs->nsubvols; i++)
+	for (size_t i = 0; i < fs->nsubvols; i++)
 		free(fs->subvols[i]);
 	free(fs->subvols);
-	free(fs);
+	fs->subvols = NULL;
+	fs->nsubvols = 0;
+	return ret;
+}
+
+/* Undo load(): close the devices, free the cache and the subvolume records. */
+static void unload(struct butter_fs *fs)
+{
+	node_cache_destroy(&fs->cache);
+	volumes_close(&fs->vol);
+	pthread_mutex_destroy(&fs->subvol_lock);
+	for (size_t i = 0; i < fs->nsubvols; i++)
+		free(fs->subvols[i]);
+	free(fs->subvols);
+}
+
+int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
+		  const struct butter_open_opts *opts, struct butter_fs **out)
+{
+	struct butter_fs *fs;
+	size_t i;
+	int ret;
+
+	fs = calloc(1, sizeof(*fs));
+	if (!fs) {
+		for (i = 0; i < n; i++)
+			blockdev_close(bdevs[i]);
+		return -ENOMEM;
+	}
+	fs->log.fn = opts->log;
+	fs->log.arg = opts->log_arg;
+	fs->log.level = opts->log_level ? opts->log_level : BUTTER_LOG_WARNING;
+	ret = init_api_lock(fs);
+	if (ret) {
+		for (i = 0; i < n; i++)
+			blockdev_close(bdevs[i]);
+		free(fs);
+		return ret;
+	}
+	ret = load(fs, path, bdevs, n, opts);
+	if (ret) {
+		pthread_key_delete(fs->api_held);
+		pthread_rwlock_destroy(&fs->api_lock);
+		free(fs);
+		return ret;
+	}
+	*out = fs;
+	return 0;
+}
+
+void fs_unload(struct butter_fs *fs)
+{
+	struct butter_fs keep = *fs;
+
+	ASSERT(!fs->w);
+	if (!fs->dead)
+		unload(fs);
+	memset(fs, 0, sizeof(*fs));
+	/* what outlives a reload: the log, the lock (callers wait on it), what reopens it */
+	fs->log = keep.log;
+	fs->api_lock = keep.api_lock;
+	fs->api_held = keep.api_held;
+	fs->reopen = keep.reopen;
+	fs->last_subvol_id = keep.last_subvol_id;
+	fs->dead = 1;
+}
+
+int fs_reload(struct butter_fs *fs, const char *path, struct blockdev **bdevs, size_t n,
+	      const struct butter_open_opts *opts)
+{
+	int ret;
+
+	ASSERT(fs->dead);
+	ret = load(fs, path, bdevs, n, opts);
+	if (ret == 0)
+		fs->dead = 0;
 	return ret;
 }
 
 void fs_destroy(struct butter_fs *fs)
 {
 	ASSERT(!fs->w); /* the write side went first (fs_teardown_write()) */
-	node_cache_destroy(&fs->cache);
-	volumes_close(&fs->vol);
-	pthread_mutex_destroy(&fs->subvol_lock);
+	if (!fs->dead)
+		unload(fs);
 	pthread_key_delete(fs->api_held);
 	pthread_rwlock_destroy(&fs->api_lock);
-	for (size_t i = 0; i < fs->nsubvols; i++)
-		free(fs->subvols[i]);
-	free(fs->subvols);
+	if (fs->reopen.paths) {
+		for (size_t i = 0; i < fs->reopen.npaths; i++)
+			free(fs->reopen.paths[i]);
+		free(fs->reopen.paths);
+	}
 	free(fs);
 }
 

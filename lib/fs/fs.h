@@ -65,6 +65,21 @@ struct butter_fs {
 	 */
 	pthread_rwlock_t api_lock;
 	pthread_key_t api_held;
+
+	/*
+	 * What opening the filesystem again needs (lib/ops/open.c: a read-only
+	 * handle made read-write in place by butter_set_readonly()): the device
+	 * paths as butter_open() was given them (NULL: opened otherwise, in
+	 * memory or with test devices: no reopen) and the node cache bound.
+	 */
+	struct {
+		char **paths;
+		size_t npaths;
+		u64 cache_bytes;
+		unsigned flags;          /* BUTTER_OPEN_* other than RDONLY */
+	} reopen;
+	/* A reload failed: the handle holds nothing; every call fails (-EIO). */
+	int dead;
 };
 
 /*
@@ -78,6 +93,17 @@ struct butter_fs {
  */
 int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 		  const struct butter_open_opts *opts, struct butter_fs **out);
+
+/*
+ * Open a handle again in place (lib/ops/open.c): fs_unload() closes its
+ * devices and frees what fs_open_bdevs() read, keeping the lock, the log and
+ * the reopen record, and leaves it dead; fs_reload() reads the filesystem
+ * from @bdevs (ownership passes, as with fs_open_bdevs()) into it and makes
+ * it live again. The write side must be gone first.
+ */
+void fs_unload(struct butter_fs *fs);
+int fs_reload(struct butter_fs *fs, const char *path, struct blockdev **bdevs, size_t n,
+	      const struct butter_open_opts *opts);
 
 /* Close the devices and free @fs, whose write side is gone (fs_teardown_write()). */
 void fs_destroy(struct butter_fs *fs);

@@ -23,40 +23,92 @@
 #include <string.h>
 #include "ops/ops.h"
 
+/*
+ * Open the devices @paths[0..n) (read-only: shared claims, else exclusive)
+ * into a new array *out. Each failure is logged, naming the path (a busy
+ * device's claim names its holder itself); nothing stays open then.
+ */
+static int open_devices(const char *const *paths, size_t n, unsigned flags, const struct blog *log,
+			struct blockdev ***out)
+{
+	struct blockdev **bdevs = calloc(n, sizeof(*bdevs));
+	int readonly = !!(flags & BUTTER_OPEN_RDONLY);
+	size_t i;
+	int ret;
+
+	if (!bdevs)
+		return -ENOMEM;
+	for (i = 0; i < n; i++) {
+		unsigned bflags = readonly ? BLOCKDEV_OPEN_RDONLY : 0;
+
+		if (readonly && (flags & BUTTER_OPEN_NO_WRITER))
+			bflags |= BLOCKDEV_OPEN_NO_WRITER;
+		ret = blockdev_open_file(paths[i], bflags, log, &bdevs[i]);
+		if (ret) {
+			if (ret != -EBUSY) /* the claim named the holder */
+				blog_err(log, "%s: %s", paths[i], strerror(-ret));
+			while (i--)
+				blockdev_close(bdevs[i]);
+			free(bdevs);
+			return ret;
+		}
+	}
+	*out = bdevs;
+	return 0;
+}
+
+/* Keep what opening @fs again needs (fs->reopen); -ENOMEM. */
+static int keep_reopen(struct butter_fs *fs, const char *const *paths, size_t n,
+		       const struct butter_open_opts *opts)
+{
+	char **copy = calloc(n, sizeof(*copy));
+	size_t i;
+
+	if (!copy)
+		return -ENOMEM;
+	for (i = 0; i < n; i++) {
+		copy[i] = strdup(paths[i]);
+		if (!copy[i]) {
+			while (i--)
+				free(copy[i]);
+			free(copy);
+			return -ENOMEM;
+		}
+	}
+	fs->reopen.paths = copy;
+	fs->reopen.npaths = n;
+	fs->reopen.cache_bytes = opts->cache_bytes;
+	fs->reopen.flags = opts->flags & ~(unsigned)BUTTER_OPEN_RDONLY;
+	return 0;
+}
+
 int butter_open(const char *path, const struct butter_open_opts *opts, struct butter_fs **out)
 {
 	struct butter_open_opts none = { 0 };
 	struct blockdev **bdevs;
+	const char **paths;
 	struct blog log;
+	struct butter_fs *fs;
 	size_t i, n;
-	int ret, readonly;
+	int ret;
 
 	if (!opts)
 		opts = &none;
 	log.fn = opts->log;
 	log.arg = opts->log_arg;
 	log.level = opts->log_level ? opts->log_level : BUTTER_LOG_WARNING;
-	readonly = !!(opts->flags & BUTTER_OPEN_RDONLY);
 
 	n = 1 + opts->ndevices;
-	bdevs = calloc(n, sizeof(*bdevs));
-	if (!bdevs)
+	paths = calloc(n, sizeof(*paths));
+	if (!paths)
 		return -ENOMEM;
-	for (i = 0; i < n; i++) {
-		const char *p = i == 0 ? path : opts->devices[i - 1];
-		unsigned bflags = readonly ? BLOCKDEV_OPEN_RDONLY : 0;
-
-		if (readonly && (opts->flags & BUTTER_OPEN_NO_WRITER))
-			bflags |= BLOCKDEV_OPEN_NO_WRITER;
-		ret = blockdev_open_file(p, bflags, &log, &bdevs[i]);
-		if (ret) {
-			if (ret != -EBUSY) /* the claim named the holder */
-				blog_err(&log, "%s: %s", p, strerror(-ret));
-			while (i--)
-				blockdev_close(bdevs[i]);
-			free(bdevs);
-			return ret;
-		}
+	paths[0] = path;
+	for (i = 1; i < n; i++)
+		paths[i] = opts->devices[i - 1];
+	ret = open_devices(paths, n, opts->flags, &log, &bdevs);
+	if (ret) {
+		free(paths);
+		return ret;
 	}
 	if (opts->record_log || opts->fault_spec) {
 		ret = blockdev_stack_test(bdevs, n, opts->record_log, opts->fault_spec);
@@ -65,11 +117,21 @@ int butter_open(const char *path, const struct butter_open_opts *opts, struct bu
 				 opts->record_log ? opts->record_log : "none",
 				 opts->fault_spec ? opts->fault_spec : "", strerror(-ret));
 			free(bdevs);
+			free(paths);
 			return ret;
 		}
 	}
-	ret = ops_open_bdevs(path, bdevs, n, opts, out);
+	ret = ops_open_bdevs(path, bdevs, n, opts, &fs);
 	free(bdevs);
+	/* test devices are not stacked again: such a handle is not reopened */
+	if (ret == 0 && !opts->record_log && !opts->fault_spec) {
+		ret = keep_reopen(fs, paths, n, opts);
+		if (ret)
+			ops_close(fs);
+	}
+	free(paths);
+	if (ret == 0)
+		*out = fs;
 	return ret;
 }
 
@@ -152,4 +214,65 @@ void ops_close(struct butter_fs *fs)
 	butter_begin_close(fs);
 	close_write(fs, 1);
 	fs_destroy(fs);
+}
+
+/* Read @fs from its devices again, opened read-only (@readonly) or read-write. */
+static int reload(struct butter_fs *fs, int readonly)
+{
+	struct butter_open_opts o = {
+		.cache_bytes = fs->reopen.cache_bytes,
+		.flags = fs->reopen.flags | (readonly ? BUTTER_OPEN_RDONLY : 0),
+		.log = fs->log.fn,
+		.log_arg = fs->log.arg,
+		.log_level = fs->log.level,
+	};
+	const char *const *paths = (const char *const *)fs->reopen.paths;
+	struct blockdev **bdevs;
+	int ret;
+
+	ret = open_devices(paths, fs->reopen.npaths, o.flags, &fs->log, &bdevs);
+	if (ret)
+		return ret;
+	ret = fs_reload(fs, paths[0], bdevs, fs->reopen.npaths, &o);
+	free(bdevs);
+	if (ret == 0 && !readonly) {
+		ret = open_write(fs);
+		if (ret)
+			fs_unload(fs);
+	}
+	return ret;
+}
+
+/*
+ * A handle opened read-only made read-write in place: its devices are closed
+ * (dropping the shared claims) and opened again exclusively, and the open
+ * sequence runs again into the same handle, recovery included, so callers
+ * keep their handle (and those waiting on its lock find it changed). If that
+ * fails, the filesystem is opened read-only again and the error returned; if
+ * even that fails the handle is dead: every call on it fails with -EIO.
+ */
+static int reopen_rw(struct butter_fs *fs)
+{
+	int ret, back;
+
+	if (!fs->reopen.paths)
+		return -EROFS; /* opened in memory or with test devices */
+	fs_unload(fs);
+	ret = reload(fs, 0);
+	if (ret == 0) {
+		blog_info(&fs->log, "%s: opened again read-write", fs->reopen.paths[0]);
+		return 0;
+	}
+	back = reload(fs, 1);
+	if (back)
+		blog_err(&fs->log, "%s: cannot open the filesystem again, not even read-only (%s): "
+				   "the handle is closed", fs->reopen.paths[0], strerror(-back));
+	return ret;
+}
+
+int ops_set_readonly(struct butter_fs *fs, int readonly)
+{
+	if (!readonly && !fs->w && (fs->open_flags & BUTTER_OPEN_RDONLY))
+		return reopen_rw(fs);
+	return fs_set_readonly(fs, readonly);
 }

@@ -15,6 +15,12 @@
  * read-write open the write side and the recovery steps). Ownership of every
  * device passes to the handle, also on failure. Errors as butter_open().
  */
+/*
+ * butter_set_readonly(): fs_set_readonly(), and for a handle opened
+ * read-only and made read-write, the reopen in place (open.c).
+ */
+int ops_set_readonly(struct butter_fs *fs, int readonly);
+
 int ops_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 		   const struct butter_open_opts *opts, struct butter_fs **out);
 
