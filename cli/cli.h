@@ -20,6 +20,7 @@
 #include <stdio.h>
 
 #include <butter/butter.h>
+#include <butter/testing.h>
 
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_ERROR 1
@@ -89,13 +90,9 @@ const char *cli_open_error(int err);
 /*
  * Test devices named by the global options before COMMAND (`butter --record
  * LOG --fault SPEC COMMAND ...`); NULL when not given. Every open of an image
- * (cli_open, copyin_open_rw) passes them to butter_open_opts.
+ * (cli_open, copyin_open_rw) passes them to butter_open_testing().
  */
-struct cli_test_devices {
-	const char *record_log;
-	const char *fault_spec;
-};
-extern struct cli_test_devices cli_test_devices;
+extern struct butter_test_devices cli_test_devices;
 
 /* Print "butter: " + the formatted message + "\n" on stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -21,7 +21,7 @@
 
 #include "cli.h"
 
-struct cli_test_devices cli_test_devices;
+struct butter_test_devices cli_test_devices;
 
 void cli_print_usage(const struct cli_command *cmd, FILE *out)
 {
@@ -133,10 +133,8 @@ int cli_open(const struct cli_args *args, const char *image, struct butter_fs **
 		.devices = args->devices,
 		.ndevices = args->ndevices,
 		.flags = BUTTER_OPEN_RDONLY | BUTTER_OPEN_DEGRADED | args->open_flags,
-		.record_log = cli_test_devices.record_log,
-		.fault_spec = cli_test_devices.fault_spec,
 	};
-	int ret = butter_open(image, &opts, fs);
+	int ret = butter_open_testing(image, &opts, &cli_test_devices, fs);
 	if (ret < 0)
 		cli_error("%s: %s", image, cli_open_error(-ret));
 	return ret;

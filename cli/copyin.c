@@ -1164,10 +1164,8 @@ int copyin_open_rw(const char *image, const char *const *devices, size_t ndevice
 			return -err;
 		}
 	}
-	struct butter_open_opts opts = { .devices = devices, .ndevices = ndevices,
-					 .record_log = cli_test_devices.record_log,
-					 .fault_spec = cli_test_devices.fault_spec };
-	int ret = butter_open(image, &opts, fs);
+	struct butter_open_opts opts = { .devices = devices, .ndevices = ndevices };
+	int ret = butter_open_testing(image, &opts, &cli_test_devices, fs);
 	if (ret < 0)
 		cli_error("%s: %s", image, open_errstr(-ret));
 	return ret;

@@ -499,7 +499,7 @@ int main(int argc, char **argv)
 		return cli_finish_stdout(CLI_EXIT_OK);
 	}
 	if (strcmp(word, "--version") == 0) {
-		printf("butter 0.1.0\n");
+		printf("butter %s\n", butter_version());
 		return cli_finish_stdout(CLI_EXIT_OK);
 	}
 

@@ -6,10 +6,10 @@
  * exactly that much in and out); a request of another size, or an unknown
  * command, is ENOTTY, as for any file that does not know an ioctl. Changes
  * (create, snapshot, delete, sync, label) need a read-write mount; the
- * library serialises each call itself (its lock, butter.h); after a name appears or disappears in a directory the
- * kernel's cached entry for it is dropped (notify_inval_entry, which drops
- * the directory's attributes too: mtime, size, nlink), so the mount shows the
- * change at once.
+ * library serialises each call itself (its lock, butter.h). After a name
+ * appears or disappears in a directory the kernel's cached entry for it is
+ * dropped (notify_inval_entry, which drops the directory's attributes too:
+ * mtime, size, nlink), so the mount shows the change at once.
  */
 #include <errno.h>
 #include <string.h>

@@ -13,7 +13,9 @@
  *     -s: one thread)
  *   the loop returns when the kernel ends the connection (umount, fusermount3
  *   -u) or after a signal (below)
- *     -> stop the threads -> fuse_session_unmount -> butter_sync -> butter_close
+ *     -> butter_begin_close (a new opener of the devices waits for us)
+ *     -> stop the threads -> fuse_session_unmount -> butter_sync (unless
+ *     read-only) -> butter_close
  *
  * Threads:
  *   main      runs the session loop (libfuse starts and cancels the workers)
@@ -612,10 +614,9 @@ static int open_fs(struct daemon *d, bool readonly)
 			 (o->degraded ? BUTTER_OPEN_DEGRADED : 0),
 		.log = library_log,
 		.log_arg = d,
-		.record_log = o->record_log,
-		.fault_spec = o->fault_spec,
 		.log_level = o->debug ? BUTTER_LOG_INFO : BUTTER_LOG_WARNING,
 	};
+	struct butter_test_devices test = { o->record_log, o->fault_spec };
 	struct butter_info info;
 	int ret;
 
@@ -626,7 +627,7 @@ static int open_fs(struct daemon *d, bool readonly)
 			return ret;
 		}
 	}
-	ret = butter_open(o->devices[0], &bo, &d->fs);
+	ret = butter_open_testing(o->devices[0], &bo, &test, &d->fs);
 	if (ret) {
 		daemon_log(d, BUTTER_LOG_ERROR, "%s: %s", o->devices[0],
 			   ret == -EINVAL ? "not a btrfs filesystem" : strerror(-ret));

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 
 #include <butter/butter.h>
+#include <butter/testing.h>
 
 #include "nodes.h"
 #include "options.h"
@@ -49,7 +50,7 @@ struct daemon {
 	int log_fd;                   /* the log file once in the background; -1: syslog (daemon.c) */
 
 	struct fsync_queue fsyncq;    /* fsync.c */
-	struct committer *committer;  /* daemon.c; NULL when read-only or stopped */
+	struct committer *committer;  /* daemon.c; NULL before it starts and once stopped */
 	atomic_bool commit_failed;    /* a commit failed: the library refuses changes (-EROFS) */
 
 	/* shutdown: see daemon.c */

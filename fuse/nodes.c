@@ -38,8 +38,8 @@
  *     never take the lock to resolve an id.
  *
  * Locking: one mutex (t->lock) protects both indexes and every node's fields.
- * Callers may hold the daemon's filesystem lock when they call in; nothing
- * here calls out.
+ * Callers may be inside a library section (butter_lock()) when they call in;
+ * nothing here calls out.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -25,7 +25,7 @@
  *  6. Every file or directory handle the kernel holds (open, create,
  *     opendir) is one butter_open_ref() of its inode, dropped by release or
  *     releasedir (or at once if the reply fails): so a file unlinked while
- *     open lives on as an orphan until its last release (lib/fs/orphan.c).
+ *     open lives on as an orphan until its last release (lib/namespace/orphan.c).
  *     A release that frees an orphan is a change (noted for the commit
  *     thread); the library takes its lock exclusive only then.
  *  7. Attributes and names, present or missing, are given to the kernel
@@ -390,7 +390,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	reply_attr(req, d, ret, &bs, ino);
 }
 
-/* The kernel's inode clock, as the library's (now_ts() in lib/fs/write.c says why). */
+/* The kernel's inode clock, as the library's (fs_now_ts() in lib/fs/change.c says why). */
 static void now(struct timespec *ts)
 {
 	clock_gettime(CLOCK_REALTIME_COARSE, ts);
@@ -689,9 +689,10 @@ static void set_keep_cache(struct daemon *d, fuse_ino_t ino, const struct butter
 
 /*
  * Drop the handle count of node @ino (rule 6); the library takes its lock
- * shared, exclusive when this frees an orphan, which is a change. Handles opened while the mount was read-only from its start were
- * never counted (a read-only handle counts nothing): after a remount
- * read-write their releases find no count, which is not an error.
+ * shared, exclusive when this frees an orphan, which is a change. Handles
+ * opened while the mount was read-only from its start were never counted (a
+ * read-only handle counts nothing): after a remount read-write their
+ * releases find no count, which is not an error.
  */
 static void release_handle(struct daemon *d, fuse_ino_t ino)
 {

@@ -8,7 +8,7 @@
  * memory to butter_fuse_raw_request() first. For FUSE_TMPFILE this parses
  * the request (fuse_in_header, fuse_create_in, the name "/" the kernel
  * sends), creates the nameless file (ops.c, butter_fuse_tmpfile: an orphan
- * counted open once, lib/fs/orphan.c) and writes the reply itself, laid out
+ * counted open once, lib/namespace/orphan.c) and writes the reply itself, laid out
  * as the reply to FUSE_CREATE: fuse_out_header, fuse_entry_out,
  * fuse_open_out. Every other request goes on to libfuse. A linkat() of the
  * file later arrives as an ordinary FUSE_LINK and gives it its name.

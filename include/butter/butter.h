@@ -11,6 +11,11 @@
  *    btrfs repeats inode numbers across subvolumes, so the pair is the identity.
  *  - Nothing that failed its checksum reaches the caller: a read that cannot
  *    find a good copy returns -EIO.
+ *  - Ownership: every pointer a caller passes in stays the caller's (the
+ *    library copies what it keeps past the call); a pointer the library
+ *    hands out says beside its field how long it lives; names and buffers
+ *    passed to a callback live until the callback returns. Handles are freed
+ *    by butter_close() only.
  *  - Threads: every call on a handle may be made from any thread at any
  *    time; the library serialises them itself with the handle's lock.
  *    Calls that only read (lookup, stat, read, readdir, readlink, seek,
@@ -34,11 +39,16 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "butter/version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 struct butter_fs;
+
+/* The version of the library the program runs with ("0.1.0"; BUTTER_VERSION_* are the headers'). */
+const char *butter_version(void);
 
 /* Log levels passed to the log callback. */
 enum butter_log_level {
@@ -56,23 +66,14 @@ typedef void (*butter_log_fn)(void *arg, int level, const char *msg);
 #define BUTTER_OPEN_NO_WRITER 0x4u /* with RDONLY: -EBUSY while another opener writes it */
 
 struct butter_open_opts {
-	const char *const *devices; /* further members of a multi-device filesystem */
+	const char *const *devices; /* further members of a multi-device filesystem (the caller's;
+	                             * read during butter_open() only) */
 	size_t ndevices;
 	uint64_t cache_bytes;       /* node cache bound; 0 means the default (32 MiB) */
 	unsigned flags;             /* BUTTER_OPEN_* */
 	butter_log_fn log;          /* NULL: messages go to stderr prefixed "butter: " */
-	void *log_arg;
+	void *log_arg;              /* passed to log as it is; the caller's, valid until butter_close() */
 	int log_level;              /* highest level passed to log; 0 means WARNING */
-	/*
-	 * Test devices (crash and fault tests; NULL: none). record_log: create
-	 * this file and log every write and flush that reaches the devices
-	 * (format in lib/device/recorder.c; replayed by tests/tools/crashreplay).
-	 * fault_spec: make chosen device operations fail, e.g.
-	 * "read-eio,dev=1,start=1M" or "write-eio=40" (language in
-	 * lib/device/fault.c; -EINVAL if it does not parse).
-	 */
-	const char *record_log;
-	const char *fault_spec;
 };
 
 /*
@@ -95,25 +96,6 @@ struct butter_open_opts {
  * size the filesystem records for it; read-only opens warn and go on).
  */
 int butter_open(const char *path, const struct butter_open_opts *opts, struct butter_fs **out);
-
-/*
- * Open the single-device filesystem image held in @size bytes of memory at
- * @image (for fuzzing and tests: no file is touched). The handle borrows the
- * bytes and never writes them (it is read-only whatever opts->flags say); they
- * must stay valid and unchanged until butter_close(). opts->devices must be
- * empty (-EINVAL otherwise). Errors as butter_open().
- */
-int butter_open_memory(const void *image, size_t size, const struct butter_open_opts *opts,
-		       struct butter_fs **out);
-
-/*
- * As butter_open_memory(), but writable unless opts->flags say
- * BUTTER_OPEN_RDONLY: writes go to private copies of the pages they touch,
- * so @image is still never written, and the changes vanish at
- * butter_close() (for fuzzing the write path and for tests).
- */
-int butter_open_memory_cow(const void *image, size_t size, const struct butter_open_opts *opts,
-			   struct butter_fs **out);
 
 /*
  * Say that the handle is closing: no change will start any more. Openers
@@ -151,7 +133,7 @@ struct butter_info {
 	uint32_t sectorsize;
 	uint32_t nodesize;
 	uint16_t csum_type;
-	const char *csum_name;
+	const char *csum_name;  /* a static string: valid for ever */
 	uint64_t compat_flags;
 	uint64_t compat_ro_flags;
 	uint64_t incompat_flags;
@@ -165,7 +147,11 @@ struct butter_device_info {
 	uint64_t total_bytes;
 	uint64_t bytes_used;
 	uint8_t uuid[16];
-	const char *path; /* NULL if the device is missing */
+	/*
+	 * NULL if the device is missing; else the handle's string, valid until
+	 * butter_close() or a reopen (butter_set_readonly(fs, 0) of a read-only handle)
+	 */
+	const char *path;
 };
 
 /* Fill @out with the @idx-th device (in devid order); -ENOENT past the end. */
@@ -439,15 +425,6 @@ int butter_subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *nam
 int butter_sync(struct butter_fs *fs);
 
 /*
- * When a change finds no room while its transaction holds freed space (not
- * reusable before a commit), the library commits, then tries again, as the
- * kernel does. That commit holds the filesystem as it was before the change.
- * @fn, if set, is called just before such a commit, outside the library's
- * locks (a test that records what each commit holds lists the tree there).
- */
-void butter_set_space_commit_hook(struct butter_fs *fs, void (*fn)(void *arg), void *arg);
-
-/*
  * Switch a read-write handle to read-only and back (a remount): going
  * read-only commits everything first (its error is returned, and the handle
  * stays writable); afterwards every change is refused with -EROFS and
@@ -503,7 +480,7 @@ int butter_device_add(struct butter_fs *fs, const char *path, unsigned flags, ui
 
 struct butter_device_stats {
 	uint64_t devid;
-	const char *path;                    /* NULL if the device is missing */
+	const char *path;                    /* as butter_device_info.path */
 	uint64_t values[BUTTER_DEV_STAT_NR]; /* BUTTER_DEV_STAT_* */
 };
 
@@ -682,9 +659,9 @@ int butter_profile_parse(const char *name, uint64_t *profile);
 int butter_csum_parse(const char *name, int *csum_type);
 
 struct butter_mkfs_opts {
-	const char *const *devices; /* one or more image files or block devices */
+	const char *const *devices; /* one or more image files or block devices (the caller's) */
 	size_t ndevices;
-	const char *label;          /* NULL: none */
+	const char *label;          /* NULL: none (the caller's) */
 	uint64_t data_profile;      /* 0: single */
 	uint64_t meta_profile;      /* 0: dup on one device, raid1 on several */
 	uint32_t nodesize;          /* 0: 16384 */

@@ -25,6 +25,8 @@
  *   BUTTER_IOC_DEV_STATS      the error counters of the @idx-th device
  *                             (butter_device_stats); with the reset flag they
  *                             are zeroed and the zeros committed
+ *   BUTTER_IOC_FSYNC          fsync up to BUTTER_IOC_FSYNC_MAX files of the
+ *                             mount in one tree log sync
  * Errors come back as errno of the ioctl(2) call, as the library's.
  * A snapshot or subvolume change commits first, so it sees every write
  * made before the call.

@@ -80,6 +80,11 @@ static void leave(struct butter_fs *fs, int taken)
 		leave((fs), taken_);                \
 	} while (0)
 
+const char *butter_version(void)
+{
+	return BUTTER_VERSION_STRING;
+}
+
 int butter_lock(struct butter_fs *fs, int exclusive)
 {
 	intptr_t held = (intptr_t)pthread_getspecific(fs->api_held);

@@ -16,8 +16,8 @@
  *                       there is dropped, except prealloc already in place);
  *                       partial edge sectors holding data are zeroed by
  *                       rewriting, edge sectors that are holes join the run.
- * Anything else is -EOPNOTSUPP. Prealloc reads as zeros (file.c); writing
- * into it is an ordinary copy-on-write write (file_write.c): the written part
+ * Anything else is -EOPNOTSUPP. Prealloc reads as zeros (read.c); writing
+ * into it is an ordinary copy-on-write write (write.c): the written part
  * becomes a regular extent, the rest stays prealloc.
  *
  * Rules kept (what btrfs check and the kernel expect):

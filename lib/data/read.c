@@ -1,5 +1,5 @@
 /*
- * file.c — file data: the extent map of an inode (EXTENT_DATA items), data
+ * read.c — file data: the extent map of an inode (EXTENT_DATA items), data
  * reads verified against the csum tree, decompression, holes, SEEK_DATA/HOLE.
  *
  * An inode's data is the ordered run of its EXTENT_DATA items, keyed by file

@@ -1,5 +1,5 @@
 /*
- * file_write.c — changing file data: writing (copy-on-write: new extents for
+ * write.c — changing file data: writing (copy-on-write: new extents for
  * every write, old ones trimmed, split or dropped), truncating, and the
  * extent-dropping primitive they share.
  *

@@ -6,8 +6,8 @@
  *
  * Stripe counts per profile (n = devices with room):
  *   single 1, dup 2 on one device, raid1 2, raid1c3 3, raid1c4 4,
- *   raid0 n >= 2, raid10 the largest even n >= 4 (sub_stripes 2).
- * RAID5/6 chunks are not created yet (their writes need parity updates).
+ *   raid0 n >= 2, raid10 the largest even n >= 4 (sub_stripes 2),
+ *   raid5 n >= 2 (n - 1 data stripes), raid6 n >= 3 (n - 2 data stripes).
  * Physical space below 1 MiB is never used (superblock and boot area).
  */
 #include <errno.h>

@@ -16,6 +16,7 @@
 #include <pthread.h>
 
 #include "butter/butter.h"
+#include "butter/testing.h"
 #include "log.h"
 #include "tree/cow.h"
 #include "volumes/volumes.h"

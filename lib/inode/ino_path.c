@@ -3,10 +3,10 @@
  * root directory, found by following the first INODE_REF (or, for an inode
  * that has only extended refs, the first INODE_EXTREF) of each inode up to
  * the root, and the "subvolume S inode I path P file offset O" text every
- * data error carries (lib/fs/file.c, lib/fs/scrub.c).
+ * data error carries (lib/data/read.c, lib/ops/scrub.c).
  *
  * It is also the one reader of "the first name of an inode" for the rest of
- * the layer (subvol.c builds subvolume paths with it).
+ * the library (lib/subvol/list.c builds subvolume paths with it).
  *
  * Promises:
  *  1. Only reads: safe from any reader, at any time, on any handle.

@@ -44,7 +44,7 @@ unsigned inode_mode_to_dtype(u32 mode);
 /* Apply @fn to the inode item of @ino (COW), stamp the transid, move the sequence. */
 int inode_modify(struct butter_fs *fs, struct subvol *sv, u64 ino,
 		 void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg);
-/* inode_modify() without the sequence bump (an atime is not a change, atime.c rule 2). */
+/* inode_modify() without the sequence bump (an atime is not a change, lib/namespace/atime.c rule 2). */
 int inode_modify_keep_sequence(struct butter_fs *fs, struct subvol *sv, u64 ino,
 			       void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg);
 /* The next free inode number of @sv. */

@@ -18,10 +18,11 @@
  *  2. Only the atime moves: not the ctime, and not the inode's sequence
  *     (the kernel's i_version moves with ctime changes only); the inode
  *     item's transid says it changed in this transaction, as for any change.
- *  3. butter_atime_due() changes nothing and takes no change lock, so a
- *     front end can ask it under its shared lock after every read and only
- *     take its exclusive lock when butter_touch_atime() has work to do;
- *     butter_touch_atime() decides again under the change lock.
+ *  3. butter_atime_due() changes nothing and holds the library's lock only
+ *     shared, so a front end can ask it after every read and call
+ *     butter_touch_atime() (exclusive) only when there is work to do;
+ *     ns_touch_atime() decides again inside its change, since the inode may
+ *     have moved on between the two calls.
  */
 #include <errno.h>
 #include <sys/stat.h>

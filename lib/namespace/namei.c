@@ -2,7 +2,7 @@
  * namei.c — taking names away: unlink, rmdir, rename, removexattr, and
  * deleting an inode whose last name went.
  *
- * A name is removed from three places (see write.c for the layout): the
+ * A name is removed from three places (see lib/inode/names.c for the layout): the
  * DIR_ITEM entry (cut out of its item, or the item deleted if it was alone),
  * the DIR_INDEX item, and the INODE_REF (or INODE_EXTREF) entry that gives
  * the index. The parent's i_size drops by 2 * name_len.

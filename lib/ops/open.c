@@ -84,6 +84,13 @@ static int keep_reopen(struct butter_fs *fs, const char *const *paths, size_t n,
 
 int butter_open(const char *path, const struct butter_open_opts *opts, struct butter_fs **out)
 {
+	return butter_open_testing(path, opts, NULL, out);
+}
+
+int butter_open_testing(const char *path, const struct butter_open_opts *opts,
+			const struct butter_test_devices *test, struct butter_fs **out)
+{
+	struct butter_test_devices none_test = { 0 };
 	struct butter_open_opts none = { 0 };
 	struct blockdev **bdevs;
 	const char **paths;
@@ -94,6 +101,8 @@ int butter_open(const char *path, const struct butter_open_opts *opts, struct bu
 
 	if (!opts)
 		opts = &none;
+	if (!test)
+		test = &none_test;
 	log.fn = opts->log;
 	log.arg = opts->log_arg;
 	log.level = opts->log_level ? opts->log_level : BUTTER_LOG_WARNING;
@@ -110,12 +119,12 @@ int butter_open(const char *path, const struct butter_open_opts *opts, struct bu
 		free(paths);
 		return ret;
 	}
-	if (opts->record_log || opts->fault_spec) {
-		ret = blockdev_stack_test(bdevs, n, opts->record_log, opts->fault_spec);
+	if (test->record_log || test->fault_spec) {
+		ret = blockdev_stack_test(bdevs, n, test->record_log, test->fault_spec);
 		if (ret) {
 			blog_err(&log, "%s: test devices (record log %s, fault spec \"%s\"): %s", path,
-				 opts->record_log ? opts->record_log : "none",
-				 opts->fault_spec ? opts->fault_spec : "", strerror(-ret));
+				 test->record_log ? test->record_log : "none",
+				 test->fault_spec ? test->fault_spec : "", strerror(-ret));
 			free(bdevs);
 			free(paths);
 			return ret;
@@ -124,7 +133,7 @@ int butter_open(const char *path, const struct butter_open_opts *opts, struct bu
 	ret = ops_open_bdevs(path, bdevs, n, opts, &fs);
 	free(bdevs);
 	/* test devices are not stacked again: such a handle is not reopened */
-	if (ret == 0 && !opts->record_log && !opts->fault_spec) {
+	if (ret == 0 && !test->record_log && !test->fault_spec) {
 		ret = keep_reopen(fs, paths, n, opts);
 		if (ret)
 			ops_close(fs);

@@ -9,8 +9,7 @@
  *     copies (blockdev_open_memory_cow).
  *  2. They are never read outside [image, image + size): every read goes
  *     through the device layer's range check.
- *  3. opts->record_log and opts->fault_spec stack the test devices over the
- *     memory device as butter_open() does over files.
+ *  3. It is never opened again in place (no paths to reopen).
  */
 #include <errno.h>
 
@@ -38,11 +37,6 @@ static int open_memory(const void *image, size_t size, const struct butter_open_
 	}
 	if (ret)
 		return ret;
-	if (o.record_log || o.fault_spec) {
-		ret = blockdev_stack_test(&bdev, 1, o.record_log, o.fault_spec);
-		if (ret)
-			return ret;
-	}
 	return ops_open_bdevs("memory", &bdev, 1, &o, out);
 }
 

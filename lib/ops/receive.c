@@ -3,7 +3,9 @@
  * or butter_send() writes) to a filesystem, as `btrfs receive` does: each
  * subvolume of the stream is made in the destination directory, built by
  * the stream's commands, then marked with the sender's uuid and transid and
- * made read-only. Built on the public API (<butter/butter.h>).
+ * made read-only. Built on the bodies of public calls (ns_create(),
+ * data_write(), subvol_snapshot(), ...), never on butter_*(): those take the
+ * library's lock, which the caller already holds.
  *
  * The stream (format facts from the kernel's fs/btrfs/send.h; see send.c):
  *   "btrfs-stream\0", le32 version (1 or 2), then commands: le32 length,

@@ -2,7 +2,9 @@
  * send.c — butter_send(): a read-only subvolume as a btrfs send stream
  * (version 1), the format `btrfs receive` reads. A full send (no parent):
  * every inode of the subvolume is created, filled and given its attributes.
- * Built only on the public API (<butter/butter.h>); nothing here reads trees.
+ * Built on the bodies of public calls (data_read(), inode_stat(),
+ * ns_readdir(), ...), not on butter_*(): those take the library's lock,
+ * which the caller already holds. Nothing here reads trees.
  *
  * The stream (format facts from the kernel's fs/btrfs/send.h):
  *   header   "btrfs-stream\0" then le32 version (1)

@@ -1,5 +1,5 @@
 /*
- * subvol.c — listing subvolumes and describing one: id, parent, generation,
+ * list.c — listing subvolumes and describing one: id, parent, generation,
  * uuids, read-only flag, and its path from the top level, built by walking
  * ROOT_BACKREF items up to subvolume 5 and INODE_REF items up to each
  * parent's root directory. Walks are bounded so a damaged tree with a cycle

@@ -45,14 +45,14 @@ struct txn_ctx {
 	struct tree_trans tt;
 	/*
 	 * Called first by every commit (NULL: none): the tree log
-	 * (lib/fs/tree_log.c) pins its blocks and clears the superblock's log
+	 * (lib/treelog/writer.c) pins its blocks and clears the superblock's log
 	 * root, since the commit holds everything the log held.
 	 */
 	int (*pre_commit)(void *arg);
 	void *pre_commit_arg;
 	/*
 	 * Called by every commit that has changes to write, after pre_commit,
-	 * before step 1 (NULL: none): quotas (lib/fs/qgroup.c) mark their
+	 * before step 1 (NULL: none): quotas (lib/subvol/qgroup.c) mark their
 	 * counts stale and stamp the commit's transid.
 	 */
 	int (*pre_write)(void *arg);

@@ -1,7 +1,7 @@
 /*
  * item_list.h — owned copies of tree items (key and bytes) in a growable
- * list: what the tree log's writer (tree_log.c) and its replay
- * (log_replay.c) gather from one tree before they change another.
+ * list: what the tree log's writer (lib/treelog/writer.c) and its replay
+ * (lib/treelog/replay.c) gather from one tree before they change another.
  *
  * Invariant: v[0..n) each own their data (malloc'd, at least 1 byte even for
  * an empty item); item_list_free() releases them and leaves an empty list.

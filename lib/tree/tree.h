@@ -11,7 +11,10 @@
  *  So accessors below may index items 0..nritems-1 without further checks; item
  *  payloads still need their size checked against the struct read from them.
  *
- * A node is immutable while cached and reference counted: node_read() takes a
+ * A clean node is immutable while cached. A dirty node (one the running
+ * transaction made or copied, cow.h) is edited in place by the write path,
+ * which runs under the library's exclusive lock, and stays pinned until the
+ * commit wrote it. Nodes are reference counted: node_read() takes a
  * reference, node_put() drops it. The cache evicts unreferenced nodes in LRU
  * order once its byte bound is passed. All cache operations take cache->lock.
  */

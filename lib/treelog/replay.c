@@ -1,5 +1,5 @@
 /*
- * log_replay.c — replaying the tree log at read-write open: what a kernel
+ * replay.c — replaying the tree log at read-write open: what a kernel
  * fsync() wrote after the last commit becomes part of the subvolumes, in one
  * transaction that also clears the superblock's log root.
  *

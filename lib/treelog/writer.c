@@ -1,11 +1,11 @@
 /*
- * tree_log.c — fsync without a commit: the write side of the btrfs tree log.
+ * writer.c — fsync without a commit: the write side of the btrfs tree log.
  * butter_fsync() copies what one file is now into the log tree of its
  * subvolume and makes the log durable with one superblock write; the next
- * commit forgets the log. Replay (the kernel's, or log_replay.c at the next
+ * commit forgets the log. Replay (the kernel's, or replay.c at the next
  * read-write open) turns the log into subvolume items after a crash.
  *
- * What goes to disk (the layout log_replay.c describes, as the kernel writes
+ * What goes to disk (the layout replay.c describes, as the kernel writes
  * it; one log transaction per fsync, all inside the running transaction T):
  *   log root tree (owner TREE_LOG, blocks of generation T)
  *     (TREE_LOG, ROOT_ITEM, subvol)  root item of that subvolume's log tree
@@ -1182,7 +1182,7 @@ static int write_log(struct tree_log *l, struct tree_trans *t)
 /*
  * Can this transaction log at all? Block groups made in it are unknown to the
  * committed state. Mixed block groups commit: butter's replay refuses their
- * logs (log_replay.c), and a log butter wrote must be one butter can replay.
+ * logs (replay.c), and a log butter wrote must be one butter can replay.
  */
 static int log_possible(struct fs_write_state *w)
 {

@@ -3,7 +3,7 @@
  * without touching the others, and check (and rewrite) the parity of a
  * RAID5/6 stripe row against its data.
  *
- * Deciding which copy is good is the caller's work (lib/fs/scrub.c checks
+ * Deciding which copy is good is the caller's work (lib/ops/scrub.c checks
  * tree block headers and data checksums); these functions only move bytes.
  * A repair writes the content the range is supposed to hold at the place it
  * is supposed to be, so it is safe at any moment a commit is not writing

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <butter/butter.h>
+#include <butter/testing.h>
 
 #include "format/checksum.h"
 #include "format/ondisk.h"

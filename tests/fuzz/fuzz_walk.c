@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "butter/butter.h"
+#include "butter/testing.h"
 #include "fuzz_walk.h"
 
 #define MAX_DEPTH 24

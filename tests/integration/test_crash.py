@@ -36,7 +36,7 @@ Later features, each its own case (runtimes: sanitizer build, this loaded 2-core
     rollbacks ("vol" deleted, a snapshot of a snapshot in its place); the manifest holds
     every snapshot's content. Besides the checks above, half the states are opened
     read-write by butter on copies (crashreplay --rw-check: a cut in the middle of a
-    subvolume drop must be finished there, fs_drop_orphan_subvols), must show the same
+    subvolume drop must be finished there, subvol_drop_orphans), must show the same
     tree, and btrfs check must stay clean after it. About 1400 states, 80 s.
   - compression: the mix and the overwrite profile with compression on, zlib, lzo and
     zstd in turn (one more each commit, forced every other round): every state is read
@@ -239,8 +239,8 @@ def replay_states(workdir, log, manifest, starts, extra=()):
 def test_snapshot_ids_not_reused(kernel, workdir):
     """Regression: a snapshot taken after the newest subvolume was deleted got the
     deleted one's id, and the handle's cached record of the deleted subvolume hid it
-    (the new snapshot read as empty until the next open). lib/fs/write.c
-    fs_next_subvol_id now never repeats an id within a handle, as the kernel. The
+    (the new snapshot read as empty until the next open). lib/subvol/create.c
+    subvol_next_id now never repeats an id within a handle, as the kernel. The
     workload compares each snapshot with its source right after taking it. 2 s."""
     start = os.path.join(workdir, "start.img")
     make_image(start, 128 << 20)

@@ -9,7 +9,7 @@ btrfs on an image of the same size as the reference.
   cycles    preallocate 1 GiB, delete it, six times on a 3 GiB filesystem, with no
             commit between: space freed in the running transaction comes back only
             at its commit, so a reservation that fails while such space is pending
-            commits and tries again (lib/fs/write.c begin_change_rsv), as the kernel
+            commits and tries again (lib/fs/change.c fs_begin_change_rsv), as the kernel
             does.
 After each: btrfs check --readonly.
 """

@@ -1,7 +1,7 @@
 """Snapshots and subvolume deletion, judged by btrfs check and the kernel.
 
 The tests try to break `butter subvolume snapshot/delete/create`, `butter put/mkdir/rm`
-and the shared-block rules behind them (lib/fs/snapshot.c, lib/extent/backref.c):
+and the shared-block rules behind them (lib/subvol/snapshot.c, lib/extent/backref.c):
 
   1. test_random_ops: a seeded random sequence of CLI operations on a butter-made image
      (nodesize 4 KiB and 16 KiB, with a bulk directory so that the trees have 2-3

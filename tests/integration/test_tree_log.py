@@ -8,7 +8,7 @@ image holds exactly what a power cut right after the fsync leaves. Then:
       superblock names a log (or, for the cases that must fall back to a commit, none);
   (b) the kernel mounts a copy (replaying our log) and shows the fsynced files exactly
       (bytes, size, xattrs, link count, names), and btrfs check is clean after unmount;
-  (c) butter opens another copy read-write (lib/fs/log_replay.c replays the log and
+  (c) butter opens another copy read-write (lib/treelog/replay.c replays the log and
       commits), btrfs check is clean, the log root is gone, and the kernel shows the
       same files.
 FUSE cases (a `butter mount` killed with SIGKILL right after fsync returned, and the

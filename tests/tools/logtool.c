@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "butter/butter.h"
+#include "butter/testing.h"
 #include "toolutil.h"
 
 #define MAX_PATHS 256
@@ -183,6 +184,7 @@ static int run(struct butter_fs *fs, char *line)
 int main(int argc, char **argv)
 {
 	struct butter_open_opts opts = { 0 };
+	struct butter_test_devices test = { 0 };
 	struct butter_fs *fs;
 	char line[16384];
 	int ret;
@@ -193,8 +195,8 @@ int main(int argc, char **argv)
 	}
 	if (getenv("BUTTER_LOG_LEVEL"))
 		opts.log_level = atoi(getenv("BUTTER_LOG_LEVEL"));
-	opts.record_log = getenv("BUTTER_RECORD");
-	ret = butter_open(argv[1], &opts, &fs);
+	test.record_log = getenv("BUTTER_RECORD");
+	ret = butter_open_testing(argv[1], &opts, &test, &fs);
 	if (ret) {
 		fprintf(stderr, "%s: %s\n", argv[1], strerror(-ret));
 		return 2;
@@ -207,11 +209,11 @@ int main(int argc, char **argv)
 			butter_close(fs);
 			return 2;
 		}
-		if (opts.record_log) {
+		if (test.record_log) {
 			struct stat st;
 
-			if (stat(opts.record_log, &st) < 0) {
-				perror(opts.record_log);
+			if (stat(test.record_log, &st) < 0) {
+				perror(test.record_log);
 				return 2;
 			}
 			printf("%d %lld\n", ret, (long long)st.st_size);

@@ -25,8 +25,8 @@
  *
  * Options:
  *   --device DEV      a further member of a multi-device filesystem (up to 4)
- *   --record LOG      log every device write and flush (butter_open_opts.record_log)
- *   --fault SPEC      inject device faults (butter_open_opts.fault_spec); the first
+ *   --record LOG      log every device write and flush (butter_test_devices.record_log)
+ *   --fault SPEC      inject device faults (butter_test_devices.fault_spec); the first
  *                     operation or commit failing where the reference did not ends
  *                     the run with exit status 3 and a "stopped:" line
  *   --manifest FILE   write what each commit holds (format below)
@@ -78,6 +78,7 @@
 #include <unistd.h>
 
 #include "butter/butter.h"
+#include "butter/testing.h"
 #include "treelist.h"
 
 #define NDIRS 6
@@ -794,9 +795,7 @@ static int pre_replay_state(const char *image, const struct butter_open_opts *op
 	int ret;
 
 	ro.flags |= BUTTER_OPEN_RDONLY;
-	ro.record_log = NULL;
-	ro.fault_spec = NULL;
-	ret = butter_open(image, &ro, &fs);
+	ret = butter_open(image, &ro, &fs); /* no test devices: a look before the run */
 	if (ret)
 		return ret;
 	*gen = generation(fs);
@@ -811,6 +810,7 @@ static int pre_replay_state(const char *image, const struct butter_open_opts *op
 int main(int argc, char **argv)
 {
 	struct butter_open_opts opts = { 0 };
+	struct butter_test_devices test = { 0 };
 	struct butter_fs *fs;
 	const char *image;
 	char rpath[2048], p1[512], p2[512];
@@ -839,9 +839,9 @@ int main(int argc, char **argv)
 			extra_devs[opts.ndevices++] = argv[a + 1];
 			opts.devices = extra_devs;
 		} else if (strcmp(o, "--record") == 0) {
-			record_log = opts.record_log = argv[a + 1];
+			record_log = test.record_log = argv[a + 1];
 		} else if (strcmp(o, "--fault") == 0) {
-			opts.fault_spec = argv[a + 1];
+			test.fault_spec = argv[a + 1];
 			fault_mode = 1;
 		} else if (strcmp(o, "--manifest") == 0) {
 			manifest = fopen(argv[a + 1], "w");
@@ -887,7 +887,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	ret = butter_open(image, &opts, &fs);
+	ret = butter_open_testing(image, &opts, &test, &fs);
 	if (ret) {
 		fprintf(stderr, "open %s: %s\n", image, strerror(-ret));
 		return 2;

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "butter/butter.h"
+#include "butter/testing.h"
 #include "check.h"
 #include "format/checksum.h"
 #include "format/ondisk.h"
@@ -383,6 +384,7 @@ static void test_commit_order(void)
 	const char *devs[NDEVS], *more[NDEVS - 1];
 	struct butter_mkfs_opts mo;
 	struct butter_open_opts oo;
+	struct butter_test_devices test = { 0 };
 	struct btrfs_super_block sb0, sb_end;
 	struct butter_fs *fs = NULL;
 	struct parsed p;
@@ -420,9 +422,9 @@ static void test_commit_order(void)
 	oo.devices = more;
 	oo.ndevices = NDEVS - 1;
 	oo.log = log_fn;
-	oo.record_log = logpath;
+	test.record_log = logpath;
 	if (ret == 0) {
-		ret = butter_open(devpath[0], &oo, &fs);
+		ret = butter_open_testing(devpath[0], &oo, &test, &fs);
 		CHECK_EQ_U64(ret, 0);
 	}
 	if (ret == 0) {

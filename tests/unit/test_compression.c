@@ -1,5 +1,5 @@
 /*
- * test_compression.c — lib/fs/compression.c: btrfs zlib, lzo and zstd
+ * test_compression.c — lib/data/compression.c: btrfs zlib, lzo and zstd
  * extent payloads.
  *
  * What is checked:
