@@ -12,7 +12,8 @@
 # saved in tests/fuzz/crashes/ (gitignored). Inputs that found new coverage
 # accumulate in tests/fuzz/work/ (gitignored), which starts from the committed
 # corpus: corpus.tar.gz (a merged corpus from earlier runs, unpacked here) plus
-# the hand-written inputs in corpus/, corpus-write/ and corpus-decompress/. To
+# the hand-written inputs in corpus-images/ (for both image harnesses),
+# corpus-receive/ and corpus-decompress/. To
 # refresh the archive after a long run: fuzz_open_walk -merge=1 NEW corpus
 # work/open_walk (likewise write and decompress), then tar NEW dirs as
 # open_walk/, write/ and decompress/.
@@ -84,8 +85,8 @@ cd "$here/work"
 walk_t=$((secs * 45 / 100))
 write_t=$((secs * 25 / 100))
 recv_t=$((secs * 15 / 100))
-fuzz fuzz_open_walk "$walk_t" "$here/work/open_walk" "$here/corpus"
-fuzz fuzz_write "$write_t" "$here/work/write" "$here/corpus-write"
+fuzz fuzz_open_walk "$walk_t" "$here/work/open_walk" "$here/corpus-images"
+fuzz fuzz_write "$write_t" "$here/work/write" "$here/corpus-images"
 fuzz fuzz_receive "$recv_t" "$here/work/receive" "$here/corpus-receive"
 fuzz fuzz_decompress "$((secs - walk_t - write_t - recv_t))" "$here/work/decompress" \
 	"$here/corpus-decompress"
