@@ -4,7 +4,7 @@
 # in the same directory (one disk). Workloads, each in a fresh directory on every target:
 #
 #   fsync    N files: create, write 4 KiB, fsync(2), close (what a mail spool or a
-#            package manager does); butter logs each file (lib/fs/tree_log.c)
+#            package manager does); butter logs each file (lib/treelog/writer.c)
 #   commit   the same, but butter commits instead of fsync (BUTTER_IOC_SYNC on the file:
 #            what butter's fsync did before the tree log); the kernel targets fsync
 #   many     N files written and closed, then `butter fsync FILE...` (one tree log sync

@@ -712,7 +712,7 @@ int butter_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off,
 
 /* ---- access times ----------------------------------------------------------- */
 
-/* How reads set atimes (lib/fs/atime.c), as the kernel's mount options. */
+/* How reads set atimes (lib/namespace/atime.c), as the kernel's mount options. */
 #define BUTTER_ATIME_RELATIME 0x0u  /* relatime: the kernel's default */
 #define BUTTER_ATIME_STRICT 0x1u    /* strictatime */
 #define BUTTER_ATIME_NEVER 0x2u     /* noatime */
@@ -739,7 +739,7 @@ int butter_touch_atime(struct butter_fs *fs, butter_ino_t ino, unsigned policy);
 /*
  * Make regular file @ino durable without a commit, as the kernel's fsync
  * does: its inode, names, xattrs, data and checksums go into the tree log
- * (lib/fs/tree_log.c), which the kernel or the next read-write butter_open()
+ * (lib/treelog/writer.c), which the kernel or the next read-write butter_open()
  * replays after a crash. Where the log cannot say what changed (directories,
  * renames or unlinks since the last commit, names in new directories, new
  * chunks...), a full commit is made instead, as butter_sync(). @datasync

@@ -32,32 +32,26 @@ int inode_first_name(struct butter_fs *fs, const struct tree_root *root, u64 ino
 	tree_path_init(&path);
 	ret = tree_search_forward(&fs->cache, root, &key, &path);
 	if (ret == 0) {
+		struct inode_ref_name rn;
 		const u8 *item;
-		u32 size, hdr, nlen;
+		u32 size, len;
 
 		path_key(&path, &key);
 		item = path_item(&path, &size);
-		hdr = type == BTRFS_INODE_REF_KEY ? sizeof(struct btrfs_inode_ref)
-						  : sizeof(struct btrfs_inode_extref);
 		if (key.objectid != ino || key.type != type) {
 			ret = -ENOENT;
-		} else if (size < hdr) {
-			ret = BLOG_CORRUPT(&fs->log, "inode ref of %llu: malformed",
-					   (unsigned long long)ino);
 		} else {
-			if (type == BTRFS_INODE_REF_KEY) {
-				nlen = btrfs_inode_ref_name_len((const void *)item);
-				*parent = key.offset;
-			} else {
-				nlen = btrfs_inode_extref_name_len((const void *)item);
-				*parent = btrfs_inode_extref_parent((const void *)item);
-			}
-			if (nlen == 0 || nlen > BTRFS_NAME_LEN || nlen > size - hdr) {
+			/* the first entry of the item, decoded by names.c */
+			len = inode_ref_entry_len(type, item, size);
+			if (len)
+				inode_ref_decode(type, key.offset, item, &rn);
+			if (!len || rn.len == 0 || rn.len > BTRFS_NAME_LEN) {
 				ret = BLOG_CORRUPT(&fs->log, "inode ref of %llu: malformed",
 						   (unsigned long long)ino);
 			} else {
-				memcpy(name, item + hdr, nlen);
-				*name_len = nlen;
+				*parent = rn.parent;
+				memcpy(name, rn.name, rn.len);
+				*name_len = rn.len;
 			}
 		}
 	} else if (ret == 1) {

@@ -10,17 +10,17 @@
 #include "treelog/treelog.h"
 
 /*
- * Open the filesystem on the already opened devices @bdevs[0..n): all of
- * butter_open() after opening the files (fs_open_bdevs(), then for a
- * read-write open the write side and the recovery steps). Ownership of every
- * device passes to the handle, also on failure. Errors as butter_open().
- */
-/*
  * butter_set_readonly(): fs_set_readonly(), and for a handle opened
  * read-only and made read-write, the reopen in place (open.c).
  */
 int ops_set_readonly(struct butter_fs *fs, int readonly);
 
+/*
+ * Open the filesystem on the already opened devices @bdevs[0..n): all of
+ * butter_open() after opening the files (fs_open_bdevs(), then for a
+ * read-write open the write side and the recovery steps). Ownership of every
+ * device passes to the handle, also on failure. Errors as butter_open().
+ */
 int ops_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 		   const struct butter_open_opts *opts, struct butter_fs **out);
 

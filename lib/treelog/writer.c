@@ -199,14 +199,8 @@ static int serialise(const struct item_list *l, u8 **out, size_t *len)
 
 /* ---- names: what the log can express (invariant 3) ---- */
 
-struct name_ref {
-	u64 parent, index;
-	const char *name;
-	u32 len;
-};
-
 /* Decode the @i-th name of the ref items @refs into @r: 1 found, 0 past the end, -EUCLEAN. */
-static int ref_at(const struct item_list *refs, size_t i, struct name_ref *r)
+static int ref_at(const struct item_list *refs, size_t i, struct inode_ref_name *r)
 {
 	size_t k, n = 0;
 
@@ -215,40 +209,22 @@ static int ref_at(const struct item_list *refs, size_t i, struct name_ref *r)
 		u32 pos = 0;
 
 		while (pos < c->size) {
-			u32 hdr = sizeof(struct btrfs_inode_extref), len;
+			u32 len = inode_ref_entry_len(c->key.type, c->data + pos, c->size - pos);
 
-			if (c->key.type == BTRFS_INODE_REF_KEY)
-				hdr = sizeof(struct btrfs_inode_ref);
-			if (c->size - pos < hdr)
+			if (!len)
 				return -EUCLEAN;
-			if (c->key.type == BTRFS_INODE_REF_KEY) {
-				const struct btrfs_inode_ref *ir = (const void *)(c->data + pos);
-
-				len = btrfs_inode_ref_name_len(ir);
-				r->parent = c->key.offset;
-				r->index = btrfs_inode_ref_index(ir);
-			} else {
-				const struct btrfs_inode_extref *er = (const void *)(c->data + pos);
-
-				len = btrfs_inode_extref_name_len(er);
-				r->parent = btrfs_inode_extref_parent(er);
-				r->index = btrfs_inode_extref_index(er);
-			}
-			if (c->size - pos - hdr < len)
-				return -EUCLEAN;
-			r->name = (const char *)c->data + pos + hdr;
-			r->len = len;
+			inode_ref_decode(c->key.type, c->key.offset, c->data + pos, r);
 			if (n++ == i)
 				return 1;
-			pos += hdr + len;
+			pos += len;
 		}
 	}
 	return 0;
 }
 
-static int has_ref(const struct item_list *refs, const struct name_ref *want)
+static int has_ref(const struct item_list *refs, const struct inode_ref_name *want)
 {
-	struct name_ref r;
+	struct inode_ref_name r;
 	size_t i;
 	int ret;
 
@@ -284,7 +260,7 @@ static int match_name(void *arg, const struct btrfs_dir_item *di, const char *na
  * 1 yes, 0 no, negative errno.
  */
 static int name_is_new(struct butter_fs *fs, const struct tree_root *croot,
-		       const struct name_ref *r)
+		       const struct inode_ref_name *r)
 {
 	struct btrfs_inode_item dir;
 	struct btrfs_key key = { r->parent, BTRFS_INODE_ITEM_KEY, 0 };
@@ -374,7 +350,7 @@ static int names_expressible(struct butter_fs *fs, const struct tree_root *croot
 			     const struct item_list *now)
 {
 	struct item_list then = { 0 };
-	struct name_ref r;
+	struct inode_ref_name r;
 	size_t i;
 	int ret;
 
@@ -687,7 +663,7 @@ static int plan_inode(struct butter_fs *fs, struct subvol *sv, u64 ino, int data
 	}
 	if (ret == 0) {
 		u32 n = 0;
-		struct name_ref r;
+		struct inode_ref_name r;
 
 		while ((ret = ref_at(&refs, n, &r)) == 1)
 			n++;

@@ -174,11 +174,12 @@ def test_replay_finds_missing_flushes(kernel, workdir):
 def test_enospc_never_aborts(kernel, workdir):
     """A write the space reservation accepted must not run out of space half way.
 
-    Known bug (lib/fs/file_write.c, alloc_data): allocation halves the request down to
-    16 sectors only, then tries a new chunk; when the data block groups' free space is
-    fragmented into runs shorter than 64 KiB and no device space is left, the write fails
-    with ENOSPC after part of it was allocated, in phase 2, and the transaction aborts
-    (the filesystem turns read-only). The image stays the last committed state.
+    Regression: allocation (lib/data/write.c, data_alloc) used to halve the request down
+    to 16 sectors only, then try a new chunk; when the data block groups' free space was
+    fragmented into runs shorter than 64 KiB and no device space was left, the write
+    failed with ENOSPC after part of it was allocated, in phase 2, and the transaction
+    aborted (the filesystem turned read-only). data_alloc now goes on down to one-sector
+    pieces before it answers ENOSPC.
     """
     start = os.path.join(workdir, "img")
     make_image(start, 110 << 20)

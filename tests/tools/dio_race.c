@@ -1,7 +1,7 @@
 /*
  * dio_race.c — asynchronous O_DIRECT writes racing buffered reads of the same
  * file (plain Linux, runs on any filesystem; tests/integration/
- * test_fuse_direct_io.py runs it on a butter mount and on the kernel's btrfs).
+ * test_fuse_page_cache.py runs it on a butter mount and on the kernel's btrfs).
  *
  *   butter-dio-race FILE [ROUNDS]
  *

@@ -17,8 +17,9 @@
  *   --mkfs         make IMAGE with butter_mkfs() first
  *   --size B       image size with --mkfs (default 1 GiB)
  *   --app-lock     serialise every library call with one pthread rwlock held
- *                  by this program (reads shared, changes exclusive), as the
- *                  FUSE daemon's fs_lock does (fuse/daemon.h)
+ *                  by this program (reads shared, changes exclusive) on top of
+ *                  the library's own, as the FUSE daemon did before the
+ *                  library took its lock
  *   --no-snapshots no snapshot thread
  *
  * Layout made at start: subvolume "vol" and directory "snaps" in the top
