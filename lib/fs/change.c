@@ -30,22 +30,6 @@
 #include "format/checksum.h"
 #include "fs/change.h"
 
-static int load_root(struct butter_fs *fs, u64 objectid, struct tree_root *root)
-{
-	struct btrfs_root_item item;
-	int ret = fs_read_root_item(fs, objectid, &item, NULL);
-
-	if (ret)
-		return ret;
-	memset(root, 0, sizeof(*root));
-	root->objectid = objectid;
-	root->bytenr = btrfs_root_bytenr(&item);
-	root->generation = btrfs_root_generation(&item);
-	root->level = item.level;
-	root->bytes_used = btrfs_root_bytes_used(&item);
-	return 0;
-}
-
 void fs_final_commit(struct butter_fs *fs)
 {
 	struct fs_write_state *w = fs->w;
@@ -110,7 +94,7 @@ int fs_setup_write(struct butter_fs *fs)
 		goto fail;
 	memcpy(fs->vol.chunk_tree_uuid, node_header(chunk_root)->chunk_tree_uuid, BTRFS_UUID_SIZE);
 	node_put(&fs->cache, chunk_root);
-	ret = load_root(fs, BTRFS_DEV_TREE_OBJECTID, &w->dev_tree);
+	ret = fs_load_root(fs, BTRFS_DEV_TREE_OBJECTID, &w->dev_tree);
 	if (ret)
 		goto fail;
 	if (!fs->has_csum_tree) {
@@ -133,7 +117,7 @@ int fs_setup_write(struct butter_fs *fs)
 	w->es.chunk_root = &fs->chunk_tree;
 	w->es.dev_root = &w->dev_tree;
 	if (compat_ro & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE) {
-		ret = load_root(fs, BTRFS_FREE_SPACE_TREE_OBJECTID, &w->fst);
+		ret = fs_load_root(fs, BTRFS_FREE_SPACE_TREE_OBJECTID, &w->fst);
 		if (ret)
 			goto fail;
 		w->es.fst_root = &w->fst;
@@ -141,7 +125,7 @@ int fs_setup_write(struct butter_fs *fs)
 		/* a v1 space cache, if any, goes stale: make every kernel ignore it */
 		put_le64(&sb->cache_generation, (u64)-1);
 	}
-	if (load_root(fs, BTRFS_UUID_TREE_OBJECTID, &w->uuid_tree) != 0)
+	if (fs_load_root(fs, BTRFS_UUID_TREE_OBJECTID, &w->uuid_tree) != 0)
 		memset(&w->uuid_tree, 0, sizeof(w->uuid_tree));
 	ret = chunk_init_devspace(&w->es, 1);
 	if (ret)

@@ -116,7 +116,7 @@ int fs_next_subvol_root_item(struct butter_fs *fs, struct btrfs_key *key, struct
 	return ret;
 }
 
-static int root_from_item(struct butter_fs *fs, u64 objectid, struct tree_root *root)
+int fs_load_root(struct butter_fs *fs, u64 objectid, struct tree_root *root)
 {
 	struct btrfs_root_item item;
 	int ret = fs_read_root_item(fs, objectid, &item, NULL);
@@ -126,10 +126,12 @@ static int root_from_item(struct butter_fs *fs, u64 objectid, struct tree_root *
 	if (item.level >= BTRFS_MAX_LEVEL)
 		return BLOG_CORRUPT(&fs->log, "root item %llu: level %u",
 				    (unsigned long long)objectid, item.level);
+	memset(root, 0, sizeof(*root));
 	root->objectid = objectid;
 	root->bytenr = btrfs_root_bytenr(&item);
 	root->generation = btrfs_root_generation(&item);
 	root->level = item.level;
+	root->bytes_used = btrfs_root_bytes_used(&item);
 	return 0;
 }
 
@@ -289,18 +291,18 @@ static int load(struct butter_fs *fs, const char *path, struct blockdev **bdevs,
 	fs->root_tree.bytenr = btrfs_super_root(&fs->vol.super);
 	fs->root_tree.generation = btrfs_super_generation(&fs->vol.super);
 	fs->root_tree.level = fs->vol.super.root_level;
-	ret = root_from_item(fs, BTRFS_EXTENT_TREE_OBJECTID, &fs->extent_tree);
+	ret = fs_load_root(fs, BTRFS_EXTENT_TREE_OBJECTID, &fs->extent_tree);
 	if (ret) {
 		blog_err(&fs->log, "%s: cannot find the extent tree", path);
 		goto fail_cache;
 	}
-	ret = root_from_item(fs, BTRFS_CSUM_TREE_OBJECTID, &fs->csum_tree);
+	ret = fs_load_root(fs, BTRFS_CSUM_TREE_OBJECTID, &fs->csum_tree);
 	if (ret == 0)
 		fs->has_csum_tree = 1;
 	else if (ret != -ENOENT)
 		goto fail_cache;
 	if (btrfs_super_compat_ro_flags(&fs->vol.super) & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE) {
-		ret = root_from_item(fs, BTRFS_BLOCK_GROUP_TREE_OBJECTID, &fs->block_group_tree);
+		ret = fs_load_root(fs, BTRFS_BLOCK_GROUP_TREE_OBJECTID, &fs->block_group_tree);
 		if (ret)
 			goto fail_cache;
 		fs->has_block_group_tree = 1;

@@ -125,6 +125,9 @@ struct subvol *fs_subvol_mut(struct butter_fs *fs, u64 id, int *err);
 int fs_read_root_item(struct butter_fs *fs, u64 objectid, struct btrfs_root_item *item,
 		      struct btrfs_key *found_key);
 
+/* A tree's root (bytenr, generation, level, bytes used) from its ROOT_ITEM; -EUCLEAN for a bad level. */
+int fs_load_root(struct butter_fs *fs, u64 objectid, struct tree_root *root);
+
 /*
  * Move @path (initialised by the caller, who releases it) to the first ROOT_ITEM of a
  * subvolume tree (the top level, or an id in 256..LAST_FREE) at or after @key, and set

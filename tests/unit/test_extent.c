@@ -123,22 +123,6 @@ struct fx {
 	struct tree_root dev_tree, fst;
 };
 
-static int load_root(struct butter_fs *fs, u64 objectid, struct tree_root *root)
-{
-	struct btrfs_root_item item;
-	int ret = fs_read_root_item(fs, objectid, &item, NULL);
-
-	if (ret)
-		return ret;
-	memset(root, 0, sizeof(*root));
-	root->objectid = objectid;
-	root->bytenr = btrfs_root_bytenr(&item);
-	root->generation = btrfs_root_generation(&item);
-	root->level = item.level;
-	root->bytes_used = btrfs_root_bytes_used(&item);
-	return 0;
-}
-
 static int fx_open(struct fx *f)
 {
 	struct butter_open_opts o;
@@ -166,9 +150,9 @@ static int fx_open(struct fx *f)
 		fs->extent_tree.bytes_used = btrfs_root_bytes_used(&item);
 	if (fs_read_root_item(fs, BTRFS_CSUM_TREE_OBJECTID, &item, NULL) == 0)
 		fs->csum_tree.bytes_used = btrfs_root_bytes_used(&item);
-	ret = load_root(fs, BTRFS_DEV_TREE_OBJECTID, &f->dev_tree);
+	ret = fs_load_root(fs, BTRFS_DEV_TREE_OBJECTID, &f->dev_tree);
 	if (ret == 0)
-		ret = load_root(fs, BTRFS_FREE_SPACE_TREE_OBJECTID, &f->fst);
+		ret = fs_load_root(fs, BTRFS_FREE_SPACE_TREE_OBJECTID, &f->fst);
 	if (ret)
 		return ret;
 	f->es.extent_root = &fs->extent_tree;
