@@ -62,24 +62,17 @@ import re
 
 import pytest
 
-from butter_it import kfs
-from butter_it.tools import REC_FLUSH, log_records, make_image, parse_summary, tool
+from butter_it import kfs, oracle
+from butter_it.kfs import make_image
+from butter_it.tools import REC_FLUSH, log_records, parse_summary, tool
 
 SCALE = int(os.environ.get("BUTTER_CRASH_SCALE", "1"))
 
 
 def prefill(workdir, image, size):
     """Let the kernel take `size` bytes of the image's data space with a preallocated file."""
-    mnt = os.path.join(workdir, "prefill")
-    dev = kfs.loop_attach(image)
-    try:
-        kfs.mount(dev, mnt, [])
-        try:
-            kfs.run(["fallocate", "-l", str(size), os.path.join(mnt, "filler")])
-        finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(dev)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "prefill"), opts=()) as mnt:
+        kfs.run(["fallocate", "-l", str(size), os.path.join(mnt, "filler")])
 
 
 def record_workload(workdir, start, args, seed, ops, sync_every):
@@ -94,8 +87,7 @@ def record_workload(workdir, start, args, seed, ops, sync_every):
                 [image, ref, str(seed), str(ops), str(sync_every)], check=False, timeout=900)
     assert r.returncode == 0, f"workload failed:\n{r.stdout}\n{r.stderr}"
     assert "AddressSanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr
-    check = kfs.run(["btrfs", "check", "--readonly", image], check=False)
-    assert check.returncode == 0, f"the workload's own image fails btrfs check:\n{check.stdout}"
+    oracle.btrfs_check(image)           # the workload's own image
     return log, manifest, r.stdout
 
 
@@ -187,8 +179,7 @@ def test_enospc_never_aborts(kernel, workdir):
     os.mkdir(ref)
     r = kfs.run([tool("butter-workload"), "--profile", "fill", "--max-file", str(8 << 20),
                  "--enospc-ok", start, ref, "5", "300", "10"], check=False, timeout=600)
-    check = kfs.run(["btrfs", "check", "--readonly", start], check=False)
-    assert check.returncode == 0, check.stdout
+    oracle.btrfs_check(start)
     if "aborted" in r.stderr:
         pytest.xfail("known bug: ENOSPC in the middle of a write aborts the transaction "
                      "(lib/fs/file_write.c alloc_data stops halving at 16 sectors)")
@@ -252,8 +243,7 @@ def test_snapshot_ids_not_reused(kernel, workdir):
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
     t = tally(r.stdout)
     assert t["snapshot"][1] >= 3 and t["subvol-delete"][1] >= 1, r.stdout
-    check = kfs.run(["btrfs", "check", "--readonly", start], check=False)
-    assert check.returncode == 0, check.stdout
+    oracle.btrfs_check(start)
 
 
 @pytest.mark.butter_timeout(1200)

@@ -30,7 +30,7 @@ import subprocess
 
 import pytest
 
-from butter_it import kfs, manifest, tree
+from butter_it import kfs, manifest, oracle, tools, tree
 from butter_it.fusemount import FuseMount, require_fuse
 
 KiB = 1024
@@ -57,19 +57,6 @@ def fileop():
 # ---------------------------------------------------------------------------------
 # the operation scripts: one language for butter-fileop and for the kernel
 
-def prng_bytes(seed, length):
-    """The bytes butter-fileop's `write PATH OFF LEN SEED` writes (its xorshift)."""
-    mask = (1 << 64) - 1
-    x = (seed * 2654435761 + 1) & mask
-    out = bytearray(length)
-    for i in range(length):
-        x ^= (x << 13) & mask
-        x ^= x >> 7
-        x ^= (x << 17) & mask
-        out[i] = x & 0xFF
-    return bytes(out)
-
-
 def kernel_apply(mnt, script):
     """Run `script` (butter-fileop lines) with system calls under `mnt`; return the results."""
     results = []
@@ -82,7 +69,7 @@ def kernel_apply(mnt, script):
             elif w[0] == "write":
                 fd = os.open(p(w[1]), os.O_WRONLY)
                 try:
-                    os.pwrite(fd, prng_bytes(int(w[4], 0), int(w[3], 0)), int(w[2], 0))
+                    os.pwrite(fd, tools.prng_bytes(int(w[4], 0), int(w[3], 0)), int(w[2], 0))
                 finally:
                     os.close(fd)
             elif w[0] == "truncate":
@@ -142,11 +129,6 @@ def make_twin(workdir, name, setup, mkfs_args=(), mount_opts=()):
     return fs
 
 
-def btrfs_check(image):
-    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
-    assert r.returncode == 0, f"btrfs check found errors in {image}:\n{r.stdout}\n{r.stderr}"
-
-
 def files_of(m):
     return {p: (e["size"], e.get("sha256")) for p, e in m.items() if e["type"] == "file"}
 
@@ -188,7 +170,7 @@ def run_twins(workdir, fileop, setup, steps, checks=None, mkfs_args=(), mount_op
     diffs = [f"{line!r}: kernel {w} butter {g}" for line, w, g in zip(script, want, got)
              if w != g]
     assert len(got) == len(script) and not diffs, "\n".join(diffs)
-    btrfs_check(image)
+    oracle.btrfs_check(image)
     mnt = os.path.join(workdir, "view")
     dev = kfs.loop_attach(image)
     try:
@@ -212,7 +194,7 @@ def run_twins(workdir, fileop, setup, steps, checks=None, mkfs_args=(), mount_op
             kfs.umount(mnt)
     finally:
         kfs.loop_detach(dev)
-    btrfs_check(image)
+    oracle.btrfs_check(image)
     return want
 
 
@@ -235,22 +217,22 @@ def write_file(path, data):
 
 
 def plain_setup(mnt):
-    write_file(os.path.join(mnt, "dense"), prng_bytes(1, 1 * MiB))
-    write_file(os.path.join(mnt, "small"), prng_bytes(2, 100))
-    write_file(os.path.join(mnt, "mid"), prng_bytes(3, 10000))
+    write_file(os.path.join(mnt, "dense"), tools.prng_bytes(1, 1 * MiB))
+    write_file(os.path.join(mnt, "small"), tools.prng_bytes(2, 100))
+    write_file(os.path.join(mnt, "mid"), tools.prng_bytes(3, 10000))
     with open(os.path.join(mnt, "sparse"), "wb") as f:
-        f.write(prng_bytes(4, 64 * KiB))
+        f.write(tools.prng_bytes(4, 64 * KiB))
         f.seek(512 * KiB)
-        f.write(prng_bytes(5, 64 * KiB))
+        f.write(tools.prng_bytes(5, 64 * KiB))
         f.truncate(1 * MiB)
     with open(os.path.join(mnt, "holes"), "wb") as f:
         f.truncate(2 * MiB)
     os.mkdir(os.path.join(mnt, "dir"))
     kfs.run(["btrfs", "subvolume", "create", os.path.join(mnt, "sv")])
-    write_file(os.path.join(mnt, "sv", "inside"), prng_bytes(6, 200 * KiB))
+    write_file(os.path.join(mnt, "sv", "inside"), tools.prng_bytes(6, 200 * KiB))
     write_file(os.path.join(mnt, "nocow"), b"")
     kfs.run(["chattr", "+C", os.path.join(mnt, "nocow")])
-    write_file(os.path.join(mnt, "nocow"), prng_bytes(7, 64 * KiB))
+    write_file(os.path.join(mnt, "nocow"), tools.prng_bytes(7, 64 * KiB))
 
 
 # ---------------------------------------------------------------------------------
@@ -392,7 +374,7 @@ def kernel_made_setup(mnt):
     fd = os.open(p("pre"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         tree.fallocate(fd, 0, 0, 1 * MiB)
-        os.pwrite(fd, prng_bytes(6, 4096), 300 * KiB)
+        os.pwrite(fd, tools.prng_bytes(6, 4096), 300 * KiB)
         tree.fallocate(fd, KEEP, 1 * MiB, 256 * KiB)
         src = os.open(p("dense"), os.O_RDONLY)
         try:
@@ -433,9 +415,9 @@ def test_kernel_made_shared_and_prealloc(kernel, workdir, fileop):
 def fuse_ops(mnt):
     """The same commands on butter's mount and on the kernel's; returns cp --reflink's status."""
     p = lambda rel: os.path.join(mnt, rel)                          # noqa: E731
-    write_file(p("a"), prng_bytes(21, 1 * MiB + 5000))
-    write_file(p("b"), prng_bytes(22, 300 * KiB))
-    write_file(p("c"), prng_bytes(23, 1 * MiB + 5000))     # dense, for cp to share whole
+    write_file(p("a"), tools.prng_bytes(21, 1 * MiB + 5000))
+    write_file(p("b"), tools.prng_bytes(22, 300 * KiB))
+    write_file(p("c"), tools.prng_bytes(23, 1 * MiB + 5000))     # dense, for cp to share whole
     tree.syncfs(mnt)
     kfs.run(["fallocate", "-l", str(2 * MiB), p("f")])
     kfs.run(["fallocate", "-n", "-o", str(2 * MiB), "-l", str(1 * MiB), p("f")])
@@ -485,7 +467,7 @@ def test_fuse_fallocate_and_reflink(kernel, butter, workdir):
         f"{p}: kernel {ref_files.get(p)} fuse {through_fuse.get(p)}"
         for p in sorted(set(ref_files) | set(through_fuse))
         if ref_files.get(p) != through_fuse.get(p))
-    btrfs_check(image)
+    oracle.btrfs_check(image)
     mnt = os.path.join(workdir, "view")
     dev = kfs.loop_attach(image)
     try:

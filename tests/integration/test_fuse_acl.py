@@ -10,7 +10,7 @@ butter's ACLs.
 import os
 import subprocess
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 from butter_it.fusemount import steps_like_kernel
 
 
@@ -71,7 +71,7 @@ def test_acls_like_kernel_btrfs(fuse, butter, workdir):
     image, _ = steps_like_kernel(butter.path, workdir, run_script, want,
                                  ["default_permissions", "allow_other"],
                                  prepare=lambda mnt: os.chmod(mnt, 0o755))
-    with kfs.Mounted(image, os.path.join(workdir, "kview"), ["ro"]) as mnt:
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kview")) as mnt:
         for p in LISTINGS:
             rc, so, _ = sh(f"getfacl -n -p {p} && stat -c '%A %a' {p}", mnt)
             assert (p, rc, so) in want, f"{p}: the kernel reads butter's image as {so!r}"

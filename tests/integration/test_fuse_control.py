@@ -10,14 +10,9 @@ import os
 
 import pytest
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 from butter_it.fusemount import FuseMount
 from butter_it.tree import read_tree
-
-
-def check(image):
-    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
-    assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
 
 
 def write(path, data):
@@ -32,7 +27,7 @@ def read(path):
 
 def kernel_view(workdir, image):
     """(subvolume paths, {relative file path: bytes}) as the kernel shows them."""
-    with kfs.Mounted(image, os.path.join(workdir, "kmnt"), ["ro"]) as mnt:
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kmnt")) as mnt:
         lines = kfs.run(["btrfs", "subvolume", "list", mnt]).stdout.splitlines()
         subvols = sorted(line.split(" path ")[1] for line in lines)
         files = read_tree(mnt)
@@ -87,7 +82,7 @@ def test_subvolumes_on_a_live_mount(fuse, butter, workdir):
         assert "live-label" in kfs.run([b, "filesystem", "show", mnt]).stdout
         kfs.run([b, "filesystem", "sync", mnt])
         assert m.unmount() == 0
-    check(image)
+    oracle.btrfs_check(image)
     subvols, files, label = kernel_view(workdir, image)
     assert subvols == ["snaps/one", "snaps/ro", "vol"]
     assert label == "live-label"
@@ -112,4 +107,4 @@ def test_readonly_mount_refuses_changes(fuse, butter, workdir):
             assert r.returncode != 0 and "Read-only file system" in r.stderr, (args, r.stderr)
         assert "path vol" in kfs.run([b, "subvolume", "list", m.mnt]).stdout
         assert m.unmount() == 0
-    check(image)
+    oracle.btrfs_check(image)

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 from butter_it.fusemount import FuseMount
 from butter_it.tree import read_tree
 
@@ -41,7 +41,7 @@ def write_files(mnt, files):
 
 def kernel_files(workdir, image):
     """{relative path: bytes} of every file as a read-only kernel mount shows them."""
-    with kfs.Mounted(image, os.path.join(workdir, "kview"), ["ro"]) as mnt:
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kview")) as mnt:
         return read_tree(mnt)
 
 
@@ -49,12 +49,6 @@ def syncfs(fd):
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.syncfs(fd) != 0:
         raise OSError(ctypes.get_errno(), "syncfs")
-
-
-def check(image):
-    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=300)
-    assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return r.stdout + r.stderr
 
 
 def generation(image):
@@ -81,7 +75,7 @@ def test_sync_then_kill_keeps_the_files(fuse, butter, workdir):
         assert generation(image) == gen, "an idle mount keeps committing"
         m.proc.kill()
         m.proc.wait(timeout=60)
-    check(image)
+    oracle.btrfs_check(image)
     assert kernel_files(workdir, image) == FILES
 
 
@@ -95,7 +89,7 @@ def test_butter_umount_returns_when_the_image_is_final(fuse, butter, workdir):
         # at once: the daemon is gone, the devices closed, the image final
         assert m.proc.poll() is not None, "butter umount returned before the daemon exited"
         assert generation(image) > gen0
-        check(image)
+        oracle.btrfs_check(image)
         assert m.wait(10) == 0
         assert "unmounted, generation" in m.log_text()
     assert kernel_files(workdir, image) == FILES
@@ -173,7 +167,7 @@ def test_statfs_counts_data_not_committed_yet(fuse, butter, workdir):
         assert size <= used < size + (4 << 20), (before, after)
         assert after.f_blocks == before.f_blocks
         assert m.unmount() == 0
-    check(image)
+    oracle.btrfs_check(image)
 
 
 def fault_mount(butter, image, mnt, spec, options=()):
@@ -214,5 +208,5 @@ def test_device_failing_mid_mount_turns_it_read_only(fuse, butter, workdir, faul
         assert r.returncode == 1 and "commit failed" in r.stderr, r.stderr
         assert m.wait(30) == 1, "the daemon's status hides the failed final commit"
     assert generation(image) == gen
-    check(image)
+    oracle.btrfs_check(image)
     assert kernel_files(workdir, image) == {"kept": b"committed before the fault\n"}

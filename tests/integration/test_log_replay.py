@@ -28,7 +28,7 @@ import shutil
 
 import pytest
 
-from butter_it import kfs, manifest
+from butter_it import kfs, manifest, oracle
 
 IMAGE_SIZE = 1 << 30
 LABEL = "logreplay"
@@ -36,21 +36,6 @@ LABEL = "logreplay"
 
 # ---------------------------------------------------------------------------------
 # Making crashed images
-
-def _super(image):
-    out = kfs.run(["btrfs", "inspect-internal", "dump-super", image]).stdout
-    fields = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) >= 2:
-            fields[parts[0]] = parts[-1]
-    return fields
-
-
-def _check(image):
-    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
-    assert r.returncode == 0, f"btrfs check found errors:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
-
 
 def _copy(src, dst):
     kfs.run(["cp", "--sparse=always", src, dst])
@@ -69,13 +54,13 @@ def make_crashed(workdir, case, attempts=3):
             f.truncate(IMAGE_SIZE)
         kfs.run(["mkfs.btrfs", "-q", "-f", "-L", LABEL] + list(case.mkfs) + [base])
         mnt = os.path.join(workdir, "mnt")
-        with kfs.Mounted(base, mnt, ["commit=300"] + list(case.mount)):
+        with oracle.kernel_mount(base, mnt=mnt, opts=["commit=300"] + list(case.mount)):
             case.setup(mnt)
             kfs.run(["btrfs", "filesystem", "sync", mnt])
             case.crash(mnt)
             _copy(base, crashed)                       # the power cut
         os.unlink(base)
-        if int(_super(crashed)["log_root"]) != 0:
+        if int(kfs.super_fields(crashed)["log_root"]) != 0:
             return crashed
     pytest.skip(f"the kernel committed instead of leaving a tree log, {attempts} times")
 
@@ -662,7 +647,7 @@ RANDOM_CASES = [_random_case(seed) for seed in _seeds()]
 def _kernel_expected(workdir, crashed, c):
     kimg = os.path.join(workdir, "kernel.img")
     _copy(crashed, kimg)
-    with kfs.Mounted(kimg, os.path.join(workdir, "kmnt")) as mnt:
+    with oracle.kernel_mount(kimg, mnt=os.path.join(workdir, "kmnt"), opts=()) as mnt:
         expected = manifest.take(mnt)
         for rel, want in c.expect.items():
             path = os.path.join(mnt, rel)
@@ -693,17 +678,17 @@ def test_log_replay(kernel, butter, workdir, c):
 
     r = butter.run(["filesystem", "label", crashed, LABEL], check=False)
     assert r.returncode == 0, f"butter refused or failed the replay:\n{r.stderr[-3000:]}"
-    sb = _super(crashed)
+    sb = kfs.super_fields(crashed)
     assert int(sb["log_root"]) == 0 and int(sb["log_root_level"]) == 0
-    _check(crashed)
+    oracle.btrfs_check(crashed)
 
-    with kfs.Mounted(crashed, os.path.join(workdir, "bmnt")) as mnt:
+    with oracle.kernel_mount(crashed, mnt=os.path.join(workdir, "bmnt"), opts=()) as mnt:
         got = manifest.take(mnt)
         manifest.assert_same(expected, got)
         _kernel_writes(mnt)
-    _check(crashed)
+    oracle.btrfs_check(crashed)
     butter.run(["mkdir", crashed, "/made-by-butter-after"])
-    _check(crashed)
+    oracle.btrfs_check(crashed)
 
 
 # ---------------------------------------------------------------------------------
@@ -719,7 +704,8 @@ def test_log_replay_refused_leaves_image(kernel, butter, workdir):
     assert r.returncode != 0
     assert "cannot replay the tree log: mixed block groups" in r.stderr
     assert kfs.run(["sha256sum", crashed]).stdout.split()[0] == before
-    with kfs.Mounted(crashed, os.path.join(workdir, "kmnt")) as mnt:   # the kernel still can
+    # the kernel still can
+    with oracle.kernel_mount(crashed, mnt=os.path.join(workdir, "kmnt"), opts=()) as mnt:
         with open(f"{mnt}/b", "rb") as f:
             assert f.read() == _rand(38, 9000)
 
@@ -730,4 +716,4 @@ def test_log_replay_read_only_open_leaves_log(kernel, butter, workdir):
     r = butter.run(["ls", crashed, "/"])
     assert "tree log" in r.stderr
     assert open(crashed, "rb").read(1 << 20) == before
-    assert int(_super(crashed)["log_root"]) != 0
+    assert int(kfs.super_fields(crashed)["log_root"]) != 0

@@ -13,14 +13,8 @@ Then, judged by btrfs-progs and the kernel:
 import os
 import re
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 from butter_it.fusemount import FuseMount
-
-
-def check(image):
-    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
-    assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return r.stdout + r.stderr
 
 
 def status_flags(image):
@@ -48,7 +42,7 @@ def make_quota_image(workdir):
     with open(image, "wb") as f:
         f.truncate(512 << 20)
     kfs.run(["mkfs.btrfs", "-q", image])
-    with kfs.Mounted(image, os.path.join(workdir, "kmnt")) as mnt:
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kmnt"), opts=()) as mnt:
         kfs.run(["btrfs", "quota", "enable", mnt])
         kfs.run(["btrfs", "subvolume", "create", f"{mnt}/sv"])
         kfs.run(["btrfs", "subvolume", "create", f"{mnt}/gone"])
@@ -56,20 +50,20 @@ def make_quota_image(workdir):
             f.write(os.urandom(256 << 10))
         with open(f"{mnt}/gone/x", "wb") as f:
             f.write(os.urandom(128 << 10))
-    check(image)
+    oracle.btrfs_check(image)
     assert "ON" in status_flags(image) and "INCONSISTENT" not in status_flags(image)
     return image
 
 
 def rescan_and_judge(workdir, image, expect_subvols):
     """Kernel: qgroups of exactly @expect_subvols' ids (plus 0/5), rescan; then check clean."""
-    with kfs.Mounted(image, os.path.join(workdir, "kmnt")) as mnt:
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kmnt"), opts=()) as mnt:
         before = qgroup_show(mnt)
         assert sorted(before) == sorted(["0/5"] + [f"0/{i}" for i in expect_subvols]), before
         kfs.run(["btrfs", "quota", "rescan", "-w", mnt])
         after = qgroup_show(mnt)
     assert "INCONSISTENT" not in status_flags(image)
-    out = check(image)
+    out = oracle.btrfs_check(image)
     assert "marked as inconsistent" not in out and "Rescan hasn" not in out, out
     return after
 
@@ -82,13 +76,13 @@ def test_offline_changes_mark_quotas_inconsistent(kernel, butter, workdir):
     r = butter.run(["put", image, host, "/sv/new"])
     assert "btrfs quota rescan" in r.stderr
     assert "INCONSISTENT" in status_flags(image)
-    check(image)
+    oracle.btrfs_check(image)
     r = butter.run(["subvolume", "create", image, "/made"])
     assert "quota" not in r.stderr  # one warning: the flag is set already
     butter.run(["subvolume", "snapshot", image, "/sv", "/snap"])
     butter.run(["subvolume", "delete", image, "/gone"])
     assert "INCONSISTENT" in status_flags(image)
-    check(image)
+    oracle.btrfs_check(image)
     # what the kernel writes for a new qgroup: an info and a limit item each; 0/257 dropped
     assert qgroup_items(image) == sorted(
         (kind, q) for kind in ("QGROUP_INFO", "QGROUP_LIMIT")
@@ -116,7 +110,7 @@ def test_mount_changes_mark_quotas_inconsistent(fuse, butter, workdir):
         assert m.unmount() == 0
         assert m.log_text().count("btrfs quota rescan") == 1
     assert "INCONSISTENT" in status_flags(image)
-    check(image)
+    oracle.btrfs_check(image)
     after = rescan_and_judge(workdir, image, [256, 258, 259])
     assert after["0/258"][0] >= 300 << 10
     assert after["0/259"][0] == after["0/256"][0] >= 1 << 20

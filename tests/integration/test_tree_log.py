@@ -25,11 +25,10 @@ import time
 
 import pytest
 
-from butter_it import env, kfs, tools
+from butter_it import env, kfs, oracle, tools
 from butter_it.fusemount import FuseMount, require_fuse
 # the bytes butter-logtool's `write PATH OFF LEN SEED` writes (tests/tools/toolutil.h tool_fill)
-from test_falloc_clone import prng_bytes as data  # noqa: E402
-from test_log_replay import _check as check, _super as super_fields  # noqa: E402
+from butter_it.tools import prng_bytes as data
 
 IMAGE_SIZE = 1 << 30
 SECTOR = 4096
@@ -113,38 +112,31 @@ def compare(mnt, model, absent=(), nlinks=None):
 
 
 def kernel_view(image, mnt, model, absent=(), nlinks=None):
-    dev = kfs.loop_attach(image)
-    try:
-        kfs.mount(dev, mnt, [])
-        try:
-            compare(mnt, model, absent, nlinks)
-        finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(dev)
+    with oracle.kernel_mount(image, mnt=mnt, opts=()):
+        compare(mnt, model, absent, nlinks)
 
 
 def verify(logtool, workdir, image, model, logged=True, absent=(), nlinks=None):
     """The three oracles (a), (b), (c) of the module docstring."""
-    sb = super_fields(image)
+    sb = kfs.super_fields(image)
     if logged:
         assert sb["log_root"] != "0", "the fsync committed instead of logging"
     else:
         assert sb["log_root"] == "0", "expected a full commit, found a log"
-    check(image)
+    oracle.btrfs_check(image)
     mnt = os.path.join(workdir, "mnt")
     os.makedirs(mnt, exist_ok=True)
     # (b) the kernel replays our log
     kimg = os.path.join(workdir, "kernel.img")
     kfs.run(["cp", "--sparse=always", image, kimg])
     kernel_view(kimg, mnt, model, absent, nlinks)
-    check(kimg)
+    oracle.btrfs_check(kimg)
     # (c) butter replays it at a read-write open
     bimg = os.path.join(workdir, "butter.img")
     kfs.run(["cp", "--sparse=always", image, bimg])
     run_tool(logtool, bimg, [])
-    assert super_fields(bimg)["log_root"] == "0"
-    check(bimg)
+    assert kfs.super_fields(bimg)["log_root"] == "0"
+    oracle.btrfs_check(bimg)
     kernel_view(bimg, mnt, model, absent, nlinks)
     os.unlink(kimg)
     os.unlink(bimg)
@@ -559,7 +551,7 @@ def test_power_cut_during_log_syncs(logtool, workdir):
     assert r.returncode == 0, r.stderr.decode()
     answers = [line.split() for line in r.stdout.decode().splitlines()]
     assert len(answers) == len(steps) and all(a[0] == "0" for a in answers), answers
-    assert super_fields(image)["log_root"] != "0"
+    assert kfs.super_fields(image)["log_root"] != "0"
 
     # the model after each durable point, and where each took effect in the log
     models, m = [], Model()
@@ -619,7 +611,7 @@ def test_power_cut_during_log_syncs(logtool, workdir):
             for path, content in expect.items():
                 cm.write(path, 0, content)
                 cm.truncate(path, len(content))
-            sb = super_fields(cut_image)
+            sb = kfs.super_fields(cut_image)
             verify(logtool, workdir, cut_image, cm, logged=sb["log_root"] != "0")
             os.unlink(cut_image)
 
@@ -757,7 +749,7 @@ def test_random_fsyncs(logtool, workdir, seed):
             m.files[name] = ino.content
             m.xattrs[name] = dict(ino.xattrs)
             nlinks[name] = len(ino.names)
-    logged = super_fields(image)["log_root"] != "0"
+    logged = kfs.super_fields(image)["log_root"] != "0"
     print(f"seed {seed}: logged {logged}, clean inodes {len(clean)}, ops {len(lines)}")
     verify(logtool, workdir, image, m, logged=logged, nlinks=nlinks)
 

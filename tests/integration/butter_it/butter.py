@@ -4,11 +4,26 @@ Every command takes the filesystem as IMAGE plus `--device DEV` for each further
 of a multi-device filesystem; Butter.args() builds that from a list of image files
 (the first is IMAGE). Commands run with a timeout: a hang is a failure that names the
 command, never a stuck test run.
+
+Also: Butter.mkfs() (`butter mkfs -f -b SIZE`), image_paths() (image files for it to
+create) and failed() (did butter exit with a status by itself, not a sanitizer's abort).
 """
 import os
 import subprocess
 
 DEFAULT_TIMEOUT = 600
+
+
+def image_paths(workdir, n, name="img"):
+    """Return `n` image file paths (not created: butter mkfs -b creates them)."""
+    d = os.path.join(workdir, name)
+    os.makedirs(d, exist_ok=True)
+    return [os.path.join(d, f"dev{i + 1}.img") for i in range(n)]
+
+
+def failed(proc, status=1):
+    """Did butter exit with `status`, by itself (not a sanitizer's report and abort)?"""
+    return proc.returncode == status and "Sanitizer" not in proc.stderr
 
 
 class Butter:
@@ -41,6 +56,10 @@ class Butter:
             raise AssertionError(f"butter exited with status {proc.returncode}: {' '.join(cmd)}\n"
                                  f"stderr (last 3000 bytes):\n{proc.stderr[-3000:]}")
         return proc
+
+    def mkfs(self, images, *args, size="512M", check=True):
+        """Run `butter mkfs -f -b size args... images...`; return the CompletedProcess."""
+        return self.run(["mkfs", "-f", "-b", size] + list(args) + list(images), check=check)
 
     def extract(self, images, dest, src=None, check=True, timeout=DEFAULT_TIMEOUT):
         argv = ["extract"] + self.device_args(images) + ([src] if src else []) + [dest]

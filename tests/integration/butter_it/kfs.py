@@ -26,6 +26,13 @@ dump-tree -t chunk`) maps a logical address to (devid, physical offset) for ever
 of every profile; KernelFs.devids() maps devids to image files. Callers verify a
 mapping by comparing the bytes found there with the bytes they expect before changing
 them, so a wrong mapping is an error of the test, never a silent pass.
+
+Other pieces: attached() (image files on loop devices for the life of a `with`; the
+oracle's kernel_mount and multi-device btrfs check use it), readonly_view() (a read-only,
+noatime bind mount of a host directory), make_image() / mkfs_image() (an empty btrfs in
+a sparse file, no mount), super_fields() (dump-super as a dict), file_sha256(), and
+crc32c() for checksums recomputed after an edit of on-disk bytes. Judging an image
+(btrfs check, the kernel's view of it) is butter_it.oracle's.
 """
 import array
 import contextlib
@@ -248,27 +255,63 @@ def umount(mnt):
         _live_mounts.remove(mnt)
 
 
-class Mounted:
-    """An image attached and mounted by the kernel for the life of a `with` (the mount
-    point is what it gives)."""
+@contextlib.contextmanager
+def attached(images):
+    """Attach the image files to loop devices (the kernel scanning them for btrfs when
+    there are several); yield the devices; detach them after."""
+    loops = []
+    try:
+        for img in images:
+            loops.append(loop_attach(img))
+        if len(loops) > 1:
+            run(["btrfs", "device", "scan"] + loops, timeout=60)
+        yield loops
+    finally:
+        for dev in reversed(loops):
+            loop_detach(dev)
 
-    def __init__(self, image, mnt, opts=()):
-        self.image, self.mnt, self.opts = image, mnt, list(opts)
 
-    def __enter__(self):
-        self.dev = loop_attach(self.image)
-        try:
-            mount(self.dev, self.mnt, self.opts)
-        except BaseException:
-            loop_detach(self.dev)
-            raise
-        return self.mnt
+@contextlib.contextmanager
+def readonly_view(path, mnt):
+    """Bind-mount `path` at `mnt` read-only and noatime: reading it (readlink too) changes
+    nothing; yield `mnt`."""
+    os.makedirs(mnt, exist_ok=True)
+    run(["mount", "--bind", path, mnt])
+    try:
+        run(["mount", "-o", "remount,bind,ro,noatime", mnt])
+        yield mnt
+    finally:
+        umount(mnt)
 
-    def __exit__(self, *exc):
-        try:
-            umount(self.mnt)
-        finally:
-            loop_detach(self.dev)
+
+# ---------------------------------------------------------------------------------
+# Image files made by mkfs.btrfs without a mount
+
+def make_image(path, size, nodesize=None, mkfs_args=()):
+    """Make `path` a sparse file of `size` bytes holding a fresh, empty btrfs (mkfs.btrfs
+    on the file: no loop device needed; nodesize None: mkfs's default, 16 KiB); return
+    `path`."""
+    with open(path, "wb") as f:
+        f.truncate(size)
+    node = ["-n", str(nodesize)] if nodesize else []
+    run(["mkfs.btrfs", "-q", "-f"] + node + list(mkfs_args) + [path], timeout=300)
+    return path
+
+
+def mkfs_image(workdir, name="img", size=2 << 30):
+    """make_image() of `workdir`/`name` (2 GiB, default mkfs options); return its path."""
+    return make_image(os.path.join(workdir, name), size)
+
+
+def super_fields(image):
+    """{field: last word of its line} of `btrfs inspect-internal dump-super`."""
+    out = run(["btrfs", "inspect-internal", "dump-super", image]).stdout
+    fields = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            fields[parts[0]] = parts[-1]
+    return fields
 
 
 # ---------------------------------------------------------------------------------
@@ -551,3 +594,26 @@ def flip_bytes(image, offset, length):
         f.write(bytes(b ^ 0xFF for b in old))
         f.flush()
         os.fsync(f.fileno())
+
+
+def _crc32c_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def crc32c(data):
+    """crc32c (Castagnoli) of `data` as btrfs stores it, to recompute a checksum after an
+    edit of on-disk bytes."""
+    c = 0xFFFFFFFF
+    table = _CRC_TABLE
+    for b in data:
+        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF

@@ -2,7 +2,8 @@
 
   tool(name)            path of butter-workload / crashreplay; fails the test if missing
                         (BUTTER_TOOLS overrides the directory)
-  make_image(path, ...) a sparse image file made by mkfs.btrfs
+  prng_bytes(seed, n)   the bytes butter-fileop's and butter-logtool's `write PATH OFF LEN
+                        SEED` write (tests/tools/toolutil.h tool_fill, an xorshift)
   parse_summary(text)   the figures of crashreplay's summary line, as a dict (rw_* and
                         deg_* too when it has them)
   log_records(log)      (type, device, offset, length) of each record of a record log
@@ -14,7 +15,7 @@ import struct
 
 import pytest
 
-from . import env, kfs
+from . import env
 
 SUMMARY = re.compile(
     r"crashreplay: records (\d+) \(writes (\d+), flushes (\d+)\); states (\d+) \(prefix (\d+), "
@@ -45,10 +46,17 @@ def tool(name):
     return path
 
 
-def make_image(path, size, nodesize=16384, mkfs_args=()):
-    with open(path, "wb") as f:
-        f.truncate(size)
-    kfs.run(["mkfs.btrfs", "-q", "-f", "-n", str(nodesize)] + list(mkfs_args) + [path])
+def prng_bytes(seed, length):
+    """The bytes `write PATH OFF LEN SEED` of butter-fileop / butter-logtool writes."""
+    mask = (1 << 64) - 1
+    x = (seed * 2654435761 + 1) & mask
+    out = bytearray(length)
+    for i in range(length):
+        x ^= (x << 13) & mask
+        x ^= x >> 7
+        x ^= (x << 17) & mask
+        out[i] = x & 0xFF
+    return bytes(out)
 
 
 def parse_summary(out):

@@ -109,6 +109,12 @@ def read_tree(root):
     return dict(walk_files(root))
 
 
+def read_file(path):
+    """Return the bytes of the file at `path`."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def clone_range(src_fd, src_off, length, dst_fd, dst_off):
     """Share `length` bytes of src at src_off into dst at dst_off (FICLONERANGE)."""
     fcntl.ioctl(dst_fd, FICLONERANGE, struct.pack("=qQQQ", src_fd, src_off, length, dst_off))
@@ -664,6 +670,30 @@ def populate(root, seed=1, scale=None, subvolumes=True):
     """Fill the mounted btrfs at `root` with the full tree; return the Gen (its record)."""
     gen = Gen(root, seed, scale or env.SCALE)
     gen.run_all(subvolumes=subvolumes)
+    return gen
+
+
+def small_tree(root, seed=3):
+    """Fill `root` with a small tree of every kind of entry (about 5 MiB); return the Gen.
+    Any directory will do (the host's too): no subvolume, no ioctl."""
+    gen = Gen(root, seed)
+    c = gen.content
+    for size in [0, 1, 100, 2047, 2048, 2049, 4095, 4096, 4097, 70000, 3 * MiB + 5]:
+        gen.write(f"size-{size}", size, "random")
+    gen.mkdir("dir/sub", mode=0o750, owner=(1000, 1001))
+    gen.write("dir/sub/text", 300 * KiB + 1, "text", xattrs={"user.k": b"v", "trusted.t": b"x"})
+    gen.write("dir/sparse", 0, times=False)
+    gen.pwrite("dir/sparse", 1 * MiB + 100, c.random("sp", 0, 5000))
+    gen.truncate("dir/sparse", 3 * MiB)
+    gen.attrs("dir/sparse")
+    os.symlink("sub/text", gen.p("dir/link"))
+    gen.stamp("dir/link")
+    os.link(gen.p("size-4097"), gen.p("dir/hard"))
+    os.mkfifo(gen.p("dir/fifo"))
+    gen.attrs("dir/fifo")
+    os.mknod(gen.p("dir/chr"), stat.S_IFCHR | 0o600, os.makedev(4, 64))
+    gen.attrs("dir/chr")
+    gen.stamp_dirs()
     return gen
 
 
