@@ -21,6 +21,8 @@ import subprocess
 
 import pytest
 
+from butter_it import kfs
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUTTER = os.environ.get("BUTTER_BIN") or os.path.join(REPO, "build", "cli", "butter")
 CMD_TIMEOUT = min(int(os.environ.get("BUTTER_TEST_TIMEOUT", "60")), 60)
@@ -59,30 +61,6 @@ EXTENT_DATA_KEY = 108
 ROOT_ITEM_KEY = 132
 CHUNK_ITEM_KEY = 228
 
-# ---- crc32c (Castagnoli), as btrfs uses it ----------------------------------------------
-
-
-def _crc32c_table():
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_CRC_TABLE = _crc32c_table()
-
-
-def crc32c(data):
-    c = 0xFFFFFFFF
-    table = _CRC_TABLE
-    for b in data:
-        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
 # ---- an image in memory -----------------------------------------------------------------
 
 
@@ -116,7 +94,7 @@ class Image:
 
     def fix_super_csum(self):
         sb = SUPER_OFFSET
-        c = crc32c(self.data[sb + CSUM_SIZE:sb + SUPER_SIZE])
+        c = kfs.crc32c(self.data[sb + CSUM_SIZE:sb + SUPER_SIZE])
         self.data[sb:sb + CSUM_SIZE] = struct.pack("<I", c) + bytes(CSUM_SIZE - 4)
 
     # chunk map (single and dup: stripe 0 holds the whole chunk)
@@ -165,7 +143,7 @@ class Image:
                 "nritems": nritems, "level": level}
 
     def fix_node_csum(self, phys):
-        c = crc32c(self.data[phys + CSUM_SIZE:phys + self.nodesize])
+        c = kfs.crc32c(self.data[phys + CSUM_SIZE:phys + self.nodesize])
         self.data[phys:phys + CSUM_SIZE] = struct.pack("<I", c) + bytes(CSUM_SIZE - 4)
 
     def items(self, phys):

@@ -10,8 +10,7 @@ import os
 import re
 import struct
 
-from butter_it import kfs, tree
-from test_bad_input import crc32c  # noqa: E402
+from butter_it import kfs, oracle, tree
 
 HEADER = 101            # btrfs_header
 ITEM = 25               # btrfs_item: key (17) + offset (4) + size (4)
@@ -21,13 +20,8 @@ def butter_check(butter, img):
     return kfs.run([butter.path, "check", img], check=False, timeout=600)
 
 
-def btrfs_check(img):
-    return kfs.run(["btrfs", "check", "--readonly", img], check=False, timeout=600)
-
-
 def both_clean(butter, img):
-    r = btrfs_check(img)
-    assert r.returncode == 0, f"btrfs check:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    oracle.btrfs_check(img)
     r = butter_check(butter, img)
     assert r.returncode == 0 and "0 error(s)" in r.stdout, f"{r.stdout}\n{r.stderr[-3000:]}"
 
@@ -83,7 +77,7 @@ def patch_leaf(img, cm, bytenr, at, value, nodesize=16384):
             block = bytearray(f.read(nodesize))
             assert struct.unpack_from("<Q", block, 48)[0] == bytenr, "not the block"
             block[at:at + len(value)] = value
-            block[0:4] = struct.pack("<I", crc32c(bytes(block[32:])))
+            block[0:4] = struct.pack("<I", kfs.crc32c(bytes(block[32:])))
             f.seek(phys)
             f.write(block)
 
@@ -110,7 +104,8 @@ def test_wrong_refcount(kernel, butter, workdir):
     leaf, _, key, off, _ = next(x for x in leaf_items(img, "extent")
                                  if x[2][1] == "EXTENT_ITEM" and int(x[2][2]) == 102400)
     patch_leaf(img, cm, leaf, HEADER + off, struct.pack("<Q", 2))   # refs 1 -> 2
-    assert btrfs_check(img).returncode != 0, "btrfs check missed the damage (test is wrong)"
+    assert oracle.run_btrfs_check(img).returncode != 0, \
+        "btrfs check missed the damage (test is wrong)"
     r = butter_check(butter, img)
     assert r.returncode == 1, f"{r.stdout}\n{r.stderr}"
     assert f"extent {key[0]}: the extent item counts 2 references, the trees hold 1" \
@@ -125,7 +120,8 @@ def test_wrong_block_group_used(kernel, butter, workdir):
         f.seek(cm.locate(leaf)[0][1] + HEADER + off)
         used = struct.unpack("<Q", f.read(8))[0]
     patch_leaf(img, cm, leaf, HEADER + off, struct.pack("<Q", used + 4096))
-    assert btrfs_check(img).returncode != 0, "btrfs check missed the damage (test is wrong)"
+    assert oracle.run_btrfs_check(img).returncode != 0, \
+        "btrfs check missed the damage (test is wrong)"
     r = butter_check(butter, img)
     assert r.returncode == 1, f"{r.stdout}\n{r.stderr}"
     assert f"block group {key[0]}: used {used + 4096}, its extents add up to {used}" \

@@ -10,14 +10,7 @@ too small; and the grown filesystem no longer opens without its new device.
 import os
 import re
 
-from butter_it import kfs
-from test_mkfs import attached  # noqa: E402
-
-
-def check(images):
-    with attached(images) as devs:
-        r = kfs.run(["btrfs", "check", "--readonly", devs[0]], check=False, timeout=600)
-    assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+from butter_it import kfs, oracle
 
 
 def device_usage(mnt):
@@ -50,14 +43,14 @@ def test_add_to_single_device(kernel, butter, workdir):
     kfs.run([butter.path, "put", a, src, "/f1"])
     r = kfs.run([butter.path, "device", "add", a, b], check=False)
     assert r.returncode == 0 and "as device 2" in r.stdout, f"{r.stdout}\n{r.stderr}"
-    check([a, b])
+    oracle.btrfs_check(a, b)
     # more than device 1 can hold: the rest has to go to device 2
     big = os.path.join(workdir, "big")
     want["big"] = make_file(big, 350 << 20, 2)
     kfs.run([butter.path, "put", "--device", b, a, big, "/big"], timeout=600)
-    check([a, b])
+    oracle.btrfs_check(a, b)
     mnt = os.path.join(workdir, "mnt")
-    with attached([a, b]) as devs:
+    with kfs.attached([a, b]) as devs:
         kfs.mount(devs[0], mnt, [f"device={devs[1]}"])
         try:
             usage = device_usage(mnt)
@@ -69,7 +62,7 @@ def test_add_to_single_device(kernel, butter, workdir):
             want["kernel"] = make_file(os.path.join(mnt, "kernel"), 30 << 20, 3)
         finally:
             kfs.umount(mnt)
-    check([a, b])
+    oracle.btrfs_check(a, b)
     r = kfs.run([butter.path, "cat", "--device", b, a, "/kernel"], check=False)
     assert r.returncode == 0
     # without its new device the filesystem does not open
@@ -90,9 +83,9 @@ def test_add_to_kernel_raid1(kernel, butter, workdir):
                 check=False)
     assert r.returncode == 0 and "as device 3" in r.stdout, f"{r.stdout}\n{r.stderr}"
     images.append(new)
-    check(images)
+    oracle.btrfs_check(*images)
     mnt = os.path.join(workdir, "mnt")
-    with attached(images) as devs:
+    with kfs.attached(images) as devs:
         kfs.mount(devs[0], mnt, [f"device={d}" for d in devs[1:]])
         try:
             assert set(device_usage(mnt)) == {1, 2, 3}
@@ -100,7 +93,7 @@ def test_add_to_kernel_raid1(kernel, butter, workdir):
             want["y"] = make_file(os.path.join(mnt, "y"), 200 << 20, 5)
         finally:
             kfs.umount(mnt)
-    check(images)
+    oracle.btrfs_check(*images)
 
 
 def test_add_refused(kernel, butter, workdir):
@@ -120,4 +113,4 @@ def test_add_refused(kernel, butter, workdir):
     assert kfs.file_sha256(a) == before, "a refused add changed the image"
     r = kfs.run([butter.path, "device", "add", "-f", a, other], check=False)
     assert r.returncode == 0, r.stderr
-    check([a, other])
+    oracle.btrfs_check(a, other)

@@ -12,35 +12,14 @@ Refusals (an existing name, a missing or non-directory parent, a missing host fi
 exit 1 and leave the image byte for byte as it was; so does `mkdir -p` of a directory
 that exists (and it exits 0).
 """
-import hashlib
 import os
-import sys
 
 import pytest
 
-from butter_it import kfs, manifest, tree
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_mkfs import (btrfs_check, failed, image_paths, mkfs,  # noqa: E402
-                       mounted, readonly_view, small_tree)
+from butter_it import kfs, manifest, oracle, tree
+from butter_it.butter import failed, image_paths
 
 MiB = 1 << 20
-
-
-def image_digest(path):
-    """SHA-256 of the size and the data ranges (SEEK_DATA) of a sparse image file."""
-    h = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        h.update(str(size).encode())
-        for start, end in manifest.data_ranges(fd, size):
-            h.update(f"@{start}".encode())
-            for off in range(start, end, 8 * MiB):
-                h.update(os.pread(fd, min(8 * MiB, end - off), off))
-    finally:
-        os.close(fd)
-    return h.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +39,7 @@ def host_src(kernel):
         gen.modes()
         gen.deep(20)
         gen.stamp_dirs()
-        with readonly_view(src, os.path.join(work, "view")) as view:
+        with kfs.readonly_view(src, os.path.join(work, "view")) as view:
             yield view, manifest.take(view)
     finally:
         kfs.remove_workdir(work)
@@ -69,7 +48,7 @@ def host_src(kernel):
 def kernel_image(workdir):
     """A kernel-made and kernel-filled image; return (images, manifest before edits)."""
     with kfs.kernel_fs(workdir, name="kimg") as fs:
-        small_tree(fs.mnt, seed=5)
+        tree.small_tree(fs.mnt, seed=5)
         tree.populate_many(fs.mnt, "many", 300)
         fs.sync()
         before = manifest.take(fs.mnt)
@@ -81,11 +60,11 @@ def butter_image(butter, workdir):
     """A butter-made image, filled with --rootdir; return (images, manifest before edits)."""
     src = os.path.join(workdir, "initial")
     os.makedirs(src)
-    small_tree(src, seed=6)
+    tree.small_tree(src, seed=6)
     images = image_paths(workdir, 1)
-    with readonly_view(src, os.path.join(workdir, "initial-view")) as view:
-        mkfs(butter, images, "--rootdir", view, "-q", size="1G")
-    with mounted(workdir, images, name="before") as mnt:
+    with kfs.readonly_view(src, os.path.join(workdir, "initial-view")) as view:
+        butter.mkfs(images, "--rootdir", view, "-q", size="1G")
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "before")) as mnt:
         before = manifest.take(mnt)
     return images, before
 
@@ -133,8 +112,8 @@ def verify_edits(after, before, src):
 
 def edit_and_verify(butter, workdir, images, before, src_view, src):
     run_edits(butter, images[0], src_view)
-    btrfs_check(images)
-    with mounted(workdir, images, name="after") as mnt:
+    oracle.btrfs_check(*images, strict=True)
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "after")) as mnt:
         after = manifest.take(mnt)
     verify_edits(after, before, src)
     # and butter reads back what it wrote
@@ -163,7 +142,7 @@ def test_refusals_leave_the_image_unchanged(kernel, butter, workdir, host_src):
     image = images[0]
     butter.run(["put", image, os.path.join(view, "sizes"), "/sizes"])
     butter.run(["mkdir", image, "/dir-x"])
-    digest = image_digest(image)
+    digest = manifest.image_digest(image)
 
     refused = [
         (["put", image, os.path.join(view, "sparse"), "/sizes"], "File exists"),
@@ -185,20 +164,20 @@ def test_refusals_leave_the_image_unchanged(kernel, butter, workdir, host_src):
         proc = butter.run(argv, check=False)
         assert failed(proc) and message in proc.stderr, \
             f"butter {' '.join(argv)}: exit {proc.returncode}, stderr:\n{proc.stderr}"
-        assert image_digest(image) == digest, f"butter {' '.join(argv)} changed the image"
+        assert manifest.image_digest(image) == digest, f"butter {' '.join(argv)} changed the image"
     for argv in (["mkdir", "-p", image, "/dir-x"], ["mkdir", "-p", image, "/"]):
         butter.run(argv)
-        assert image_digest(image) == digest, f"butter {' '.join(argv)} changed the image"
-    btrfs_check(images)
+        assert manifest.image_digest(image) == digest, f"butter {' '.join(argv)} changed the image"
+    oracle.btrfs_check(*images, strict=True)
 
 
 def test_put_into_multi_device_image(kernel, butter, workdir, host_src):
     view, src = host_src
     images = image_paths(workdir, 3)
-    mkfs(butter, images, "-d", "raid1c3", "-m", "raid1c3", "-q")
+    butter.mkfs(images, "-d", "raid1c3", "-m", "raid1c3", "-q")
     proc = butter.run(["put", images[0], view, "/t"], check=False)
     assert failed(proc) and "--device" in proc.stderr, proc.stderr
     butter.run(["put", "--device", images[1], "--device", images[2], images[0], view, "/t"])
-    btrfs_check(images)
-    with mounted(workdir, images) as mnt:
+    oracle.btrfs_check(*images, strict=True)
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "mnt")) as mnt:
         manifest.assert_same(src, manifest.take(os.path.join(mnt, "t")))

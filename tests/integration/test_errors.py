@@ -21,9 +21,8 @@ import random
 import re
 import struct
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 from butter_it.fusemount import FuseMount
-from test_mkfs import attached, btrfs_check  # noqa: E402
 
 SECTOR = 4096
 DEV_SIZE = 256 * kfs.MiB
@@ -47,7 +46,7 @@ def parse_stats(text):
 def kernel_stats(workdir, image, reset=False):
     """`btrfs device stats` on a kernel mount of `image`: {counter: value}."""
     mnt = os.path.join(workdir, "kstats")
-    with attached([image]) as devs:
+    with kfs.attached([image]) as devs:
         kfs.mount(devs[0], mnt, [])
         try:
             r = kfs.run(["btrfs", "device", "stats"] + (["-z"] if reset else []) + [mnt],
@@ -146,7 +145,7 @@ def test_mount_counts_commits_and_resets(fuse, butter, workdir):
         assert live["corruption_errs"] >= 1 and live["read_io_errs"] == 0, live
         assert m.unmount() == 0
         assert_names_everything(m.log_text(), image, ino, logical, phys, file_off)
-    btrfs_check([image])
+    oracle.btrfs_check(image, strict=True)
     r, st = butter_stats(butter, image, "-c", check=False)
     assert r.returncode == 64, f"device stats -c exited {r.returncode} with {st}"
     assert st["corruption_errs"] == live["corruption_errs"], (st, live)
@@ -158,7 +157,7 @@ def test_mount_counts_commits_and_resets(fuse, butter, workdir):
     r, st = butter_stats(butter, image, "-c")
     assert r.returncode == 0 and st == dict.fromkeys(NAMES, 0), st
     assert kernel_stats(workdir, image) == dict.fromkeys(NAMES, 0)
-    btrfs_check([image])
+    oracle.btrfs_check(image, strict=True)
 
 
 def test_kernel_counts_are_kept_and_added_to(fuse, butter, workdir):
@@ -166,7 +165,7 @@ def test_kernel_counts_are_kept_and_added_to(fuse, butter, workdir):
     damage_sector(image, victim, extents, cm, 0)
     # the kernel counts its own failed read and writes the item at unmount
     mnt = os.path.join(workdir, "kmnt")
-    with attached([image]) as devs:
+    with kfs.attached([image]) as devs:
         kfs.mount(devs[0], mnt, [])
         try:
             with open(os.path.join(mnt, "dir", "victim"), "rb") as f:
@@ -185,7 +184,7 @@ def test_kernel_counts_are_kept_and_added_to(fuse, butter, workdir):
     assert st["corruption_errs"] == k, (st, k)
     # butter writes something: the kernel's counts stay
     butter.run(["mkdir", image, "newdir"])
-    btrfs_check([image])
+    oracle.btrfs_check(image, strict=True)
     assert kernel_stats(workdir, image)["corruption_errs"] == k
     # and a read-write open that meets the damage adds to them
     bm = os.path.join(workdir, "bmnt")
@@ -200,7 +199,7 @@ def test_kernel_counts_are_kept_and_added_to(fuse, butter, workdir):
     _, st = butter_stats(butter, image)
     assert st["corruption_errs"] > k, (st, k)
     assert kernel_stats(workdir, image) == st
-    btrfs_check([image])
+    oracle.btrfs_check(image, strict=True)
 
 
 def read_bad_copy_one(butter, image, bytenr, phys, what):
@@ -215,7 +214,7 @@ def read_bad_copy_one(butter, image, bytenr, phys, what):
                  f"physical {phys}"):
         assert part in line, f"{part!r} missing from: {r.stderr[-2000:]}"
     butter.run(["mkdir", image, "newdir"])
-    btrfs_check([image])
+    oracle.btrfs_check(image, strict=True)
     return butter_stats(butter, image)[1]
 
 
@@ -238,7 +237,6 @@ def test_tree_block_copy_named_and_counted(kernel, butter, workdir):
 def test_stale_tree_block_copy_counts_generation(kernel, butter, workdir):
     """Copy 1 of a tree block made stale (an older generation, checksum recomputed): read
     from copy 2, named, and counted as a generation error once committed."""
-    from test_bad_input import crc32c
     image, victim, ino, extents, cm, blocks = made(workdir)
     bytenr = blocks[-1]
     (devid, phys), (_, phys2) = cm.locate(bytenr)
@@ -248,7 +246,7 @@ def test_stale_tree_block_copy_counts_generation(kernel, butter, workdir):
     assert struct.unpack_from("<Q", block, 48)[0] == bytenr, "not the block's header"
     gen = struct.unpack_from("<Q", block, 80)[0]
     struct.pack_into("<Q", block, 80, gen - 1)
-    struct.pack_into("<I", block, 0, crc32c(bytes(block[32:])))
+    struct.pack_into("<I", block, 0, kfs.crc32c(bytes(block[32:])))
     with open(image, "r+b") as f:
         f.seek(phys)
         f.write(block)
@@ -279,7 +277,7 @@ def test_read_errors_named_and_counted(kernel, butter, workdir):
     r = butter.run(["--fault", f"read-eio,start={tphys},len=16384", "mkdir", image, "newdir"])
     assert f"tree block logical {bytenr} copy 1 on {image} (devid 1) physical {tphys}: " \
            f"read error" in r.stderr, r.stderr
-    btrfs_check([image])
+    oracle.btrfs_check(image, strict=True)
     _, st = butter_stats(butter, image)
     assert st["read_io_errs"] >= 1 and st["corruption_errs"] == 0, st
     assert kernel_stats(workdir, image) == st

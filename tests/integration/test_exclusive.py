@@ -18,9 +18,8 @@ import shutil
 import subprocess
 import time
 
-from butter_it import env, kfs
+from butter_it import env, kfs, oracle
 from butter_it.fusemount import FuseMount, is_mounted
-from test_mkfs import btrfs_check
 
 
 def run(butter, argv, timeout=120):
@@ -66,7 +65,7 @@ def test_second_mount_refused(fuse, butter, workdir):
         refused(r, f"pid {first.proc.pid} (butter)", f"mounted at {first.mnt}")
         assert first.unmount() == 0
     assert run(butter, ["cat", img, "/kept"]).stdout == "written through the first mount\n"
-    btrfs_check([img])
+    oracle.btrfs_check(img, strict=True)
 
 
 def test_offline_writes_refused_beside_mount(fuse, butter, workdir):
@@ -104,7 +103,7 @@ def test_offline_writes_refused_beside_mount(fuse, butter, workdir):
         assert m.unmount() == 0
     assert sorted(n.rstrip("/") for n in run(butter, ["ls", img]).stdout.split()) == \
         ["keep", "sv"]
-    btrfs_check([img])
+    oracle.btrfs_check(img, strict=True)
 
 
 def test_kernel_loop_mount_refused(kernel, butter, workdir):
@@ -127,7 +126,7 @@ def test_kernel_loop_mount_refused(kernel, butter, workdir):
     # the kernel writes the image itself while mounted: compare what butter would have added
     assert [n.rstrip("/") for n in run(butter, ["ls", img]).stdout.split()] == ["keep"]
     kfs.run([butter.path, "put", img, src, "/new"])
-    btrfs_check([img])
+    oracle.btrfs_check(img, strict=True)
 
 
 def test_check_refuses_mounted_unless_forced(fuse, butter, workdir):
@@ -218,7 +217,7 @@ def test_remount_at_once_waits_for_the_last_commit(fuse, butter, workdir):
         first.close()
     assert len(run(butter, ["ls", img, "/d"]).stdout.split()) == 50
     assert run(butter, ["cat", img, "/after"]).stdout == "written through the second mount\n"
-    btrfs_check([img])
+    oracle.btrfs_check(img, strict=True)
 
 
 def test_truncated_image(kernel, butter, workdir):
@@ -241,5 +240,5 @@ def test_truncated_image(kernel, butter, workdir):
     r = run(butter, ["check", img])
     assert r.returncode == 1 and "smaller" in r.stderr, r.stdout + r.stderr
     # the kernel's view: btrfs check says the same
-    k = kfs.run(["btrfs", "check", "--readonly", img], check=False)
+    k = oracle.run_btrfs_check(img)
     assert k.returncode != 0

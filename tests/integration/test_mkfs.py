@@ -15,18 +15,16 @@ full size: the generated tree (every file type, sizes around the inline and sect
 limits, holes, prealloc, reflinks, xattrs and ACLs, odd modes, owners and timestamps,
 Unicode names, a 50-level path, a path longer than PATH_MAX, a 5000-entry directory).
 
-Helpers used by test_edit.py too: attached(), btrfs_check(), mounted(), readonly_view(),
-small_tree(), sha256_file().
+The judging is butter_it.oracle's: btrfs_check(strict=True: butter check must agree too),
+kernel_mount, assert_tree.
 """
-import contextlib
-import hashlib
 import os
 import re
-import stat
 
 import pytest
 
-from butter_it import env, kfs, manifest, tree
+from butter_it import kfs, manifest, oracle, tree
+from butter_it.butter import failed, image_paths
 
 KiB = 1024
 MiB = 1 << 20
@@ -38,130 +36,8 @@ FOUR_DEVICES = ["raid0", "raid1", "raid10", "raid1c3", "raid1c4", "raid5", "raid
 # ---------------------------------------------------------------------------------
 # Helpers
 
-def image_paths(workdir, n, name="img"):
-    """Return `n` image file paths (not created: butter mkfs -b creates them)."""
-    d = os.path.join(workdir, name)
-    os.makedirs(d, exist_ok=True)
-    return [os.path.join(d, f"dev{i + 1}.img") for i in range(n)]
-
-
-def mkfs(butter, images, *args, size="512M", check=True):
-    """Run `butter mkfs -f -b size args... images...`; return the CompletedProcess."""
-    return butter.run(["mkfs", "-f", "-b", size] + list(args) + list(images), check=check)
-
-
-@contextlib.contextmanager
-def attached(images):
-    """Attach the image files to loop devices and let the kernel scan them; detach after."""
-    loops = []
-    try:
-        for img in images:
-            loops.append(kfs.loop_attach(img))
-        if len(loops) > 1:
-            kfs.run(["btrfs", "device", "scan"] + loops, timeout=60)
-        yield loops
-    finally:
-        for dev in reversed(loops):
-            kfs.loop_detach(dev)
-
-
-def btrfs_check(images):
-    """Assert that `btrfs check --readonly` finds nothing wrong with the filesystem."""
-    if len(images) == 1:
-        proc = kfs.run(["btrfs", "check", "--readonly", images[0]], check=False, timeout=600)
-    else:
-        # btrfs check finds the other members through the block devices it scans
-        with attached(images) as loops:
-            proc = kfs.run(["btrfs", "check", "--readonly", loops[0]], check=False, timeout=600)
-    out = proc.stdout + proc.stderr
-    bad = [line for line in out.splitlines()
-           if re.search(r"\berror|\bERROR|\bwarning|\bWARNING|mismatch|corrupt|wanted", line)
-           and not re.search(r"no error found", line)
-           # btrfs check scans every block device: other loop devices coming and going
-           and not re.search(r"cannot scan /dev/\S+: ", line)]
-    assert proc.returncode == 0 and not bad, (
-        f"btrfs check --readonly {images} (exit {proc.returncode}):\n" + out[-6000:])
-    # butter's own check must agree that the image is clean (a second opinion on the
-    # reference counts of shared blocks and the block groups' used bytes)
-    argv = [env.butter_bin(), "check"]
-    for extra in images[1:]:
-        argv += ["--device", extra]
-    proc = kfs.run(argv + [images[0]], check=False, timeout=600)
-    assert proc.returncode == 0, (
-        f"btrfs check finds {images} clean, butter check does not:\n"
-        + (proc.stdout + proc.stderr)[-6000:])
-
-
-@contextlib.contextmanager
-def mounted(workdir, images, name="mnt", opts=("ro",)):
-    """Mount the filesystem on `images` with the kernel (noatime and `opts`); yield the mount point."""
-    with attached(images) as loops:
-        mnt = os.path.join(workdir, name)
-        kfs.mount(loops[0], mnt, list(opts) + [f"device={d}" for d in loops[1:]])
-        try:
-            yield mnt
-        finally:
-            kfs.umount(mnt)
-
-
-@contextlib.contextmanager
-def readonly_view(path, mnt):
-    """Bind-mount `path` at `mnt` read-only and noatime: reading it (readlink too) changes nothing."""
-    os.makedirs(mnt, exist_ok=True)
-    kfs.run(["mount", "--bind", path, mnt])
-    try:
-        kfs.run(["mount", "-o", "remount,bind,ro,noatime", mnt])
-        yield mnt
-    finally:
-        kfs.umount(mnt)
-
-
-def failed(proc, status=1):
-    """Did butter exit with `status`, by itself (not a sanitizer's report and abort)?"""
-    return proc.returncode == status and "Sanitizer" not in proc.stderr
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(MiB), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def dump_super(image):
     return kfs.run(["btrfs", "inspect-internal", "dump-super", image]).stdout
-
-
-def small_tree(root, seed=3):
-    """Fill `root` with a small tree of every kind of entry (about 5 MiB); return the Gen."""
-    gen = tree.Gen(root, seed)
-    c = gen.content
-    for size in [0, 1, 100, 2047, 2048, 2049, 4095, 4096, 4097, 70000, 3 * MiB + 5]:
-        gen.write(f"size-{size}", size, "random")
-    gen.mkdir("dir/sub", mode=0o750, owner=(1000, 1001))
-    gen.write("dir/sub/text", 300 * KiB + 1, "text", xattrs={"user.k": b"v", "trusted.t": b"x"})
-    gen.write("dir/sparse", 0, times=False)
-    gen.pwrite("dir/sparse", 1 * MiB + 100, c.random("sp", 0, 5000))
-    gen.truncate("dir/sparse", 3 * MiB)
-    gen.attrs("dir/sparse")
-    os.symlink("sub/text", gen.p("dir/link"))
-    gen.stamp("dir/link")
-    os.link(gen.p("size-4097"), gen.p("dir/hard"))
-    os.mkfifo(gen.p("dir/fifo"))
-    gen.attrs("dir/fifo")
-    os.mknod(gen.p("dir/chr"), stat.S_IFCHR | 0o600, os.makedev(4, 64))
-    gen.attrs("dir/chr")
-    gen.stamp_dirs()
-    return gen
-
-
-def assert_tree(expected, root, what):
-    """Assert that the tree at `root` (seen through `what`) is `expected`, a manifest."""
-    try:
-        manifest.assert_same(expected, manifest.take(root))
-    except AssertionError as e:
-        raise AssertionError(f"{what}: {e}") from None
 
 
 # ---------------------------------------------------------------------------------
@@ -174,8 +50,8 @@ def small_src(kernel):
     try:
         src = os.path.join(work, "src")
         os.makedirs(src)
-        small_tree(src)
-        with readonly_view(src, os.path.join(work, "view")) as view:
+        tree.small_tree(src)
+        with kfs.readonly_view(src, os.path.join(work, "view")) as view:
             yield view, manifest.take(view)
     finally:
         kfs.remove_workdir(work)
@@ -184,10 +60,10 @@ def small_src(kernel):
 def make_and_verify(butter, workdir, small_src, images, mkfs_args):
     """mkfs --rootdir the small tree; btrfs check; mount; compare; return the mount's df."""
     view, src = small_src
-    mkfs(butter, images, *mkfs_args, "--rootdir", view)
-    btrfs_check(images)
-    with mounted(workdir, images) as mnt:
-        assert_tree(src, mnt, "kernel mount")
+    butter.mkfs(images, *mkfs_args, "--rootdir", view)
+    oracle.btrfs_check(*images, strict=True)
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "mnt")) as mnt:
+        oracle.assert_tree(src, mnt, "kernel mount")
         df = kfs.run(["btrfs", "filesystem", "df", mnt]).stdout
     return df
 
@@ -226,7 +102,7 @@ def test_defaults_and_summary(kernel, butter, workdir):
     images = image_paths(workdir, 1)
     proc = butter.run(["mkfs", "-b", "300M", images[0]])
     out = proc.stdout.decode()
-    btrfs_check(images)
+    oracle.btrfs_check(*images, strict=True)
     sb = dump_super(images[0])
     uuid = re.search(r"^fsid\s+(\S+)", sb, re.M).group(1)
     assert f"UUID:               {uuid}" in out, out
@@ -235,7 +111,7 @@ def test_defaults_and_summary(kernel, butter, workdir):
     for feature in ("NO_HOLES", "SKINNY_METADATA", "EXTENDED_IREF"):
         assert feature in sb, f"{feature} not in dump-super:\n{sb}"
     assert "FREE_SPACE_TREE" in sb
-    with mounted(workdir, images) as mnt:
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "mnt")) as mnt:
         df = kfs.run(["btrfs", "filesystem", "df", mnt]).stdout
         assert re.search(r"^Metadata, DUP:", df, re.M) and re.search(r"^Data, single:", df, re.M), df
         assert os.listdir(mnt) == []
@@ -245,14 +121,14 @@ def test_defaults_and_summary(kernel, butter, workdir):
 def test_label(kernel, butter, workdir):
     images = image_paths(workdir, 1)
     label = "butter-label ✓"
-    out = mkfs(butter, images, "-L", label).stdout.decode()
+    out = butter.mkfs(images, "-L", label).stdout.decode()
     assert f"Label:              {label}" in out, out
     got = kfs.run(["btrfs", "filesystem", "label", images[0]]).stdout.strip()
     assert got == label
     got = kfs.run(["blkid", "-s", "LABEL", "-o", "value", images[0]]).stdout.strip()
     assert got == label
-    btrfs_check(images)
-    with mounted(workdir, images) as mnt:
+    oracle.btrfs_check(*images, strict=True)
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "mnt")) as mnt:
         assert kfs.run(["btrfs", "filesystem", "label", mnt]).stdout.strip() == label
 
 
@@ -267,7 +143,7 @@ def test_device_option_adds_members(kernel, butter, workdir):
     butter.run(["mkfs", "-q", "-b", "256M", "--device", b, a])
     out = kfs.run(["btrfs", "inspect-internal", "dump-super", a]).stdout
     assert re.search(r"^num_devices\s+2$", out, re.M), out
-    btrfs_check([a, b])
+    oracle.btrfs_check(a, b, strict=True)
 
 
 # ---------------------------------------------------------------------------------
@@ -277,18 +153,18 @@ def test_device_option_adds_members(kernel, butter, workdir):
 def test_refuses_existing_filesystem_without_force(kernel, butter, workdir, maker):
     images = image_paths(workdir, 1)
     if maker == "butter":
-        mkfs(butter, images, size="128M")
+        butter.mkfs(images, size="128M")
     else:
         with open(images[0], "wb") as f:
             f.truncate(128 * MiB)
         kfs.run(["mkfs.btrfs", "-q", images[0]])
-    before = sha256_file(images[0])
+    before = kfs.file_sha256(images[0])
     proc = butter.run(["mkfs", images[0]], check=False)
     assert failed(proc), proc.stderr
     assert "already holds a btrfs filesystem" in proc.stderr and "-f" in proc.stderr, proc.stderr
-    assert sha256_file(images[0]) == before, "the refused mkfs changed the image"
+    assert kfs.file_sha256(images[0]) == before, "the refused mkfs changed the image"
     proc = butter.run(["mkfs", "-q", "-f", images[0]])
-    btrfs_check(images)
+    oracle.btrfs_check(*images, strict=True)
 
 
 def test_too_small(kernel, butter, workdir):
@@ -370,17 +246,17 @@ def test_rootdir_full_tree(kernel, butter, workdir):
         src = manifest.take(fs.mnt)
         assert src.count("file") > 5000 and src.count("symlink") > 10
         images = image_paths(workdir, 1)
-        proc = mkfs(butter, images, "--rootdir", fs.mnt, "-L", "rootdir", size="1G")
+        proc = butter.mkfs(images, "--rootdir", fs.mnt, "-L", "rootdir", size="1G")
         out = proc.stdout.decode()
         assert re.search(r"Copied:\s+\d+ entries", out), out
         # the source tree was only read: nothing in it changed (atimes included)
         manifest.assert_same(src, manifest.take(fs.mnt))
-    btrfs_check(images)
-    with mounted(workdir, images) as mnt:
-        assert_tree(src, mnt, "kernel mount")
+    oracle.btrfs_check(*images, strict=True)
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "mnt")) as mnt:
+        oracle.assert_tree(src, mnt, "kernel mount")
     dest = os.path.join(workdir, "extracted")
     butter.extract(images, dest)
-    assert_tree(src, dest, "butter extract")
+    oracle.assert_tree(src, dest, "butter extract")
 
 
 def test_rootdir_multi_device_raid10(kernel, butter, workdir):
@@ -393,10 +269,10 @@ def test_rootdir_multi_device_raid10(kernel, butter, workdir):
         fs.sync()
         src = manifest.take(fs.mnt)
         images = image_paths(workdir, 4)
-        mkfs(butter, images, "-d", "raid10", "-m", "raid1c3", "--rootdir", fs.mnt)
-    btrfs_check(images)
-    with mounted(workdir, images) as mnt:
-        assert_tree(src, mnt, "kernel mount")
+        butter.mkfs(images, "-d", "raid10", "-m", "raid1c3", "--rootdir", fs.mnt)
+    oracle.btrfs_check(*images, strict=True)
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "mnt")) as mnt:
+        oracle.assert_tree(src, mnt, "kernel mount")
 
 
 def test_rootdir_many_long_hard_links(kernel, butter, workdir):
@@ -408,12 +284,12 @@ def test_rootdir_many_long_hard_links(kernel, butter, workdir):
     for i in range(100):
         os.link(base, os.path.join(src, "d", f"{i:03d}-" + "L" * 196))
     images = image_paths(workdir, 1)
-    with readonly_view(src, os.path.join(workdir, "view")) as view:
+    with kfs.readonly_view(src, os.path.join(workdir, "view")) as view:
         expected = manifest.take(view)
-        mkfs(butter, images, "--rootdir", view)
-    btrfs_check(images)
-    with mounted(workdir, images) as mnt:
-        assert_tree(expected, mnt, "kernel mount")
+        butter.mkfs(images, "--rootdir", view)
+    oracle.btrfs_check(*images, strict=True)
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "mnt")) as mnt:
+        oracle.assert_tree(expected, mnt, "kernel mount")
 
 
 def test_rootdir_reports_file_errors_and_goes_on(kernel, butter, workdir):
@@ -425,12 +301,12 @@ def test_rootdir_reports_file_errors_and_goes_on(kernel, butter, workdir):
             f.write(name.encode() * 1000)
     os.setxattr(os.path.join(src, "d", "b-bad"), "user.big", b"v" * 3950)
     images = image_paths(workdir, 1)
-    with readonly_view(src, os.path.join(workdir, "view")) as view:
-        proc = mkfs(butter, images, "-n", "4k", "--rootdir", view, check=False)
+    with kfs.readonly_view(src, os.path.join(workdir, "view")) as view:
+        proc = butter.mkfs(images, "-n", "4k", "--rootdir", view, check=False)
     assert failed(proc), proc.stderr
     assert "d/b-bad: setting xattr user.big:" in proc.stderr, proc.stderr
-    btrfs_check(images)
-    with mounted(workdir, images) as mnt:
+    oracle.btrfs_check(*images, strict=True)
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "mnt")) as mnt:
         assert sorted(os.listdir(os.path.join(mnt, "d"))) == ["a", "b-bad", "c"]
         for name in ["a", "b-bad", "c"]:
             with open(os.path.join(mnt, "d", name), "rb") as f:
@@ -445,8 +321,8 @@ def test_rootdir_skips_the_image_itself(kernel, butter, workdir):
     image = os.path.join(src, "self.img")
     proc = butter.run(["mkfs", "-q", "-b", "256M", "--rootdir", src, image])
     assert "self.img: skipped" in proc.stderr, proc.stderr
-    btrfs_check([image])
-    with mounted(workdir, [image]) as mnt:
+    oracle.btrfs_check(image, strict=True)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "mnt")) as mnt:
         assert os.listdir(mnt) == ["file"]
 
 
@@ -463,9 +339,9 @@ def test_subvol_option(kernel, butter, workdir, small_src):
     the same through the kernel, a hard link across the boundary becomes two files."""
     view, src = small_src
     images = image_paths(workdir, 1)
-    mkfs(butter, images, "--rootdir", view, "--subvol", "dir", "--subvol", "rw:./dir/sub/")
-    btrfs_check(images)
-    with mounted(workdir, images) as mnt:
+    butter.mkfs(images, "--rootdir", view, "--subvol", "dir", "--subvol", "rw:./dir/sub/")
+    oracle.btrfs_check(*images, strict=True)
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "mnt")) as mnt:
         lines = kfs.run(["btrfs", "subvolume", "list", mnt]).stdout.splitlines()
         assert sorted(line.split(" path ")[1] for line in lines) == ["dir", "dir/sub"]
         got = manifest.take(mnt)
@@ -499,16 +375,16 @@ def test_shrink(kernel, butter, workdir, small_src, ndev):
     view, src = small_src
     images = image_paths(workdir, ndev)
     profile = ["-d", "raid1", "-m", "raid1"] if ndev > 1 else []
-    mkfs(butter, images, *profile, "--rootdir", view, "--shrink", size="2G")
+    butter.mkfs(images, *profile, "--rootdir", view, "--shrink", size="2G")
     sizes = [os.path.getsize(i) for i in images]
     assert all(s < 1024 * MiB for s in sizes), sizes
-    btrfs_check(images)
+    oracle.btrfs_check(*images, strict=True)
     for image, size in zip(images, sizes):
         out = kfs.run(["btrfs", "inspect-internal", "dump-super", image]).stdout
         dev_total = int(re.search(r"^dev_item.total_bytes\s+(\d+)", out, re.M).group(1))
         assert dev_total == size, (image, dev_total, size)
-    with mounted(workdir, images) as mnt:
-        assert_tree(src, mnt, "kernel mount")
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "mnt")) as mnt:
+        oracle.assert_tree(src, mnt, "kernel mount")
 
 
 def test_shrink_needs_rootdir(butter, workdir):
@@ -525,10 +401,10 @@ def test_compress(kernel, butter, workdir, small_src, algo, ctype):
     kernel reads every byte back, btrfs check is clean."""
     view, src = small_src
     images = image_paths(workdir, 1)
-    mkfs(butter, images, "--rootdir", view, "--compress", algo)
-    btrfs_check(images)
+    butter.mkfs(images, "--rootdir", view, "--compress", algo)
+    oracle.btrfs_check(*images, strict=True)
     dump = kfs.run(["btrfs", "inspect-internal", "dump-tree", "-t", "5", images[0]]).stdout
     types = re.findall(r"extent compression (\d+)", dump)
     assert str(ctype) in types, f"no extent with compression {ctype}: {sorted(set(types))}"
-    with mounted(workdir, images) as mnt:
-        assert_tree(src, mnt, "kernel mount")
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "mnt")) as mnt:
+        oracle.assert_tree(src, mnt, "kernel mount")

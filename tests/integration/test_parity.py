@@ -26,10 +26,9 @@ import subprocess
 
 import pytest
 
-from butter_it import kfs, tools
+from butter_it import kfs, oracle, tools
 from butter_it.fusemount import FuseMount
 from butter_it.tree import read_tree
-from test_mkfs import btrfs_check, mounted
 
 KiB = 1024
 MiB = 1 << 20
@@ -128,8 +127,8 @@ def test_st_blocks_like_kernel(fuse, butter, workdir):
         os.sync()
         butter_made = blocks_of(os.path.join(m.mnt, "b"))
         m.unmount()
-    btrfs_check([image])
-    with mounted(workdir, [image]) as mnt:
+    oracle.btrfs_check(image, strict=True)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "mnt")) as mnt:
         assert blocks_of(os.path.join(mnt, "b")) == butter_made
 
 
@@ -157,8 +156,8 @@ def test_rootdir_subvol_keeps_links_per_side(kernel, butter, workdir):
             os.link(first, os.path.join(src, name))
     image = os.path.join(workdir, "img")
     butter.run(["mkfs", "-b", "256M", "--rootdir", src, "--subvol", "dir1", image])
-    btrfs_check([image])
-    with mounted(workdir, [image]) as mnt:
+    oracle.btrfs_check(image, strict=True)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "mnt")) as mnt:
         top_dev = os.lstat(mnt).st_dev
         assert os.lstat(os.path.join(mnt, "dir1")).st_dev != top_dev   # a subvolume
         for group, names in LINK_GROUPS.items():
@@ -217,7 +216,7 @@ def test_failed_mkfs_removes_what_it_created(butter, workdir):
     butter.run(["mkfs", "-q", "-b", "128M", fsimg])
     one_line_failure(butter.run(["mkfs", "-b", "128M", fsimg], check=False), "use -f")
     assert os.path.exists(fsimg)
-    kfs.run(["btrfs", "check", "--readonly", fsimg])
+    oracle.btrfs_check(fsimg)
 
 
 def test_failed_mkfs_on_small_device(kernel, butter, workdir):
@@ -330,8 +329,8 @@ def mount_workload(butter_bin, mnt, model):
 
 def check_model(workdir, image, model):
     """btrfs check clean; the kernel's mount shows exactly the files of `model`."""
-    btrfs_check([image])
-    with mounted(workdir, [image]) as mnt:
+    oracle.btrfs_check(image, strict=True)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "mnt")) as mnt:
         got = read_tree(mnt)
         assert sorted(got) == sorted(model)
         bad = [rel for rel in model if got[rel] != model[rel]]
@@ -443,11 +442,11 @@ def test_mkfs_mixed_like_mkfs_btrfs(kernel, butter, workdir):
         sb = kfs.run(["btrfs", "inspect-internal", "dump-super", image]).stdout
         assert "MIXED_GROUPS" in sb and re.search(r"^nodesize\s+4096$", sb, re.M), sb
         assert mixed_chunks(image) == ["SYSTEM|single", "DATA|METADATA|single"]
-    btrfs_check([mine])
+    oracle.btrfs_check(mine, strict=True)
     dup = os.path.join(workdir, "dup.img")
     butter.run(["mkfs", "-q", "-M", "-d", "dup", "-b", "256M", dup])
     assert mixed_chunks(dup) == ["SYSTEM|DUP", "DATA|METADATA|DUP"]
-    btrfs_check([dup])
+    oracle.btrfs_check(dup, strict=True)
     for args, cause in ((["-n", "16K"], "node size 16384 must equal the sector size"),
                         (["-d", "single", "-m", "dup"], "profiles must be the same")):
         bad = os.path.join(workdir, "bad.img")
@@ -469,8 +468,8 @@ def test_mixed_groups_fsync_commits(kernel, butter, workdir):
     assert r.returncode == 0 and r.stdout.split() == [b"0"] * 4, r.stderr.decode()[-3000:]
     sb = kfs.run(["btrfs", "inspect-internal", "dump-super", image]).stdout
     assert re.search(r"^log_root\s+0$", sb, re.M), sb
-    btrfs_check([image])
-    with mounted(workdir, [image]) as mnt:
+    oracle.btrfs_check(image, strict=True)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "mnt")) as mnt:
         assert os.path.getsize(os.path.join(mnt, "f")) == 100000
     butter.run(["ls", image, "/f"])                  # butter opens it (no log to refuse)
 

@@ -23,8 +23,7 @@ import re
 
 import pytest
 
-from butter_it import kfs
-from test_mkfs import attached  # noqa: E402
+from butter_it import kfs, oracle
 
 SECTOR = 4096
 DEV_SIZE = 512 * kfs.MiB
@@ -47,7 +46,7 @@ def snapshot(images):
 def kernel_scrub(workdir, images):
     """The kernel's read-only scrub on a read-only mount: {counter: value}."""
     mnt = os.path.join(workdir, "kmnt")
-    with attached(images) as devs:
+    with kfs.attached(images) as devs:
         kfs.mount(devs[0], mnt, ["ro"] + [f"device={d}" for d in devs[1:]])
         try:
             r = kfs.run(["btrfs", "scrub", "start", "-B", "-R", "-r", mnt], check=False,
@@ -66,17 +65,11 @@ def kernel_errors(counts):
 
 
 def kernel_check_and_read(workdir, images, want):
-    with attached(images) as devs:
-        r = kfs.run(["btrfs", "check", "--readonly", devs[0]], check=False, timeout=600)
-        assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-        mnt = os.path.join(workdir, "rmnt")
-        kfs.mount(devs[0], mnt, ["ro"] + [f"device={d}" for d in devs[1:]])
-        try:
-            for name, data in want.items():
-                with open(os.path.join(mnt, name), "rb") as f:
-                    assert f.read() == data, f"{name} reads back differently"
-        finally:
-            kfs.umount(mnt)
+    oracle.btrfs_check(*images)
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "rmnt")) as mnt:
+        for name, data in want.items():
+            with open(os.path.join(mnt, name), "rb") as f:
+                assert f.read() == data, f"{name} reads back differently"
 
 
 def butter_scrub(butter, images, readonly=False):
@@ -136,7 +129,7 @@ def damaged_places(images):
 def kernel_corruption_errs(workdir, images):
     """The sum of corruption_errs that `btrfs device stats` shows on a kernel mount."""
     mnt = os.path.join(workdir, "kstats")
-    with attached(images) as devs:
+    with kfs.attached(images) as devs:
         kfs.mount(devs[0], mnt, ["ro"] + [f"device={d}" for d in devs[1:]])
         try:
             out = kfs.run(["btrfs", "device", "stats", mnt]).stdout

@@ -52,16 +52,12 @@ import re
 import shlex
 import shutil
 import stat
-import sys
 import time
 
 import pytest
 
-from butter_it import kfs, manifest, tree
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_edit import image_digest  # noqa: E402
-from test_mkfs import btrfs_check, failed, mounted, readonly_view  # noqa: E402
+from butter_it import kfs, manifest, oracle, tree
+from butter_it.butter import failed
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -306,8 +302,7 @@ def used_bytes(image):
     btrfs check found the image clean (and so the block groups' used bytes right). Not
     check's own "found N bytes used": it undercounts data referenced from blocks shared
     by many snapshots."""
-    proc = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=900)
-    assert proc.returncode == 0, f"btrfs check {image}:\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}"
+    oracle.btrfs_check(image, timeout=900)
     out = kfs.run(["btrfs", "inspect-internal", "dump-super", image]).stdout
     m = re.search(r"^bytes_used\s+(\d+)", out, re.M)
     assert m, out
@@ -369,7 +364,7 @@ class Scenario:
         expected on stderr), it must exit 1 by itself and leave the image unchanged."""
         argv = [os.fspath(a) for a in argv]
         t = time.monotonic()
-        before = image_digest(self.image) if expect_fail is not None else None
+        before = manifest.image_digest(self.image) if expect_fail is not None else None
         self.timed("digest", t)
         self.log.append(("FAIL? " if expect_fail is not None else "") +
                         shlex.join(["butter"] + argv))
@@ -387,7 +382,7 @@ class Scenario:
                                             f"{expect_fail!r} on stderr, got:\n{proc.stderr}"
                                             f"{self.history()}")
         t = time.monotonic()
-        assert image_digest(self.image) == before, \
+        assert manifest.image_digest(self.image) == before, \
             f"the refused butter {shlex.join(argv)} changed the image{self.history()}"
         self.timed("digest", t)
         return proc
@@ -398,7 +393,7 @@ class Scenario:
     def check(self):
         t = time.monotonic()
         try:
-            btrfs_check([self.image])
+            oracle.btrfs_check(self.image, strict=True)
         except AssertionError as e:
             raise AssertionError(f"{e}{self.history()}") from None
         self.timed("btrfs check", t)
@@ -670,7 +665,7 @@ class Scenario:
 
     def compare_kernel(self, what):
         t = time.monotonic()
-        with mounted(self.workdir, [self.image], name="view") as mnt:
+        with oracle.kernel_mount(self.image, mnt=os.path.join(self.workdir, "view")) as mnt:
             self.compare_mounted(mnt, what)
         self.timed("kernel compare", t)
 
@@ -896,7 +891,7 @@ def kernel_delete_undropped(s, n):
     the cleaner has not begun to drop them, the orphan roots are left to butter's next
     read-write open. Return the paths deleted."""
     picked = s.rng.sample(s.model.deletable(), min(n, len(s.model.deletable())))
-    with mounted(s.workdir, [s.image], name="rw", opts=()) as mnt:
+    with oracle.kernel_mount(s.image, mnt=os.path.join(s.workdir, "rw"), opts=()) as mnt:
         for rel in picked:
             kfs.run(["btrfs", "subvolume", "delete", os.path.join(mnt, rel)])
             s.model.remove(rel)
@@ -913,7 +908,7 @@ def test_kernel_in_the_middle(kernel, butter, workdir):
     s.run(30)
     s.check()
     s.compare_kernel("before the kernel's changes")
-    with mounted(workdir, [s.image], name="rw", opts=()) as mnt:
+    with oracle.kernel_mount(s.image, mnt=os.path.join(workdir, "rw"), opts=()) as mnt:
         done = kernel_changes(s, mnt)
         s.compare_mounted(mnt, "after the kernel's changes, still mounted")
     s.check()
@@ -1015,7 +1010,7 @@ def test_readonly_snapshot_is_readonly_for_the_kernel(kernel, butter, workdir):
     s.cli("subvolume", "create", s.image, "/sv")
     s.cli("subvolume", "snapshot", "-r", s.image, "/sv", "/ro")
     s.cli("subvolume", "snapshot", "-r", s.image, "/", "/top-ro")
-    with mounted(workdir, [s.image], name="rw", opts=()) as mnt:
+    with oracle.kernel_mount(s.image, mnt=os.path.join(workdir, "rw"), opts=()) as mnt:
         for rel in ("ro", "top-ro"):
             prop = kfs.run(["btrfs", "property", "get", os.path.join(mnt, rel), "ro"]).stdout
             made = kfs.run(["touch", os.path.join(mnt, rel, "x")], check=False)
@@ -1085,7 +1080,7 @@ def test_space_of_many_snapshots(kernel, butter, workdir):
     kfs.run([b, "rm", image, "/sv/big"])
     kfs.run([b, "put", image, host, "/sv/big"], timeout=1200)
     used_overwritten = used_bytes(image)
-    with mounted(workdir, [image]) as mnt:
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "mnt")) as mnt:
         assert sha256_of(os.path.join(mnt, "sv/big")) == new_sha
         for i in (0, nsnaps - 1):
             assert sha256_of(os.path.join(mnt, f"snaps/s{i:03d}/big")) == old_sha, i
@@ -1099,7 +1094,7 @@ def test_space_of_many_snapshots(kernel, butter, workdir):
         kfs.run([b, "subvolume", "delete", image, f"/snaps/s{i:03d}"])
     delete_time = time.monotonic() - t
     used_end = used_bytes(image)
-    with mounted(workdir, [image]) as mnt:
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "mnt")) as mnt:
         assert sha256_of(os.path.join(mnt, "sv/big")) == new_sha
         assert os.listdir(os.path.join(mnt, "snaps")) == []
         listed = subvolume_paths(kfs.run(["btrfs", "subvolume", "list", mnt]).stdout)
@@ -1171,7 +1166,7 @@ def test_kernel_made_snapshots(kernel, butter, workdir):
         subvols = sorted(p for _, p in fs.subvolume_list())
         fs.release()
     image = fs.images[0]
-    btrfs_check([image])
+    oracle.btrfs_check(image, strict=True)
     host = os.path.join(workdir, "host")
     os.makedirs(os.path.join(host, "tree", "sub"))
     for name, size in [("tree/a", 70000), ("tree/sub/b", 5 * MiB + 3), ("tree/empty", 0),
@@ -1180,7 +1175,7 @@ def test_kernel_made_snapshots(kernel, butter, workdir):
     os.symlink("sub/b", os.path.join(host, "tree", "link"))
 
     b = butter.path
-    with readonly_view(host, os.path.join(workdir, "host-view")) as view:
+    with kfs.readonly_view(host, os.path.join(workdir, "host-view")) as view:
         host_m = manifest.take(view)
 
         def run(*argv):
@@ -1228,9 +1223,9 @@ def test_kernel_made_snapshots(kernel, butter, workdir):
                                      "dir_a/sv_in_dir", "snaps/sv1-rw-ro"}
                      | {"sv1-bsnap", "snaps/rw-bsnap-ro", "top-bsnap", "top-ro-copy",
                         "sv_in_dir-copy"})
-    btrfs_check([image])
+    oracle.btrfs_check(image, strict=True)
 
-    with mounted(workdir, [image]) as mnt:
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "mnt")) as mnt:
         after = manifest.take(mnt)
         listed = subvolume_paths(kfs.run(["btrfs", "subvolume", "list", mnt]).stdout)
         listed_ro = subvolume_paths(kfs.run(["btrfs", "subvolume", "list", "-r", mnt]).stdout)
