@@ -21,9 +21,9 @@ import re
 
 import pytest
 
-from butter_it import env, kfs
+from butter_it import env, kfs, oracle
 from butter_it.fusemount import FuseMount, require_fuse
-from test_fuse import KernelView, btrfs_check, mkfs_image, read_file
+from butter_it.tree import read_file
 
 SCALE = float(os.environ.get("BUTTER_FSX_SCALE", "1"))
 
@@ -82,7 +82,7 @@ def counts(stdout):
 
 @pytest.mark.butter_timeout(1500)
 def test_fsx_on_butter_mount(fuse_ok, butter, fsx, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     goods = {}
     total = 0
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
@@ -103,11 +103,11 @@ def test_fsx_on_butter_mount(fuse_ok, butter, fsx, workdir):
         assert read_file(os.path.join(m.mnt, "fsx-1")) == read_file(goods["fsx-1"])
         assert m.unmount() == 0
     assert total >= 100000 * min(SCALE, 1)
-    btrfs_check(image)
-    with KernelView(workdir, [image]) as k:
-        assert sorted(os.listdir(k.mnt)) == sorted(goods)
+    oracle.btrfs_check(image)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kview")) as kmnt:
+        assert sorted(os.listdir(kmnt)) == sorted(goods)
         for name, good in goods.items():
-            got, want = read_file(os.path.join(k.mnt, name)), read_file(good)
+            got, want = read_file(os.path.join(kmnt, name)), read_file(good)
             assert len(got) == len(want), f"{name}: kernel sees {len(got)} bytes, fsx {len(want)}"
             assert got == want, f"{name}: the kernel reads other bytes than fsx wrote"
 

@@ -33,56 +33,12 @@ import time
 
 import pytest
 
-from butter_it import env, kfs, manifest, tree
+from butter_it import env, kfs, manifest, oracle, tree
 from butter_it.fusemount import FuseMount, is_mounted
+from butter_it.tree import read_file
 
 KiB = 1024
 MiB = 1 << 20
-
-
-def mkfs_image(workdir, name="img", size=2 << 30):
-    """A fresh, empty btrfs image file made by mkfs.btrfs (no loop device needed)."""
-    path = os.path.join(workdir, name)
-    with open(path, "wb") as f:
-        f.truncate(size)
-    kfs.run(["mkfs.btrfs", "-f", "-q", path], timeout=120)
-    return path
-
-
-def btrfs_check(image):
-    proc = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
-    assert proc.returncode == 0, (f"btrfs check --readonly {image} found problems:\n"
-                                  f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-
-
-class KernelView:
-    """The kernel's read-only mount of finished image files, for the life of a `with`."""
-
-    def __init__(self, workdir, images, name="kview", opts=()):
-        self.images = list(images)
-        self.mnt = os.path.join(workdir, name)
-        self.opts = list(opts)
-        self.loops = []
-
-    def __enter__(self):
-        try:
-            for img in self.images:
-                self.loops.append(kfs.loop_attach(img))
-            kfs.run(["btrfs", "device", "scan"] + self.loops, check=False)
-            kfs.mount(self.loops[0], self.mnt, ["ro"] + self.opts +
-                      [f"device={d}" for d in self.loops[1:]])
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        if self.mnt in [m for m, _ in kfs.mount_table()]:
-            kfs.umount(self.mnt)
-        for dev in self.loops:
-            kfs.loop_detach(dev)
-        self.loops = []
-        return False
 
 
 def kernel_tree(workdir, fill, name="fs", **fs_args):
@@ -93,11 +49,6 @@ def kernel_tree(workdir, fill, name="fs", **fs_args):
         src = manifest.take(fs.mnt)
         fs.release()
     return fs.images, src
-
-
-def read_file(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def sha(data):
@@ -115,7 +66,7 @@ def test_read_kernel_tree(fuse, butter, workdir, mode):
         got = manifest.take(m.mnt)
         manifest.assert_same(src, got)
         assert m.unmount() == 0
-    btrfs_check(images[0])
+    oracle.btrfs_check(images[0])
 
 
 # ---------------------------------------------------------------------------------
@@ -210,17 +161,17 @@ def write_workload(root, sections):
 def test_write_workload_matches_kernel(fuse, butter, workdir, workload):
     sections = WRITE_WORKLOADS[workload]
     _, ref = kernel_tree(workdir, lambda mnt: write_workload(mnt, sections), name="ref")
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         write_workload(m.mnt, sections)
         through_fuse = manifest.take(m.mnt)
         manifest.assert_same(ref, through_fuse, exclude=ACL_PATHS + LIBRARY_GAPS)
         assert m.unmount() == 0
         assert "aborted" not in m.log_text(), m.log_text()
-    btrfs_check(image)
-    with KernelView(workdir, [image]) as k:
-        manifest.assert_same(ref, manifest.take(k.mnt), exclude=ACL_PATHS + LIBRARY_GAPS)
-        manifest.assert_same(through_fuse, manifest.take(k.mnt))   # the same bits, two readers
+    oracle.btrfs_check(image)
+    seen = oracle.kernel_sees(ref, image, mnt=os.path.join(workdir, "kview"),
+                              exclude=ACL_PATHS + LIBRARY_GAPS)
+    oracle.assert_tree(through_fuse, seen, "the kernel against butter's mount")  # two readers
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -235,7 +186,7 @@ def renameat2(old, new, flags):
 
 
 def test_write_ops(fuse, butter, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     data = bytearray(hashlib.shake_128(b"f").digest(10000))
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         p = lambda rel: os.path.join(m.mnt, rel)                     # noqa: E731
@@ -326,12 +277,12 @@ def test_write_ops(fuse, butter, workdir):
         assert e.value.errno == errno.ENAMETOOLONG
         through_fuse = manifest.take(m.mnt)
         assert m.unmount() == 0
-    btrfs_check(image)
-    with KernelView(workdir, [image]) as k:
-        q = lambda rel: os.path.join(k.mnt, rel)                     # noqa: E731
+    oracle.btrfs_check(image)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kview")) as kmnt:
+        q = lambda rel: os.path.join(kmnt, rel)                     # noqa: E731
         assert read_file(q("h")) == data
         assert read_file(q("d/e/moved")) == b"hhh"
-        assert sorted(os.listdir(k.mnt)) == sorted(["chr", "d", "fifo", "h", "h2", "sgid",
+        assert sorted(os.listdir(kmnt)) == sorted(["chr", "d", "fifo", "h", "h2", "sgid",
                                                     "sparse", "sym"])
         st = os.lstat(q("h"))
         assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_nlink) == \
@@ -344,7 +295,7 @@ def test_write_ops(fuse, butter, workdir):
         fd = os.open(q("sparse"), os.O_RDONLY)
         assert os.lseek(fd, 0, os.SEEK_HOLE) == 4096
         os.close(fd)
-        manifest.assert_same(through_fuse, manifest.take(k.mnt))
+        manifest.assert_same(through_fuse, manifest.take(kmnt))
 
 
 # ---------------------------------------------------------------------------------
@@ -352,7 +303,7 @@ def test_write_ops(fuse, butter, workdir):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_commits_and_unmounts(fuse, butter, workdir, sig):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     payload = hashlib.shake_128(b"open").digest(3 * 4096 + 100)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         with open(os.path.join(m.mnt, "closed"), "wb") as f:
@@ -369,10 +320,10 @@ def test_signal_commits_and_unmounts(fuse, butter, workdir, sig):
                 pass                  # the connection is gone
         assert not is_mounted(m.mnt)
         assert "aborted" not in m.log_text(), m.log_text()
-    btrfs_check(image)
-    with KernelView(workdir, [image]) as k:
-        assert read_file(os.path.join(k.mnt, "closed")) == b"closed file"
-        assert read_file(os.path.join(k.mnt, "open")) == payload
+    oracle.btrfs_check(image)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kview")) as kmnt:
+        assert read_file(os.path.join(kmnt, "closed")) == b"closed file"
+        assert read_file(os.path.join(kmnt, "open")) == payload
 
 
 def daemon_pids(argv):
@@ -426,10 +377,10 @@ def test_daemonized(fuse, butter, workdir):
             kfs.run(["fusermount3", "-uz", mnt], check=False)
         for pid in daemon_pids(argv):
             os.kill(pid, signal.SIGTERM)
-    btrfs_check(images[0])
-    with KernelView(workdir, images) as k:
+    oracle.btrfs_check(images[0])
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "kview")) as kmnt:
         for rel in ("new", "sv/new"):
-            assert read_file(os.path.join(k.mnt, rel)) == b"written by the daemon"
+            assert read_file(os.path.join(kmnt, rel)) == b"written by the daemon"
 
 
 def test_write_into_snapshotted_subvolume(fuse, butter, workdir):
@@ -441,12 +392,12 @@ def test_write_into_snapshotted_subvolume(fuse, butter, workdir):
         with open(os.path.join(m.mnt, "sv/a"), "ab") as f:
             f.write(b"appended")
         assert m.unmount() == 0
-    btrfs_check(images[0])
-    with KernelView(workdir, images) as k:
+    oracle.btrfs_check(images[0])
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "kview")) as kmnt:
         for rel in ("new-top", "sv/new", "snap/new"):
-            assert read_file(os.path.join(k.mnt, rel)) == rel.encode()
-        assert read_file(os.path.join(k.mnt, "snap-ro/a")) + b"appended" == \
-            read_file(os.path.join(k.mnt, "sv/a"))
+            assert read_file(os.path.join(kmnt, rel)) == rel.encode()
+        assert read_file(os.path.join(kmnt, "snap-ro/a")) + b"appended" == \
+            read_file(os.path.join(kmnt, "sv/a"))
 
 
 # ---------------------------------------------------------------------------------
@@ -495,14 +446,14 @@ def test_subvolume_options(fuse, butter, workdir):
 
 
 def kfs_subvolumes(workdir, images):
-    with KernelView(workdir, images, name="subvols") as k:
-        out = kfs.run(["btrfs", "subvolume", "list", k.mnt]).stdout
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "subvols")) as kmnt:
+        out = kfs.run(["btrfs", "subvolume", "list", kmnt]).stdout
     return [(int(m.group(1)), m.group(2))
             for m in re.finditer(r"^ID (\d+) gen \d+ top level \d+ path (.*)$", out, re.M)]
 
 
 def test_commit_interval(fuse, butter, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt"),
                    ["commit=1", "compress=zstd"]) as m:
         with open(os.path.join(m.mnt, "committed"), "wb") as f:
@@ -515,4 +466,4 @@ def test_commit_interval(fuse, butter, workdir):
             assert time.monotonic() < deadline, f"no commit within 30 s with commit=1: {out}"
             time.sleep(0.5)
         assert m.unmount() == 0
-    btrfs_check(image)
+    oracle.btrfs_check(image)

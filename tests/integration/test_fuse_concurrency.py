@@ -29,9 +29,8 @@ import traceback
 
 import pytest
 
-from butter_it import manifest
+from butter_it import kfs, manifest, oracle
 from butter_it.fusemount import FuseMount
-from test_fuse import KernelView, btrfs_check, mkfs_image
 
 WORKERS = 6
 OPS = int(os.environ.get("BUTTER_CONCURRENCY_OPS", "1500"))
@@ -212,7 +211,7 @@ def worker_main(root, wid, seed, ops, errors):
 
 @pytest.mark.butter_timeout(900)
 def test_concurrent_processes_same_directories(fuse, butter, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         for d in DIRS:
             os.mkdir(os.path.join(m.mnt, d))
@@ -251,13 +250,12 @@ def test_concurrent_processes_same_directories(fuse, butter, workdir):
         through_fuse = manifest.take(m.mnt)
         assert m.unmount() == 0
         assert "aborted" not in m.log_text(), m.log_text()
-    btrfs_check(image)
-    with KernelView(workdir, [image]) as k:
-        manifest.assert_same(through_fuse, manifest.take(k.mnt))
+    oracle.btrfs_check(image)
+    oracle.kernel_sees(through_fuse, image, mnt=os.path.join(workdir, "kview"))
 
 
 def test_truncate_grown_inline_file_down(fuse, butter, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         path = os.path.join(m.mnt, "small")
         with open(path, "wb") as f:
@@ -267,4 +265,4 @@ def test_truncate_grown_inline_file_down(fuse, butter, workdir):
         with open(path, "rb") as f:
             assert f.read() == b"x" * 100 + bytes(4357)
         assert m.unmount() == 0
-    btrfs_check(image)
+    oracle.btrfs_check(image)

@@ -15,9 +15,8 @@ After each: btrfs check --readonly.
 """
 import os
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 from butter_it.fusemount import FuseMount
-from test_fuse import btrfs_check, mkfs_image
 
 GiB = 1 << 30
 SIZE = 3 * GiB
@@ -51,10 +50,10 @@ def on_kernel(workdir, fn):
 
 
 def on_butter(butter, workdir, fn):
-    image = mkfs_image(workdir, size=SIZE)
+    image = kfs.mkfs_image(workdir, size=SIZE)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         result = fn(m.mnt)
-    btrfs_check(image)
+    oracle.btrfs_check(image)
     return result
 
 

@@ -17,7 +17,6 @@ import subprocess
 
 from butter_it import kfs
 from butter_it.fusemount import FuseMount
-from test_fuse import mkfs_image
 
 _libc = ctypes.CDLL(None, use_errno=True)
 AT_FDCWD = -100
@@ -102,7 +101,7 @@ def test_handles_open_and_survive_a_remount(fuse, butter, workdir):
         subprocess.run([butter.path, "subvolume", "create", path], check=True,
                        capture_output=True)
 
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     mnt = os.path.join(workdir, "mnt")
     with FuseMount(butter.path, [image], mnt) as m:
         handles = make_tree(m.mnt, butter_subvol)

@@ -27,9 +27,9 @@ import time
 
 import pytest
 
-from butter_it import env, kfs
+from butter_it import env, kfs, oracle
 from butter_it.fusemount import require_fuse
-from test_fuse import KernelView, btrfs_check, mkfs_image, read_file
+from butter_it.tree import read_file
 
 PREFIX = "/usr/local"
 
@@ -139,15 +139,15 @@ def run_mounts(installed, workdir, image, mounts, sbin_helper=False):
 
 
 def judge(workdir, image, names):
-    btrfs_check(image)
-    with KernelView(workdir, [image]) as k:
-        assert sorted(os.listdir(k.mnt)) == sorted(names)
+    oracle.btrfs_check(image)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kview")) as kmnt:
+        assert sorted(os.listdir(kmnt)) == sorted(names)
         for name in names:
-            assert read_file(os.path.join(k.mnt, name)) == (name + "\n").encode()
+            assert read_file(os.path.join(kmnt, name)) == (name + "\n").encode()
 
 
 def test_mount_t_fuse_butter_through_mount_fuse3(fuse, installed, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     mnt = os.path.join(workdir, "mnt")
     out = run_mounts(installed, workdir, image, [
         (f"mount -t fuse.butter {image} {mnt} -o noatime,commit=5,nofail,x-systemd.foo",
@@ -159,7 +159,7 @@ def test_mount_t_fuse_butter_through_mount_fuse3(fuse, installed, workdir):
 
 
 def test_fstab_lines(fuse, installed, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     mnt = os.path.join(workdir, "mnt")
     fstab_old = os.path.join(workdir, "fstab-old")
     fstab_new = os.path.join(workdir, "fstab-new")
@@ -178,7 +178,7 @@ def test_fstab_lines(fuse, installed, workdir):
 
 def test_sbin_helper_run_by_mount(fuse, installed, workdir):
     """/sbin/mount.fuse.butter present: mount(8) runs it, by -t and by an fstab line."""
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     mnt = os.path.join(workdir, "mnt")
     fstab = os.path.join(workdir, "fstab")
     with open(fstab, "w") as f:
@@ -193,7 +193,7 @@ def test_sbin_helper_run_by_mount(fuse, installed, workdir):
 
 
 def test_helper_flags(fuse, installed, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     mnt = os.path.join(workdir, "mnt")
     os.makedirs(mnt)
     helper = installed + "/sbin/mount.fuse.butter"
@@ -217,7 +217,7 @@ def test_helper_flags(fuse, installed, workdir):
 def test_remount_ro_rw_through_mount(fuse, installed, workdir):
     """`mount -o remount,ro MNT` and back to rw, as mount(8) runs it (through mount.fuse3
     and `butter SOURCE MNT -o remount,...`): the kernel's flag and the daemon follow."""
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     mnt = os.path.join(workdir, "mnt")
     os.makedirs(mnt, exist_ok=True)
     script = "\n".join([

@@ -30,9 +30,9 @@ import time
 
 import pytest
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 from butter_it.fusemount import FuseMount
-from test_fuse import KernelView, btrfs_check, mkfs_image, read_file
+from butter_it.tree import read_file
 
 MiB = 1 << 20
 ORPHAN_RE = re.compile(r"key \(ORPHAN ORPHAN_ITEM (\d+)\)")
@@ -77,10 +77,7 @@ def nlink_of(image, ino, tree=5):
 
 def data_bytes(image):
     """`btrfs check --readonly` (must be clean) and its data totals."""
-    proc = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
-    assert proc.returncode == 0, (f"btrfs check --readonly {image}:\n{proc.stdout[-3000:]}\n"
-                                  f"{proc.stderr[-3000:]}")
-    text = proc.stdout + proc.stderr
+    text = oracle.btrfs_check(image)
     alloc = int(re.search(r"file data blocks allocated: (\d+)", text).group(1))
     ref = int(re.search(r"referenced (\d+)", text).group(1))
     return alloc, ref
@@ -133,7 +130,7 @@ def ino_of(path):
 # live: unlinked while open
 
 def test_unlinked_open_file_lives_until_last_close(fuse, butter, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     data = bytearray(payload("victim", 3 * MiB + 123))
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         p = lambda rel: os.path.join(m.mnt, rel)                     # noqa: E731
@@ -165,7 +162,7 @@ def test_unlinked_open_file_lives_until_last_close(fuse, butter, workdir):
         commit(m.mnt)
         assert orphans(image) == [ino]
         assert nlink_of(image, ino) == 0
-        btrfs_check(image)                  # an orphan is a legal state on disk
+        oracle.btrfs_check(image)           # an orphan is a legal state on disk
         os.close(fd)
         time.sleep(0.5)                     # the kernel sends release asynchronously
         assert os.pread(fd2, len(data), 0) == data
@@ -181,13 +178,13 @@ def test_unlinked_open_file_lives_until_last_close(fuse, butter, workdir):
         assert free_bytes(m.mnt) >= before - 64 * 1024, "the orphan's data was not freed"
         assert m.unmount() == 0
     assert data_bytes(image)[0] == 200704       # only "keep" (200000 bytes, in sectors)
-    with KernelView(workdir, [image]) as k:
-        assert sorted(os.listdir(k.mnt)) == ["keep"]
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kview")) as kmnt:
+        assert sorted(os.listdir(kmnt)) == ["keep"]
 
 
 def test_last_name_goes_every_way(fuse, butter, workdir):
     """unlink of the last hard link, rename over an open file, rmdir of an open directory."""
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         p = lambda rel: os.path.join(m.mnt, rel)                     # noqa: E731
         for name in ("linked", "over", "target"):
@@ -209,7 +206,7 @@ def test_last_name_goes_every_way(fuse, butter, workdir):
         assert e.value.errno == errno.ENOENT
         commit(m.mnt)
         assert orphans(image) == sorted(inos.values())
-        btrfs_check(image)
+        oracle.btrfs_check(image)
         for n in ("linked", "over"):
             assert os.pread(fds[n], 80000, 0) == payload(n, 70000)
         assert read_file(p("over")) == payload("target", 70000)
@@ -221,14 +218,14 @@ def test_last_name_goes_every_way(fuse, butter, workdir):
             return orphans(image) == [] and not any(inode_items(image, i) for i in inos.values())
         wait_for(freed, "the orphans to be freed")
         assert m.unmount() == 0
-    btrfs_check(image)
-    with KernelView(workdir, [image]) as k:
-        assert sorted(os.listdir(k.mnt)) == ["over"]
-        assert read_file(os.path.join(k.mnt, "over")) == payload("target", 70000)
+    oracle.btrfs_check(image)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kview")) as kmnt:
+        assert sorted(os.listdir(kmnt)) == ["over"]
+        assert read_file(os.path.join(kmnt, "over")) == payload("target", 70000)
 
 
 def test_sigterm_frees_open_orphans(fuse, butter, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         with open(os.path.join(m.mnt, "victim"), "wb") as f:
             f.write(payload("victim", 2 * MiB))
@@ -258,22 +255,14 @@ def copy_image(src, dst):
 def kernel_cleanup(workdir, image, subvols=()):
     """Mount `image` read-write with the kernel (which frees orphans), touch each of
     `subvols` (the kernel cleans a subvolume when it first looks it up), unmount."""
-    mnt = os.path.join(workdir, "kclean")
-    dev = kfs.loop_attach(image)
-    try:
-        kfs.mount(dev, mnt, [])
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kclean"), opts=()) as mnt:
+        for sv in subvols:
+            os.listdir(os.path.join(mnt, sv))
+        tree_fd = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            for sv in subvols:
-                os.listdir(os.path.join(mnt, sv))
-            tree_fd = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                _libc.syncfs(tree_fd)
-            finally:
-                os.close(tree_fd)
+            _libc.syncfs(tree_fd)
         finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(dev)
+            os.close(tree_fd)
 
 
 def butter_cleanup(butter, workdir, image):
@@ -285,7 +274,7 @@ def assert_cleaned_alike(butter, workdir, crashed, expect_orphans, subvols=()):
     """Clean copies of `crashed` with the kernel and with butter; compare the two."""
     for tree, inos in expect_orphans.items():
         assert orphans(crashed, tree) == sorted(inos), f"tree {tree} of the crashed image"
-    btrfs_check(crashed)
+    oracle.btrfs_check(crashed)
     by_kernel = copy_image(crashed, os.path.join(workdir, "by-kernel.img"))
     by_butter = copy_image(crashed, os.path.join(workdir, "by-butter.img"))
     kernel_cleanup(workdir, by_kernel, subvols)
@@ -308,7 +297,7 @@ def assert_cleaned_alike(butter, workdir, crashed, expect_orphans, subvols=()):
 
 
 def test_crash_with_open_orphan(fuse, butter, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     m = FuseMount(butter.path, [image], os.path.join(workdir, "mnt"))
     with m:
         with open(os.path.join(m.mnt, "keep"), "wb") as f:
@@ -327,9 +316,9 @@ def test_crash_with_open_orphan(fuse, butter, workdir):
         except OSError:
             pass                             # the connection is gone
     by_kernel, by_butter = assert_cleaned_alike(butter, workdir, image, {5: [ino]})
-    with KernelView(workdir, [by_butter]) as k:
-        assert sorted(os.listdir(k.mnt)) == ["keep"]
-        assert read_file(os.path.join(k.mnt, "keep")) == payload("keep", 100000)
+    with oracle.kernel_mount(by_butter, mnt=os.path.join(workdir, "kview")) as kmnt:
+        assert sorted(os.listdir(kmnt)) == ["keep"]
+        assert read_file(os.path.join(kmnt, "keep")) == payload("keep", 100000)
 
 
 KERNEL_ORPHANS = r"""
@@ -373,11 +362,11 @@ def test_orphans_left_by_the_kernel(fuse, butter, workdir):
     assert len(sv_id) == 1
     expect = {5: [inos["victim"]], sv_id[0]: [inos["sv/victim"], inos["sv/d/victim2"]]}
     by_kernel, by_butter = assert_cleaned_alike(butter, workdir, crashed, expect, ["sv"])
-    with KernelView(workdir, [by_butter]) as k:
-        assert sorted(os.listdir(k.mnt)) == ["keep", "sv"]
-        assert sorted(os.listdir(os.path.join(k.mnt, "sv"))) == ["d", "keep"]
-        assert os.listdir(os.path.join(k.mnt, "sv", "d")) == []
-        assert read_file(os.path.join(k.mnt, "sv/keep")) == payload("sv/keep", 1 * MiB + 7)
+    with oracle.kernel_mount(by_butter, mnt=os.path.join(workdir, "kview")) as kmnt:
+        assert sorted(os.listdir(kmnt)) == ["keep", "sv"]
+        assert sorted(os.listdir(os.path.join(kmnt, "sv"))) == ["d", "keep"]
+        assert os.listdir(os.path.join(kmnt, "sv", "d")) == []
+        assert read_file(os.path.join(kmnt, "sv/keep")) == payload("sv/keep", 1 * MiB + 7)
 
 
 KERNEL_ORPHANS_SNAPSHOT = r"""
@@ -429,9 +418,9 @@ def test_orphans_shared_with_a_snapshot_are_freed(fuse, butter, workdir):
         assert m.unmount() == 0
         assert "aborted" not in m.log_text() and "orphan inodes: 2 freed" in \
             m.log_text(), m.log_text()[-3000:]
-    btrfs_check(by_butter)
+    oracle.btrfs_check(by_butter)
     assert orphans(by_butter, 5) == []
     assert orphans(by_butter, sv) == [] and not inode_items(by_butter, inos["sv/victim"], sv)
     kernel_cleanup(workdir, by_butter, ["sv", "snap"])
-    btrfs_check(by_butter)
+    oracle.btrfs_check(by_butter)
     assert orphans(by_butter, sv) == [] and not inode_items(by_butter, inos["sv/victim"], sv)

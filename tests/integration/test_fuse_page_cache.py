@@ -20,10 +20,10 @@ Needs root, loop devices, kernel btrfs, /dev/fuse and fusermount3.
 import os
 import subprocess
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 from butter_it.fusemount import FuseMount
 from butter_it.tools import tool
-from test_fuse import KernelView, btrfs_check, mkfs_image, read_file
+from butter_it.tree import read_file
 
 ROUNDS = 24          # an even count: the file ends as 0x55 everywhere
 FILES = 4            # stale pages showed in most runs of 8 rounds before the fix
@@ -38,15 +38,15 @@ def test_async_direct_write_then_buffered_read(fuse, butter, workdir):
         proc = run_race(os.path.join(fs.mnt, "f"))
         assert proc.returncode == 0, f"the kernel's btrfs:\n{proc.stdout}{proc.stderr}"
 
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         for i in range(FILES):
             proc = run_race(os.path.join(m.mnt, f"f{i}"))
             assert proc.returncode == 0, f"butter, file f{i}:\n{proc.stdout}{proc.stderr}"
-    btrfs_check(image)
-    with KernelView(workdir, [image]) as kv:
+    oracle.btrfs_check(image)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kview")) as kmnt:
         for i in range(FILES):
-            assert read_file(os.path.join(kv.mnt, f"f{i}")) == b"\x55" * (1 << 20)
+            assert read_file(os.path.join(kmnt, f"f{i}")) == b"\x55" * (1 << 20)
 
 
 # (offset, length) writes into a new file, and the seeks asked afterwards
@@ -80,9 +80,9 @@ def test_seek_data_before_writeback(fuse, butter, workdir):
     with kfs.kernel_fs(workdir, name="ref") as fs:
         expect, same = seek_answers(fs.mnt)
     assert same
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         got, same = seek_answers(m.mnt)
     assert got == expect, f"butter {got}, the kernel's btrfs {expect}"
     assert same, "cp of a file with dirty pages differs from the file"
-    btrfs_check(image)
+    oracle.btrfs_check(image)

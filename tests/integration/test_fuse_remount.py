@@ -17,9 +17,9 @@ import os
 import signal
 import subprocess
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 from butter_it.fusemount import FuseMount
-from test_fuse import KernelView, btrfs_check, mkfs_image, read_file
+from butter_it.tree import read_file
 
 
 def remount(butter, image, mnt, mode):
@@ -65,7 +65,7 @@ def test_remount_rw_ro_rw(fuse, butter, workdir):
         expect = read_only_refusals(fs.mnt)
         assert kernel_remount(fs.mnt, "rw").returncode == 0
 
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     m = FuseMount(butter.path, [image], os.path.join(workdir, "mnt")).start()
     try:
         write(os.path.join(m.mnt, "a"), "first")
@@ -85,15 +85,15 @@ def test_remount_rw_ro_rw(fuse, butter, workdir):
         m.signal(signal.SIGKILL)
     finally:
         m.close()
-    btrfs_check(image)
-    with KernelView(workdir, [image]) as kv:
-        assert sorted(os.listdir(kv.mnt)) == ["a", "b", "open-w", "still-rw"]
-        assert read_file(os.path.join(kv.mnt, "a")) == b"first"
-        assert read_file(os.path.join(kv.mnt, "b")) == b"after rw"
+    oracle.btrfs_check(image)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kview")) as kmnt:
+        assert sorted(os.listdir(kmnt)) == ["a", "b", "open-w", "still-rw"]
+        assert read_file(os.path.join(kmnt, "a")) == b"first"
+        assert read_file(os.path.join(kmnt, "b")) == b"after rw"
 
 
 def test_mounted_ro_then_rw(fuse, butter, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         write(os.path.join(m.mnt, "a"), "first")
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt"), ["ro"]) as m:
@@ -106,6 +106,6 @@ def test_mounted_ro_then_rw(fuse, butter, workdir):
         held.close()
         assert m.unmount() == 0
         assert "release of node" not in m.log_text(), m.log_text()[-2000:]
-    btrfs_check(image)
-    with KernelView(workdir, [image]) as kv:
-        assert read_file(os.path.join(kv.mnt, "b")) == b"written after remount"
+    oracle.btrfs_check(image)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kview")) as kmnt:
+        assert read_file(os.path.join(kmnt, "b")) == b"written after remount"

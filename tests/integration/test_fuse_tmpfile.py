@@ -15,9 +15,9 @@ import os
 import signal
 import subprocess
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 from butter_it.fusemount import FuseMount
-from test_fuse import KernelView, btrfs_check, mkfs_image, read_file
+from butter_it.tree import read_file
 
 _libc = ctypes.CDLL(None, use_errno=True)
 AT_FDCWD, AT_SYMLINK_FOLLOW = -100, 0x400
@@ -58,18 +58,18 @@ def sequence(root):
 def test_tmpfile_like_kernel_btrfs(fuse, butter, workdir):
     with kfs.kernel_fs(workdir, name="ref") as fs:
         expect = sequence(fs.mnt)
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
         got = sequence(m.mnt)
     assert got == expect
-    btrfs_check(image)
-    with KernelView(workdir, [image]) as kv:
-        assert os.listdir(kv.mnt) == ["named"]
-        assert read_file(os.path.join(kv.mnt, "named")) == b"made nameless"
+    oracle.btrfs_check(image)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kview")) as kmnt:
+        assert os.listdir(kmnt) == ["named"]
+        assert read_file(os.path.join(kmnt, "named")) == b"made nameless"
 
 
 def test_open_tmpfile_at_a_crash(fuse, butter, workdir):
-    image = mkfs_image(workdir)
+    image = kfs.mkfs_image(workdir)
     m = FuseMount(butter.path, [image], os.path.join(workdir, "mnt")).start()
     try:
         fd = os.open(m.mnt, os.O_TMPFILE | os.O_RDWR, 0o600)
@@ -80,20 +80,12 @@ def test_open_tmpfile_at_a_crash(fuse, butter, workdir):
         os.close(fd)
     finally:
         m.close()
-    btrfs_check(image)
+    oracle.btrfs_check(image)
     tree = kfs.run(["btrfs", "inspect-internal", "dump-tree", "-t", "5", image]).stdout
     assert "ORPHAN_ITEM" in tree and " links 0 " in tree, tree[-3000:]
-    loop = kfs.loop_attach(image)
-    try:
-        view = os.path.join(workdir, "rw")
-        kfs.mount(loop, view, [])
-        try:
-            assert os.listdir(view) == []
-        finally:
-            kfs.umount(view)
-    finally:
-        kfs.loop_detach(loop)
-    btrfs_check(image)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "rw"), opts=()) as view:
+        assert os.listdir(view) == []
+    oracle.btrfs_check(image)
     tree = kfs.run(["btrfs", "inspect-internal", "dump-tree", "-t", "5", image]).stdout
     assert "ORPHAN_ITEM" not in tree, "the kernel's open left the orphan"
 
