@@ -13,13 +13,8 @@ import re
 
 import pytest
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 from butter_it.fusemount import FuseMount
-
-
-def check(image):
-    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
-    assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
 
 
 def extent_types(image):
@@ -28,19 +23,11 @@ def extent_types(image):
 
 
 def kernel_read_all(workdir, image):
-    mnt = os.path.join(workdir, "kmnt")
-    dev = kfs.loop_attach(image)
     got = {}
-    try:
-        kfs.mount(dev, mnt, ["ro"])
-        try:
-            for name in sorted(os.listdir(mnt)):
-                with open(os.path.join(mnt, name), "rb") as f:
-                    got[name] = f.read()
-        finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(dev)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kmnt")) as mnt:
+        for name in sorted(os.listdir(mnt)):
+            with open(os.path.join(mnt, name), "rb") as f:
+                got[name] = f.read()
     return got
 
 
@@ -96,7 +83,7 @@ def test_mount_compress(fuse, butter, workdir, option, ctype):
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt"), [option]) as m:
         want = workload(m.mnt, rng)
         assert m.unmount() == 0
-    check(image)
+    oracle.btrfs_check(image)
     types = extent_types(image)
     assert ctype in types, f"{option}: no extent of type {ctype}: {sorted(set(types))}"
     if option.startswith("compress="):
@@ -139,7 +126,7 @@ def test_overwrite_kernel_compressed(fuse, butter, workdir):
                 want.extend(b"\0" * (end - len(want)))
             want[off:end] = piece
         assert m.unmount() == 0
-    check(image)
+    oracle.btrfs_check(image)
     types = set(extent_types(image))
     assert {2, 3} <= types, types
     assert kernel_read_all(workdir, image)["f"] == bytes(want)

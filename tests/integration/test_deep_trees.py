@@ -12,14 +12,9 @@ BUTTER_DEEP_FILES sets the number of files (default 30 000, about 150 000 items)
 import os
 import re
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 
 FILES = int(os.environ.get("BUTTER_DEEP_FILES", "30000"))
-
-
-def check(image):
-    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=900)
-    assert r.returncode == 0, f"btrfs check found errors:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
 
 
 def tree_levels(image, tree_id):
@@ -33,23 +28,15 @@ def tree_levels(image, tree_id):
 def kernel_listing(image, workdir, paths):
     """{path: content} for `paths` (relative, under the top level) as the kernel reads them,
     and the sorted names of each directory in `paths` that is a directory."""
-    mnt = os.path.join(workdir, "mnt")
-    dev = kfs.loop_attach(image)
     got = {}
-    try:
-        kfs.mount(dev, mnt, ["ro"])
-        try:
-            for p in paths:
-                full = os.path.join(mnt, p)
-                if os.path.isdir(full):
-                    got[p] = sorted(os.listdir(full))
-                else:
-                    with open(full, "rb") as f:
-                        got[p] = f.read()
-        finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(dev)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "mnt")) as mnt:
+        for p in paths:
+            full = os.path.join(mnt, p)
+            if os.path.isdir(full):
+                got[p] = sorted(os.listdir(full))
+            else:
+                with open(full, "rb") as f:
+                    got[p] = f.read()
     return got
 
 
@@ -68,7 +55,7 @@ def test_three_level_tree(kernel, butter, workdir):
     image = os.path.join(workdir, "img")
     kfs.run([b, "mkfs", "-q", "-n", "4096", "-b", "1G", "--rootdir", src, "--subvol", "many",
              image], timeout=1800)
-    check(image)
+    oracle.btrfs_check(image, timeout=900)
     levels, items = tree_levels(image, 256)
     assert levels >= 3 and items >= 100000, f"tree 256: {levels} levels, {items} items"
 
@@ -80,7 +67,7 @@ def test_three_level_tree(kernel, butter, workdir):
                     timeout=1800, check=False)
         assert r.returncode == 0, f"butter rm of names {k}..{k + 1999} failed:\n{r.stderr[-3000:]}"
     kfs.run([b, "put", image, os.path.join(src, "many", names[1]), "/snap/added"])
-    check(image)
+    oracle.btrfs_check(image, timeout=900)
     kept = names[1::2]
     sample = [f"many/{n}" for n in kept[::997]] + [f"snap/{n}" for n in names[::991]]
     got = kernel_listing(image, workdir, ["many", "snap"] + sample + ["snap/added"])
@@ -93,7 +80,7 @@ def test_three_level_tree(kernel, butter, workdir):
 
     # deleting the snapshot frees what only it held; the original stays whole
     kfs.run([b, "subvolume", "delete", image, "/snap"], timeout=1800)
-    check(image)
+    oracle.btrfs_check(image, timeout=900)
     got = kernel_listing(image, workdir, ["", "many"] + [f"many/{n}" for n in kept[::499]])
     assert got[""] == ["many"]
     assert got["many"] == sorted(kept)

@@ -40,7 +40,7 @@ import time
 
 import pytest
 
-from butter_it import kfs, manifest
+from butter_it import kfs, manifest, oracle
 from butter_it.fusemount import FuseMount
 
 GiB = 1 << 30
@@ -65,19 +65,11 @@ class Pair:
         return {"butter": self.m.mnt, "kernel": self.k.mnt}
 
 
-def mkfs_image(workdir, mkfs_args=()):
-    path = os.path.join(workdir, "butter.img")
-    with open(path, "wb") as f:
-        f.truncate(GiB)
-    kfs.run(["mkfs.btrfs", "-f", "-q"] + list(mkfs_args) + [path], timeout=120)
-    return path
-
-
 @contextlib.contextmanager
 def mounts(butter, workdir, options=(), mkfs_args=()):
     """Yield a Pair: butter's mount of a fresh image and a fresh kernel btrfs (relatime)."""
     os.chmod(workdir, 0o755)                 # other users reach both mounts
-    image = mkfs_image(workdir, mkfs_args)
+    image = kfs.make_image(os.path.join(workdir, "butter.img"), GiB, mkfs_args=mkfs_args)
     with kfs.kernel_fs(workdir, size=GiB, mkfs_args=list(mkfs_args)) as kernel_fs:
         kfs.run(["mount", "-o", "remount,atime,relatime", kernel_fs.mnt])
         os.chmod(kernel_fs.dir, 0o755)
@@ -86,28 +78,13 @@ def mounts(butter, workdir, options=(), mkfs_args=()):
             yield Pair(m, kernel_fs, image)
 
 
-def btrfs_check(image):
-    proc = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
-    assert proc.returncode == 0, (f"btrfs check --readonly {image} found problems:\n"
-                                  f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-
-
 def finish(pair, workdir):
     """Unmount butter; btrfs check; the kernel must show the tree the mount showed."""
     through_fuse = manifest.take(pair.m.mnt)
     assert pair.m.unmount() == 0
     assert "aborted" not in pair.m.log_text(), pair.m.log_text()[-3000:]
-    btrfs_check(pair.image)
-    view = os.path.join(workdir, "kview")
-    loop = kfs.loop_attach(pair.image)
-    try:
-        kfs.mount(loop, view, ["ro"])
-        try:
-            manifest.assert_same(through_fuse, manifest.take(view))
-        finally:
-            kfs.umount(view)
-    finally:
-        kfs.loop_detach(loop)
+    oracle.btrfs_check(pair.image)
+    oracle.kernel_sees(through_fuse, pair.image, mnt=os.path.join(workdir, "kview"))
 
 
 def same_on_both(pair, scenario):
@@ -371,7 +348,7 @@ def test_reads_set_atime(fuse, butter, workdir):
 ])
 def test_atime_options(fuse, butter, workdir, option, file_reads, dir_reads):
     os.chmod(workdir, 0o755)
-    image = mkfs_image(workdir)
+    image = kfs.make_image(os.path.join(workdir, "butter.img"), GiB)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt"),
                    MOUNT_OPTS + [option]) as m:
         f, d = os.path.join(m.mnt, "f"), os.path.join(m.mnt, "d")
@@ -388,7 +365,7 @@ def test_atime_options(fuse, butter, workdir, option, file_reads, dir_reads):
                 got.append(moved(before, path))
             assert got == want, (option, path, got)
         assert m.unmount() == 0
-    btrfs_check(image)
+    oracle.btrfs_check(image)
 
 
 # ---------------------------------------------------------------------------------
@@ -623,7 +600,7 @@ def test_pjdfstest(fuse, butter, workdir):
     if not os.access(os.path.join(suite, "pjdfstest"), os.X_OK):
         pytest.fail(f"BUTTER_PJDFSTEST={suite}: no built pjdfstest binary there")
     os.chmod(workdir, 0o755)
-    image = mkfs_image(workdir)
+    image = kfs.make_image(os.path.join(workdir, "butter.img"), GiB)
     with FuseMount(butter.path, [image], os.path.join(workdir, "mnt"), MOUNT_OPTS) as m:
         proc = subprocess.run(["prove", "-r", os.path.join(suite, "tests")], cwd=m.mnt,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -633,4 +610,4 @@ def test_pjdfstest(fuse, butter, workdir):
         assert failed <= PJDFSTEST_ALLOWED, (sorted(failed - PJDFSTEST_ALLOWED),
                                              proc.stdout[-3000:])
         assert m.unmount() == 0
-    btrfs_check(image)
+    oracle.btrfs_check(image)

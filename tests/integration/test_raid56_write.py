@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from butter_it import kfs
+from butter_it import kfs, oracle
 from butter_it.tree import walk_files
 
 
@@ -42,31 +42,6 @@ def make_tree(root, rng, nfiles, big):
     return want
 
 
-class Loops:
-    """Loop devices for some of the images, scanned for btrfs; detached at exit."""
-
-    def __init__(self, images):
-        self.images = images
-        self.devs = []
-
-    def __enter__(self):
-        for img in self.images:
-            self.devs.append(kfs.loop_attach(img))
-        kfs.run(["btrfs", "device", "scan"] + self.devs, check=False)
-        return self.devs
-
-    def __exit__(self, *exc):
-        for d in self.devs:
-            kfs.run(["btrfs", "device", "scan", "--forget", d], check=False)
-            kfs.loop_detach(d)
-
-
-def check(images):
-    with Loops(images) as devs:
-        r = kfs.run(["btrfs", "check", "--readonly", devs[0]], check=False, timeout=600)
-    assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-
-
 def read_all(mnt):
     """{relative path: SHA-256 (hex)} of every file below `mnt`."""
     return {rel: hashlib.sha256(data).hexdigest() for rel, data in walk_files(mnt)}
@@ -74,29 +49,21 @@ def read_all(mnt):
 
 def scrub_and_compare(workdir, images, want):
     mnt = os.path.join(workdir, "mnt")
-    with Loops(images) as devs:
-        kfs.mount(devs[0], mnt, [])
-        try:
-            r = kfs.run(["btrfs", "scrub", "start", "-B", "-R", mnt], check=False, timeout=600)
-            out = r.stdout + r.stderr
-            errors = {k: int(v) for k, v in re.findall(r"^\s*(\w+_errors): (\d+)", out, re.M)}
-            assert r.returncode == 0 and errors and not any(errors.values()), \
-                f"scrub found problems:\n{out}"
-            assert read_all(mnt) == want
-        finally:
-            kfs.umount(mnt)
+    with oracle.kernel_mount(*images, mnt=mnt, opts=()):
+        r = kfs.run(["btrfs", "scrub", "start", "-B", "-R", mnt], check=False, timeout=600)
+        out = r.stdout + r.stderr
+        errors = {k: int(v) for k, v in re.findall(r"^\s*(\w+_errors): (\d+)", out, re.M)}
+        assert r.returncode == 0 and errors and not any(errors.values()), \
+            f"scrub found problems:\n{out}"
+        assert read_all(mnt) == want
 
 
 def degraded_reads(workdir, images, want, tolerance):
     for missing in itertools.combinations(range(len(images)), tolerance):
         present = [img for i, img in enumerate(images) if i not in missing]
         mnt = os.path.join(workdir, "dmnt")
-        with Loops(present) as devs:
-            kfs.mount(devs[0], mnt, ["ro", "degraded"])
-            try:
-                got = read_all(mnt)
-            finally:
-                kfs.umount(mnt)
+        with oracle.kernel_mount(*present, mnt=mnt, opts=("ro", "degraded")):
+            got = read_all(mnt)
         assert got == want, f"degraded without devices {missing}: contents differ"
 
 
@@ -127,9 +94,9 @@ def test_butter_made(kernel, butter, workdir, profile, ndev):
     images = images_of(workdir, ndev)
     kfs.run([butter.path, "mkfs", "-q", "-b", "400M", "-d", profile, "-m", profile,
              "--rootdir", src] + images, timeout=600)
-    check(images)
+    oracle.btrfs_check(*images)
     butter_changes(butter, images, workdir, rng, want)
-    check(images)
+    oracle.btrfs_check(*images)
     scrub_and_compare(workdir, images, want)
     degraded_reads(workdir, images, want, 1 if profile == "raid5" else 2)
 
@@ -144,6 +111,6 @@ def test_kernel_made(kernel, butter, workdir, profile):
         fs.release()
         images = fs.images
     butter_changes(butter, images, workdir, rng, want)
-    check(images)
+    oracle.btrfs_check(*images)
     scrub_and_compare(workdir, images, want)
     degraded_reads(workdir, images, want, 1)

@@ -12,7 +12,7 @@ refuses it.
 import os
 import re
 
-from butter_it import kfs, manifest, tree
+from butter_it import kfs, manifest, oracle, tree
 
 
 def subvol_show(path):
@@ -84,16 +84,8 @@ def test_send_butter_written(kernel, butter, workdir):
     dump = kfs.run(["btrfs", "receive", "--dump", "-f", stream]).stdout
     m = re.search(r"^subvol\s+\S+\s+uuid=\S+ transid=(\d+)", dump, re.M)
     assert m and int(m.group(1)) > 0, dump[:500]
-    mnt = os.path.join(workdir, "bmnt")
-    loop = kfs.loop_attach(img)
-    try:
-        kfs.mount(loop, mnt, ["ro"])
-        try:
-            src = manifest.take(os.path.join(mnt, "snap"))
-        finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(loop)
+    with oracle.kernel_mount(img, mnt=os.path.join(workdir, "bmnt")) as mnt:
+        src = manifest.take(os.path.join(mnt, "snap"))
     with kfs.kernel_fs(workdir, name="dst") as dst:
         receive(stream, dst.mnt)
         manifest.assert_same(src, manifest.take(os.path.join(dst.mnt, "snap")))
@@ -106,19 +98,10 @@ def butter_receive(butter, img, stream):
 
 def kernel_view(workdir, img, paths):
     """Mount the butter-written image read-only: btrfs check first, then manifests."""
-    r = kfs.run(["btrfs", "check", "--readonly", img], check=False, timeout=600)
-    assert r.returncode == 0, f"btrfs check:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    mnt = os.path.join(workdir, "view")
-    loop = kfs.loop_attach(img)
-    try:
-        kfs.mount(loop, mnt, ["ro"])
-        try:
-            return [manifest.take(os.path.join(mnt, p)) for p in paths], \
-                [subvol_show(os.path.join(mnt, p)) for p in paths]
-        finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(loop)
+    oracle.btrfs_check(img)
+    with oracle.kernel_mount(img, mnt=os.path.join(workdir, "view")) as mnt:
+        return [manifest.take(os.path.join(mnt, p)) for p in paths], \
+            [subvol_show(os.path.join(mnt, p)) for p in paths]
 
 
 def change_tree(root):
@@ -199,8 +182,7 @@ def test_receive_damaged_stream(kernel, butter, workdir):
     r = butter_receive(butter, dst, stream)
     assert r.returncode == 1, f"a damaged stream was accepted: {r.returncode}\n{r.stdout}"
     assert "checksum mismatch" in r.stderr and "damaged" in r.stderr, r.stderr
-    r = kfs.run(["btrfs", "check", "--readonly", dst], check=False, timeout=600)
-    assert r.returncode == 0, f"btrfs check after a refused stream:\n{r.stdout[-3000:]}"
+    oracle.btrfs_check(dst)             # after a refused stream
     truncated = os.path.join(workdir, "t.stream")
     with open(stream, "rb") as f, open(truncated, "wb") as g:
         g.write(f.read(40))

@@ -7,12 +7,7 @@ still be clean and butter must read the kernel's changes).
 """
 import os
 
-from butter_it import kfs
-
-
-def _check(image):
-    r = kfs.run(["btrfs", "check", "--readonly", image], check=False, timeout=600)
-    assert r.returncode == 0, f"btrfs check found errors:\n{r.stdout}\n{r.stderr}"
+from butter_it import kfs, oracle
 
 
 def test_subvolume_create(kernel, butter, workdir):
@@ -28,7 +23,7 @@ def test_subvolume_create(kernel, butter, workdir):
     kfs.run([b, "put", image, host, "/vol/dir/nested/data"])
     r = kfs.run([b, "subvolume", "create", image, "/vol"], check=False)
     assert r.returncode != 0 and "File exists" in r.stderr
-    _check(image)
+    oracle.btrfs_check(image)
 
     mnt = os.path.join(workdir, "mnt")
     dev = kfs.loop_attach(image)
@@ -48,7 +43,7 @@ def test_subvolume_create(kernel, butter, workdir):
             kfs.umount(mnt)
     finally:
         kfs.loop_detach(dev)
-    _check(image)
+    oracle.btrfs_check(image)
     out = kfs.run([b, "cat", image, "/vol/dir/kernel-file"]).stdout
     assert out == "written by the kernel\n"
     listing = kfs.run([b, "subvolume", "list", image]).stdout
