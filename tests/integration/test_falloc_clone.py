@@ -171,29 +171,21 @@ def run_twins(workdir, fileop, setup, steps, checks=None, mkfs_args=(), mount_op
              if w != g]
     assert len(got) == len(script) and not diffs, "\n".join(diffs)
     oracle.btrfs_check(image)
-    mnt = os.path.join(workdir, "view")
-    dev = kfs.loop_attach(image)
-    try:
-        kfs.mount(dev, mnt, list(mount_opts))
-        try:
-            mine_files = files_of(manifest.take(mnt))
-            assert mine_files == ref_files, "\n".join(
-                f"{p}: kernel {ref_files.get(p)} butter {mine_files.get(p)}"
-                for p in sorted(set(ref_files) | set(mine_files))
-                if ref_files.get(p) != mine_files.get(p))
-            if checks:
-                checks(mnt)
-            # the kernel carries on: overwrite and append to every file
-            for p in sorted(mine_files):
-                with open(os.path.join(mnt, p), "r+b") as f:
-                    f.seek(4096)
-                    f.write(b"k" * 5000)
-                    f.seek(0, os.SEEK_END)
-                    f.write(b"end")
-        finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(dev)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "view"), opts=mount_opts) as mnt:
+        mine_files = files_of(manifest.take(mnt))
+        assert mine_files == ref_files, "\n".join(
+            f"{p}: kernel {ref_files.get(p)} butter {mine_files.get(p)}"
+            for p in sorted(set(ref_files) | set(mine_files))
+            if ref_files.get(p) != mine_files.get(p))
+        if checks:
+            checks(mnt)
+        # the kernel carries on: overwrite and append to every file
+        for p in sorted(mine_files):
+            with open(os.path.join(mnt, p), "r+b") as f:
+                f.seek(4096)
+                f.write(b"k" * 5000)
+                f.seek(0, os.SEEK_END)
+                f.write(b"end")
     oracle.btrfs_check(image)
     return want
 
@@ -468,25 +460,17 @@ def test_fuse_fallocate_and_reflink(kernel, butter, workdir):
         for p in sorted(set(ref_files) | set(through_fuse))
         if ref_files.get(p) != through_fuse.get(p))
     oracle.btrfs_check(image)
-    mnt = os.path.join(workdir, "view")
-    dev = kfs.loop_attach(image)
-    try:
-        kfs.mount(dev, mnt, ["ro"])
-        try:
-            assert files_of(manifest.take(mnt)) == ref_files
-            p = lambda rel: os.path.join(mnt, rel)                  # noqa: E731
-            assert_flags(p("f"), 0, FIEMAP_EXTENT_UNWRITTEN)
-            assert_flags(p("f"), 2 * MiB + 4096, FIEMAP_EXTENT_UNWRITTEN)
-            assert extent_flags(p("a"), 110000) is None           # punched
-            assert_flags(p("a"), 310000, FIEMAP_EXTENT_UNWRITTEN)  # zeroed
-            for path, off in [("copy-auto", 0), ("copy-auto", 1 * MiB), ("cfr", 0),
-                              ("cfr", 1 * MiB), ("copy-always", 0), ("a", 0), ("c", 0)]:
-                assert_flags(p(path), off, FIEMAP_EXTENT_SHARED)
-            assert_flags(p("cfr"), 256 * KiB, 0, FIEMAP_EXTENT_SHARED)  # copied bytes
-        finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(dev)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "view")) as mnt:
+        assert files_of(manifest.take(mnt)) == ref_files
+        p = lambda rel: os.path.join(mnt, rel)                  # noqa: E731
+        assert_flags(p("f"), 0, FIEMAP_EXTENT_UNWRITTEN)
+        assert_flags(p("f"), 2 * MiB + 4096, FIEMAP_EXTENT_UNWRITTEN)
+        assert extent_flags(p("a"), 110000) is None           # punched
+        assert_flags(p("a"), 310000, FIEMAP_EXTENT_UNWRITTEN)  # zeroed
+        for path, off in [("copy-auto", 0), ("copy-auto", 1 * MiB), ("cfr", 0),
+                          ("cfr", 1 * MiB), ("copy-always", 0), ("a", 0), ("c", 0)]:
+            assert_flags(p(path), off, FIEMAP_EXTENT_SHARED)
+        assert_flags(p("cfr"), 256 * KiB, 0, FIEMAP_EXTENT_SHARED)  # copied bytes
 
 
 def test_fileop_errors_are_reported(kernel, workdir, fileop):

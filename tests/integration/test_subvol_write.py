@@ -25,24 +25,16 @@ def test_subvolume_create(kernel, butter, workdir):
     assert r.returncode != 0 and "File exists" in r.stderr
     oracle.btrfs_check(image)
 
-    mnt = os.path.join(workdir, "mnt")
-    dev = kfs.loop_attach(image)
-    try:
-        kfs.mount(dev, mnt, [])
-        try:
-            lines = kfs.run(["btrfs", "subvolume", "list", mnt]).stdout.splitlines()
-            paths = sorted(line.split(" path ")[1] for line in lines)
-            assert paths == ["vol", "vol/dir/nested"]
-            with open(os.path.join(mnt, "vol/dir/nested/data"), "rb") as f, open(host, "rb") as g:
-                assert f.read() == g.read()
-            kfs.run(["btrfs", "subvolume", "snapshot", os.path.join(mnt, "vol"),
-                     os.path.join(mnt, "snap")])
-            with open(os.path.join(mnt, "vol/dir/kernel-file"), "wb") as f:
-                f.write(b"written by the kernel\n")
-        finally:
-            kfs.umount(mnt)
-    finally:
-        kfs.loop_detach(dev)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "mnt"), opts=()) as mnt:
+        lines = kfs.run(["btrfs", "subvolume", "list", mnt]).stdout.splitlines()
+        paths = sorted(line.split(" path ")[1] for line in lines)
+        assert paths == ["vol", "vol/dir/nested"]
+        with open(os.path.join(mnt, "vol/dir/nested/data"), "rb") as f, open(host, "rb") as g:
+            assert f.read() == g.read()
+        kfs.run(["btrfs", "subvolume", "snapshot", os.path.join(mnt, "vol"),
+                 os.path.join(mnt, "snap")])
+        with open(os.path.join(mnt, "vol/dir/kernel-file"), "wb") as f:
+            f.write(b"written by the kernel\n")
     oracle.btrfs_check(image)
     out = kfs.run([b, "cat", image, "/vol/dir/kernel-file"]).stdout
     assert out == "written by the kernel\n"
