@@ -6,6 +6,11 @@ Modules:
             always cleaning them up; chunk mapping and corruption of on-disk bytes
   tree      the deterministic, seeded tree generator that fills a mounted filesystem
   manifest  a stat-for-stat, byte-for-byte description of a tree, and the comparison
+  oracle    judging an image: btrfs check --readonly, the kernel's mount of it and the
+            comparison of what the kernel shows with what was expected
   butter    running the butter CLI with timeouts
+  fusemount one `butter mount` daemon per `with`, always unmounted
   tools     the test programs of tests/tools (workload, crashreplay) and their files
+
+Test modules import from here only, never from one another.
 """

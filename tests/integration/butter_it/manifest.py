@@ -34,6 +34,9 @@ compare(source, extracted) lists every difference, by path and field. The rules:
      has its own st_dev, so hard-link groups never span subvolumes.
   5. Subvolume roots are ordinary directories (extract flattens them); placeholder
      directories are compared by type only (the kernel makes up their mode and times).
+
+image_digest(path) is a digest of a sparse image file's size and data: equal digests, an
+unchanged image.
 """
 import errno
 import functools
