@@ -182,6 +182,7 @@ static void write_log_line(int fd, int level, const char *msg)
 		return; /* nowhere left to say it */
 }
 
+__attribute__((format(printf, 3, 0)))
 static void vlog(struct daemon *d, int level, const char *fmt, va_list ap)
 {
 	static const int prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
@@ -302,6 +303,7 @@ static int open_log(struct daemon *d)
  */
 static struct daemon *fuse_log_daemon;
 
+__attribute__((format(printf, 2, 0)))
 static void fuse_log_to_daemon(enum fuse_log_level level, const char *fmt, va_list ap)
 {
 	char msg[1024];

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "data/compression.h"
+#include "fuzz_entry.h"
 
 #define MAX_OUT (128u << 10)
 

@@ -8,6 +8,7 @@
 
 #include "fuzz_harness.h"
 #include "fuzz_image.h"
+#include "fuzz_entry.h"
 
 #ifndef BUTTER_FUZZ_SEEDS_DIR
 #define BUTTER_FUZZ_SEEDS_DIR "tests/fuzz/seeds"

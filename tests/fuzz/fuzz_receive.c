@@ -23,6 +23,7 @@
 #include "format/checksum.h"
 #include "format/ondisk.h"
 #include "fuzz_image.h"
+#include "fuzz_entry.h"
 
 #ifndef BUTTER_FUZZ_SEEDS_DIR
 #define BUTTER_FUZZ_SEEDS_DIR "tests/fuzz/seeds"
