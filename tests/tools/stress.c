@@ -1398,7 +1398,10 @@ static int walk(struct walk *wk, butter_ino_t dir, const char *path, int depth)
 		butter_ino_t ino;
 		int r;
 
-		snprintf(sub, sizeof(sub), "%s/%s", path, l->e[i].name);
+		if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", path, l->e[i].name) >= sizeof(sub)) {
+			fail("walk %s: a path longer than %zu bytes", path, sizeof(sub));
+			goto out;
+		}
 		r = butter_lookup(fs, dir, l->e[i].name, strlen(l->e[i].name), &ino);
 		if (expect(r, 0, "lookup", sub) || expect(butter_stat(fs, ino, &st), 0, "stat", sub))
 			goto out;
