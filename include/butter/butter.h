@@ -113,8 +113,10 @@ void butter_close(struct butter_fs *fs);
  * Hold the handle's lock across several calls of this thread: shared
  * (@exclusive 0: calls that read, and nothing changes until butter_unlock())
  * or exclusive (any call; no other thread's call runs meanwhile). The calls
- * inside the section do not take the lock again. Sections do not nest:
- * -EDEADLK if this thread holds the lock already. 0 on success.
+ * inside the section do not take the lock again. Sections nest (the lock
+ * goes when the outermost ends); an exclusive section inside a shared hold
+ * of this thread is -EDEADLK. 0 on success, -EIO on a handle that died at a
+ * failed reopen.
  */
 int butter_lock(struct butter_fs *fs, int exclusive);
 /* End the section butter_lock() began on this thread. */

@@ -22,8 +22,10 @@
  *
  * A thread that holds the lock (a call's callback, or a butter_lock()
  * section) calls through without taking it again: per thread, the handle's
- * key api_held says which mode it holds. A change asked for under a shared
- * hold would wait for itself: it fails with -EDEADLK instead.
+ * key api_held says which mode it holds and how many sections are open.
+ * Sections nest; the lock goes when the section that took it ends. A change
+ * (or an exclusive section) asked for under a shared hold would wait for
+ * itself: it fails with -EDEADLK instead.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -32,10 +34,29 @@
 
 enum { HOLD_NONE = 0, HOLD_SHARED = 1, HOLD_EXCL = 2 };
 
-/* Take the lock in @mode unless this thread holds it: 1 taken, 0 held already, -EDEADLK. */
+/*
+ * The per-thread record (api_held): the mode held (HOLD_*, low two bits),
+ * HELD_BY_SECTION when butter_lock() took the lock (else a call did), and
+ * above HELD_DEPTH_SHIFT how many butter_lock() sections are open.
+ */
+#define HELD_MODE_MASK 3
+#define HELD_BY_SECTION 4
+#define HELD_DEPTH_SHIFT 3
+
+static intptr_t held_get(struct butter_fs *fs)
+{
+	return (intptr_t)pthread_getspecific(fs->api_held);
+}
+
+static void held_set(struct butter_fs *fs, intptr_t v)
+{
+	pthread_setspecific(fs->api_held, (void *)v);
+}
+
+/* Take the lock in @mode unless this thread holds it: 1 taken, 0 held already, -EDEADLK, -EIO. */
 static int enter(struct butter_fs *fs, int mode)
 {
-	intptr_t held = (intptr_t)pthread_getspecific(fs->api_held);
+	intptr_t held = held_get(fs) & HELD_MODE_MASK;
 
 	if (held != HOLD_NONE)
 		return mode == HOLD_EXCL && held == HOLD_SHARED ? -EDEADLK : 0;
@@ -47,7 +68,7 @@ static int enter(struct butter_fs *fs, int mode)
 		pthread_rwlock_unlock(&fs->api_lock);
 		return -EIO;
 	}
-	pthread_setspecific(fs->api_held, (void *)(intptr_t)mode);
+	held_set(fs, mode);
 	return 1;
 }
 
@@ -55,8 +76,8 @@ static void leave(struct butter_fs *fs, int taken)
 {
 	if (taken != 1)
 		return;
-	ASSERT(pthread_getspecific(fs->api_held) != NULL);
-	pthread_setspecific(fs->api_held, NULL);
+	ASSERT(held_get(fs) != HOLD_NONE);
+	held_set(fs, HOLD_NONE);
 	pthread_rwlock_unlock(&fs->api_lock);
 }
 
@@ -87,17 +108,34 @@ const char *butter_version(void)
 
 int butter_lock(struct butter_fs *fs, int exclusive)
 {
-	intptr_t held = (intptr_t)pthread_getspecific(fs->api_held);
+	int mode = exclusive ? HOLD_EXCL : HOLD_SHARED, ret;
+	intptr_t held = held_get(fs);
 
-	if (held != HOLD_NONE)
-		return -EDEADLK; /* sections do not nest */
-	return enter(fs, exclusive ? HOLD_EXCL : HOLD_SHARED) < 0 ? -EDEADLK : 0;
+	if (held != HOLD_NONE) {
+		/* a section inside a hold of this thread: counted; exclusive inside shared cannot be */
+		if (mode == HOLD_EXCL && (held & HELD_MODE_MASK) == HOLD_SHARED)
+			return -EDEADLK;
+		held_set(fs, held + ((intptr_t)1 << HELD_DEPTH_SHIFT));
+		return 0;
+	}
+	ret = enter(fs, mode);
+	if (ret < 0)
+		return ret;
+	held_set(fs, mode | HELD_BY_SECTION | ((intptr_t)1 << HELD_DEPTH_SHIFT));
+	return 0;
 }
 
 void butter_unlock(struct butter_fs *fs)
 {
-	if (pthread_getspecific(fs->api_held) != NULL) /* else no section began */
+	intptr_t held = held_get(fs), depth = held >> HELD_DEPTH_SHIFT;
+
+	if (depth == 0)
+		return; /* no section is open on this thread */
+	if (depth == 1 && (held & HELD_BY_SECTION)) {
 		leave(fs, 1);
+		return;
+	}
+	held_set(fs, held - ((intptr_t)1 << HELD_DEPTH_SHIFT));
 }
 
 int butter_release(struct butter_fs *fs, butter_ino_t ino, unsigned flags)
