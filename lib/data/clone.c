@@ -154,7 +154,7 @@ static int insert_copy(struct clone *c, const struct src_item *it, u64 dst_pos, 
 	ret = tree_insert_item(&w->txn.tt, &c->dst_sv->root, &key, &fi, sizeof(fi));
 	if (ret == 0 && disk) {
 		ret = data_queue_data_ref(w, disk, btrfs_file_extent_disk_num_bytes(&fi), c->dst_sv->id,
-					c->dst.ino, dst_pos - offset, 1);
+					  c->dst.ino, dst_pos - offset, 1);
 		c->u.nbytes += (s64)num_bytes;
 	}
 	return ret;
@@ -292,7 +292,7 @@ static int do_clone(struct clone *c, u64 src_off, u64 olen, u64 alen, u64 dst_of
 			/* the gap before it (a hole) and the range it takes lose dst's extents */
 			c->changed = 1;
 			ret = data_drop_extents(c->fs, c->dst_sv, c->dst.ino, last_dest_end,
-					      dst_pos + num);
+						dst_pos + num);
 			if (ret == 0)
 				ret = insert_copy(c, &it, dst_pos, offset, num);
 		}
@@ -368,7 +368,7 @@ static int check_clone(struct butter_fs *fs, const struct btrfs_inode_item *si,
 }
 
 int data_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off, butter_ino_t dst,
-		       uint64_t dst_off, uint64_t len)
+		     uint64_t dst_off, uint64_t len)
 {
 	struct btrfs_inode_item si, di;
 	struct fs_write_state *w;

@@ -452,7 +452,7 @@ out:
  * sectorsize that is not a power of two in [512, 64K], -ENOMEM.
  */
 ssize_t data_decompress(int type, const void *in, size_t in_len, void *out, size_t out_len,
-			 u32 sectorsize)
+			u32 sectorsize)
 {
 	switch (type) {
 	case BTRFS_COMPRESS_ZLIB:
@@ -484,7 +484,7 @@ ssize_t data_decompress(int type, const void *in, size_t in_len, void *out, size
  * default) or (lzo) a bad sectorsize; -ENOMEM; -EIO if a library fails.
  */
 ssize_t data_compress(int type, int level, const void *in, size_t in_len, void *out,
-		       size_t out_cap, u32 sectorsize)
+		      size_t out_cap, u32 sectorsize)
 {
 	size_t limit;
 

@@ -24,7 +24,7 @@
  * for an unknown type, -ENOMEM.
  */
 ssize_t data_decompress(int type, const void *in, size_t in_len, void *out, size_t out_len,
-			 u32 sectorsize);
+			u32 sectorsize);
 
 /*
  * Compress @in_len bytes at @in with @type at @level (0 = default) into @out
@@ -33,6 +33,6 @@ ssize_t data_decompress(int type, const void *in, size_t in_len, void *out, size
  * uncompressed), -EINVAL, -ENOMEM.
  */
 ssize_t data_compress(int type, int level, const void *in, size_t in_len, void *out,
-		       size_t out_cap, u32 sectorsize);
+		      size_t out_cap, u32 sectorsize);
 
 #endif

@@ -36,7 +36,7 @@ struct data_owner {
  * statistics (corruption or read errors).
  */
 int data_read_logical(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum,
-		 const struct data_owner *who);
+		      const struct data_owner *who);
 
 /*
  * The data checksums of the @nsectors sectors from @logical, as the csum tree
@@ -57,7 +57,7 @@ int data_insert_inline(struct butter_fs *fs, struct subvol *sv, u64 ino, const v
 int data_alloc(struct butter_fs *fs, u64 want, u64 *logical, u64 *got);
 /* Queue a change of @delta to the EXTENT_DATA_REF (root, ino, offset) of an extent. */
 int data_queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64 root, u64 ino,
-		      u64 offset, int delta);
+			u64 offset, int delta);
 /*
  * Write @len bytes at @off into the regular file @ino inside a running change
  * (what butter_write() does between begin and end). Returns @len or a
@@ -65,7 +65,7 @@ int data_queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64
  * must abort the transaction).
  */
 ssize_t data_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
-			u64 off, int *changed);
+			  u64 off, int *changed);
 
 /* ---- fallocate.c ---- */
 /*

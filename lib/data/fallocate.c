@@ -383,7 +383,7 @@ static int do_punch(struct falloc *f, u64 off, u64 len)
 		ret = data_drop_extents(f->fs, f->sv, f->ino.ino, first, last);
 		if (ret == 0 && first < ino_size)
 			ret = data_fill_holes(f->fs, f->sv, f->ino.ino, first,
-					    last < ino_size ? last : ino_size);
+					      last < ino_size ? last : ino_size);
 	}
 	return ret;
 }

@@ -112,16 +112,16 @@ static void report_bad_copy(struct butter_fs *fs, const char *what, u64 logical,
 	volumes_describe(&fs->vol, pos, mirror, where, sizeof(where));
 	if (who && who->compressed)
 		inode_describe_file_pos(fs, who->subvol, who->ino, who->file_offset, file,
-				     sizeof(file));
+					sizeof(file));
 	else if (who)
 		inode_describe_file_pos(fs, who->subvol, who->ino, who->file_offset + (pos - logical),
-				     file, sizeof(file));
+					file, sizeof(file));
 	blog_msg(&fs->log, level, "data %s: %s%s%s%s", what, where, who ? ", " : "",
 		 who ? file : "", who && who->compressed ? " (compressed extent)" : "");
 }
 
 int data_read_logical(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int nodatasum,
-		 const struct data_owner *who)
+		      const struct data_owner *who)
 {
 	const u32 ss = fs->vol.sectorsize, cs = fs->vol.csum_size;
 	u32 nsectors = (u32)(len / ss), i;
@@ -185,9 +185,9 @@ int data_read_logical(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int n
 
 			if (who)
 				inode_describe_file_pos(fs, who->subvol, who->ino,
-						     who->compressed ? who->file_offset
+							who->compressed ? who->file_offset
 								     : who->file_offset + (pos - logical),
-						     file, sizeof(file));
+							file, sizeof(file));
 			blog_err(&fs->log, "data at logical %llu: no good copy among %d%s%s",
 				 (unsigned long long)pos, copies, who ? ", " : "", file);
 			ret = -EIO;
@@ -298,12 +298,12 @@ static int read_from_extent(struct butter_fs *fs, butter_ino_t ino, const struct
 		if (!plain)
 			return -ENOMEM;
 		if (data_decompress(fe->compression, fe->inline_data, fe->inline_len, plain,
-				     fe->ram_bytes, ss) < 0) {
+				    fe->ram_bytes, ss) < 0) {
 			char file[1400];
 
 			blog_err(&fs->log, "inline extent: compressed data is corrupt: %s",
 				 inode_describe_file_pos(fs, ino.subvol, ino.ino, fe->start, file,
-						      sizeof(file)));
+							 sizeof(file)));
 			ret = -EIO;
 		} else {
 			memcpy(out, plain + in_extent, len);
@@ -348,7 +348,7 @@ static int read_from_extent(struct butter_fs *fs, butter_ino_t ino, const struct
 		blog_err(&fs->log, "extent at logical %llu: compressed data is corrupt: %s",
 			 (unsigned long long)fe->disk_bytenr,
 			 inode_describe_file_pos(fs, ino.subvol, ino.ino, fe->start, file,
-					      sizeof(file)));
+						 sizeof(file)));
 		ret = -EIO;
 		goto out;
 	}

@@ -128,7 +128,7 @@ static void update_size(struct btrfs_inode_item *ii, void *arg)
 }
 
 int data_queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64 root, u64 ino,
-		      u64 offset, int delta)
+			u64 offset, int delta)
 {
 	struct delayed_ref ref;
 
@@ -475,7 +475,7 @@ static int read_existing(struct butter_fs *fs, butter_ino_t ino, u8 *buf, u64 le
 }
 
 ssize_t data_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
-			u64 off, int *changed)
+			  u64 off, int *changed)
 {
 	u32 ss = fs->vol.sectorsize;
 	struct btrfs_inode_item ii;
@@ -588,7 +588,7 @@ ssize_t data_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *bu
 }
 
 ssize_t data_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
-		     uint64_t off)
+		   uint64_t off)
 {
 	u32 ss = fs->vol.sectorsize;
 	struct fs_write_state *w;
@@ -628,7 +628,7 @@ int data_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64
 
 		/* without NO_HOLES the grown part gets a hole item */
 		ret = data_fill_holes(fs, sv, ino.ino, btrfs_inode_size(&ii) / ss * ss,
-				    (size + ss - 1) / ss * ss);
+				      (size + ss - 1) / ss * ss);
 		return ret ? ret : inode_modify(fs, sv, ino.ino, update_size, &u);
 	}
 	if (is_inline || size % ss) {

@@ -284,7 +284,7 @@ static int reserve_space(struct fs_write_state *w, u64 data_bytes, int deleting)
 }
 
 int fs_begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_bytes,
-		     int deleting)
+			int deleting)
 {
 	struct fs_write_state *w = fs->w;
 	int ret;

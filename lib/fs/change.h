@@ -62,7 +62,7 @@ void fs_teardown_write(struct butter_fs *fs);
 int fs_begin_change(struct butter_fs *fs, struct fs_write_state **wp);
 /* The same, first making sure the change will find room (see reserve_space()). */
 int fs_begin_change_rsv(struct butter_fs *fs, struct fs_write_state **wp, u64 data_bytes,
-		     int deleting);
+			int deleting);
 /*
  * End a change; @failed_in_trees: the error came from changing trees, so the
  * transaction is aborted, and the message names the caller's function and
@@ -85,7 +85,7 @@ int fs_live_data_usage(struct butter_fs *fs, u64 *total, u64 *used);
 
 void fs_now_ts(struct btrfs_timespec *t);
 int fs_insert_or_extend(struct tree_trans *t, struct tree_root *root, const struct btrfs_key *key,
-		     const void *data, u32 size);
+			const void *data, u32 size);
 
 /*
  * The bodies of the public calls of this layer: butter_get_device(), butter_get_info(), butter_get_space() and the rest below.

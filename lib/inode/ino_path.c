@@ -23,7 +23,7 @@
 #define MAX_DEPTH 4096
 
 int inode_first_name(struct butter_fs *fs, const struct tree_root *root, u64 ino, u8 type,
-			u64 *parent, char *name, size_t *name_len)
+		     u64 *parent, char *name, size_t *name_len)
 {
 	struct btrfs_key key = { ino, type, 0 };
 	struct tree_path path;
@@ -86,10 +86,10 @@ int inode_path(struct butter_fs *fs, u64 subvol, u64 ino, char *out, size_t cap)
 		if (depth == MAX_DEPTH)
 			return -ELOOP;
 		ret = inode_first_name(fs, &sv.root, ino, BTRFS_INODE_REF_KEY, &parent, name,
-					  &nlen);
+				       &nlen);
 		if (ret == -ENOENT)
 			ret = inode_first_name(fs, &sv.root, ino, BTRFS_INODE_EXTREF_KEY, &parent,
-						  name, &nlen);
+					       name, &nlen);
 		if (ret)
 			return ret;
 		if (parent == ino)
@@ -107,7 +107,7 @@ int inode_path(struct butter_fs *fs, u64 subvol, u64 ino, char *out, size_t cap)
 }
 
 const char *inode_describe_file_pos(struct butter_fs *fs, u64 subvol, u64 ino, u64 file_offset,
-				 char *buf, size_t size)
+				    char *buf, size_t size)
 {
 	char path[1024];
 	int ret = inode_path(fs, subvol, ino, path, sizeof(path));

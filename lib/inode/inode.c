@@ -64,9 +64,9 @@ unsigned inode_mode_to_dtype(u32 mode)
 }
 
 int inode_walk_dir_items(struct butter_fs *fs, const u8 *item, u32 size,
-		      int (*fn)(void *arg, const struct btrfs_dir_item *di, const char *name,
+			 int (*fn)(void *arg, const struct btrfs_dir_item *di, const char *name,
 				const u8 *value),
-		      void *arg)
+			 void *arg)
 {
 	u32 pos = 0;
 
@@ -106,7 +106,7 @@ static int subvol_linked(struct butter_fs *fs, u64 parent, u64 child)
 }
 
 int inode_location_to_ino(struct butter_fs *fs, u64 subvol, const struct btrfs_key *location,
-		       butter_ino_t *out)
+			  butter_ino_t *out)
 {
 	struct subvol sv;
 	int ret;
@@ -287,7 +287,7 @@ static int lookup_parent(struct butter_fs *fs, butter_ino_t dir, butter_ino_t *o
 }
 
 int inode_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
-		  butter_ino_t *out)
+		 butter_ino_t *out)
 {
 	struct btrfs_inode_item item;
 	struct name_match m = { name, namelen, { 0, 0, 0 }, 0 };

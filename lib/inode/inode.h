@@ -20,7 +20,7 @@ int inode_read(struct butter_fs *fs, butter_ino_t ino, struct btrfs_inode_item *
  * inode it names (crossing into a subvolume's root for ROOT_ITEM locations).
  */
 int inode_location_to_ino(struct butter_fs *fs, u64 subvol, const struct btrfs_key *location,
-		       butter_ino_t *out);
+			  butter_ino_t *out);
 
 /*
  * Walk the dir_item entries packed in one DIR_ITEM/XATTR_ITEM item. Calls
@@ -28,9 +28,9 @@ int inode_location_to_ino(struct butter_fs *fs, u64 subvol, const struct btrfs_k
  * returned. Returns -EUCLEAN if an entry overruns the item.
  */
 int inode_walk_dir_items(struct butter_fs *fs, const u8 *item, u32 size,
-		      int (*fn)(void *arg, const struct btrfs_dir_item *di, const char *name,
+			 int (*fn)(void *arg, const struct btrfs_dir_item *di, const char *name,
 				const u8 *value),
-		      void *arg);
+			 void *arg);
 
 /* Device numbers: on disk the kernel's internal form (major << 20 | minor). */
 u64 inode_rdev_to_user(u64 disk);
@@ -64,20 +64,20 @@ int inode_create(struct butter_fs *fs, struct subvol *sv, const struct butter_ne
 int inode_next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *out);
 /* Give @ino the name @name in @dir: DIR_ITEM, DIR_INDEX, INODE_REF/EXTREF; @dir grows. */
 int inode_add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name, size_t namelen,
-	     u64 ino, u32 mode);
+		   u64 ino, u32 mode);
 /*
  * The directory side of a name: a DIR_ITEM entry and the DIR_INDEX item
  * @index for @location in @dir (items only: -EEXIST if the index is taken,
  * -EUCLEAN for a name of more than 255 bytes).
  */
 int inode_insert_dir_entries(struct tree_trans *t, struct tree_root *root, u64 dir, const char *name,
-			  size_t namelen, const struct btrfs_key *location, u8 ft, u64 index);
+			     size_t namelen, const struct btrfs_key *location, u8 ft, u64 index);
 /* inode_insert_dir_entries() in a running change, @dir's size and times following. */
 int inode_add_dir_entries(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 		       size_t namelen, const struct btrfs_key *location, u8 ft, u64 index);
 /* Remove the DIR_ITEM entry @name and DIR_INDEX @index from @dir; shrink and touch @dir. */
 int inode_remove_dir_entry(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
-			size_t len, u64 index);
+			   size_t len, u64 index);
 /* Remove the name @name of @ino from @dir: its back reference and inode_remove_dir_entry(). */
 int inode_remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
 		   size_t len, u64 ino);
@@ -87,12 +87,12 @@ int inode_remove_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const ch
  * such item or entry, -EUCLEAN for a malformed item, -errno.
  */
 int inode_cut_dir_entry(struct butter_fs *fs, struct tree_root *root, const struct btrfs_key *key,
-		     const char *name, size_t len);
+			const char *name, size_t len);
 /* Make the root directory (inode 256) of a new subvolume tree. */
 int inode_make_root_dir(struct tree_trans *t, struct tree_root *root, u64 nbytes);
 /* Insert directory @objectid's inode item @ii and its ".." ref to itself. */
 int inode_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid,
-		      const struct btrfs_inode_item *ii);
+			 const struct btrfs_inode_item *ii);
 
 /*
  * Decoding the entries packed in one name item. The lengths are 0 for an
@@ -134,11 +134,11 @@ int inode_xattr_name_check(const char *name, size_t len);
  * empty btrfs.compression (the kernel removes the property then), or -EINVAL.
  */
 int inode_xattr_prop_check(const char *name, size_t len, const void *value, size_t size,
-			u64 iflags);
+			   u64 iflags);
 
 /* Set (@value) or remove (NULL) xattr @name of @ino inside a running change (phase 2). */
 int inode_set_xattr_locked(struct butter_fs *fs, struct subvol *sv, u64 ino, const char *name,
-			const void *value, size_t size);
+			   const void *value, size_t size);
 
 /* ---- ino_path.c ---- */
 /*
@@ -148,7 +148,7 @@ int inode_set_xattr_locked(struct butter_fs *fs, struct subvol *sv, u64 ino, con
  * malformed ref (logged), or -errno.
  */
 int inode_first_name(struct butter_fs *fs, const struct tree_root *root, u64 ino, u8 type,
-			u64 *parent, char *name, size_t *name_len);
+		     u64 *parent, char *name, size_t *name_len);
 /*
  * One path of inode @ino from its subvolume's root directory ("a/b") into
  * @out. 0, -ENOENT (no name), -ENAMETOOLONG, -ELOOP, -EUCLEAN or -errno.
@@ -159,7 +159,7 @@ int inode_path(struct butter_fs *fs, u64 subvol, u64 ino, char *out, size_t cap)
  * be unknown, and why, when it cannot be resolved); returns @buf.
  */
 const char *inode_describe_file_pos(struct butter_fs *fs, u64 subvol, u64 ino, u64 file_offset,
-				 char *buf, size_t size);
+				    char *buf, size_t size);
 
 /*
  * The bodies of the public calls of this layer: butter_getxattr(), butter_listxattr(), butter_lookup() and the rest below.

@@ -40,7 +40,7 @@ int inode_next_dir_index(struct butter_fs *fs, struct subvol *sv, u64 dir, u64 *
 }
 
 int inode_insert_dir_entries(struct tree_trans *t, struct tree_root *root, u64 dir, const char *name,
-			  size_t namelen, const struct btrfs_key *location, u8 ft, u64 index)
+			     size_t namelen, const struct btrfs_key *location, u8 ft, u64 index)
 {
 	u8 buf[sizeof(struct btrfs_dir_item) + BTRFS_NAME_LEN];
 	struct btrfs_dir_item *di = (void *)buf;
@@ -72,7 +72,7 @@ int inode_add_dir_entries(struct butter_fs *fs, struct subvol *sv, u64 dir, cons
 {
 	struct dir_update u = { 2 * (s64)namelen };
 	int ret = inode_insert_dir_entries(&fs->w->txn.tt, &sv->root, dir, name, namelen, location, ft,
-					index);
+					   index);
 
 	if (ret)
 		return ret;
@@ -80,7 +80,7 @@ int inode_add_dir_entries(struct butter_fs *fs, struct subvol *sv, u64 dir, cons
 }
 
 int inode_add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
-	     size_t namelen, u64 ino, u32 mode)
+		   size_t namelen, u64 ino, u32 mode)
 {
 	struct fs_write_state *w = fs->w;
 	struct tree_trans *t = &w->txn.tt;
@@ -115,7 +115,7 @@ int inode_add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char 
 		ret = fs_insert_or_extend(t, &sv->root, &key, ext, (u32)(sizeof(*er) + namelen));
 	} else if (ret >= 0 || ret == -ENOENT) {
 		ret = fs_insert_or_extend(t, &sv->root, &key, ref,
-				       (u32)(sizeof(struct btrfs_inode_ref) + namelen));
+					  (u32)(sizeof(struct btrfs_inode_ref) + namelen));
 	}
 	if (ret)
 		return ret;
@@ -127,7 +127,7 @@ int inode_add_name(struct butter_fs *fs, struct subvol *sv, u64 dir, const char 
  * INODE_REF that makes it its own parent (the top directory of a tree).
  */
 int inode_insert_top_dir(struct tree_trans *t, struct tree_root *root, u64 objectid,
-		      const struct btrfs_inode_item *ii)
+			 const struct btrfs_inode_item *ii)
 {
 	struct btrfs_key key = { objectid, BTRFS_INODE_ITEM_KEY, 0 };
 	u8 ref[sizeof(struct btrfs_inode_ref) + 2];
@@ -292,7 +292,7 @@ static int delete_item(struct butter_fs *fs, struct tree_root *root, const struc
 }
 
 int inode_remove_dir_entry(struct butter_fs *fs, struct subvol *sv, u64 dir, const char *name,
-			size_t len, u64 index)
+			   size_t len, u64 index)
 {
 	struct name_arg a = { name, len, dir, 0 };
 	struct btrfs_key key = { dir, BTRFS_DIR_ITEM_KEY, btrfs_name_hash(name, len) };
@@ -317,7 +317,7 @@ int inode_remove_dir_entry(struct butter_fs *fs, struct subvol *sv, u64 dir, con
 }
 
 int inode_cut_dir_entry(struct butter_fs *fs, struct tree_root *root, const struct btrfs_key *key,
-		     const char *name, size_t len)
+			const char *name, size_t len)
 {
 	struct name_arg a = { name, len, 0, 0 };
 

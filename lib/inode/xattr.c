@@ -39,7 +39,7 @@ int inode_xattr_name_check(const char *name, size_t len)
 }
 
 int inode_xattr_prop_check(const char *name, size_t len, const void *value, size_t size,
-			u64 iflags)
+			   u64 iflags)
 {
 	static const char *const algos[] = { "zlib", "lzo", "zstd" };
 	static const char prop[] = "btrfs.compression";
@@ -149,7 +149,7 @@ static int get_one(void *arg, const struct btrfs_dir_item *di, const char *name,
 }
 
 ssize_t inode_getxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, void *buf,
-			size_t size)
+		       size_t size)
 {
 	struct get_ctx c = { name, strlen(name), buf, size, -ENODATA };
 	struct btrfs_key key;
@@ -210,7 +210,7 @@ static int keep_other(void *arg, const struct btrfs_dir_item *di, const char *na
 }
 
 int inode_set_xattr_locked(struct butter_fs *fs, struct subvol *sv, u64 ino, const char *name,
-			const void *value, size_t size)
+			   const void *value, size_t size)
 {
 	struct fs_write_state *w = fs->w;
 	size_t nlen = strlen(name);

@@ -20,7 +20,7 @@ static void set_mode_bits(struct btrfs_inode_item *ii, void *arg)
 }
 
 int ns_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
-		    size_t size)
+		size_t size)
 {
 	size_t nlen = strlen(name);
 	u32 entry = (u32)(sizeof(struct btrfs_dir_item) + nlen + size);
@@ -61,7 +61,7 @@ int ns_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const 
 	if (ret)
 		return fs_end_change(w, ret, 0);
 	ret = inode_set_xattr_locked(fs, sv, ino.ino, name, equiv == 1 || remove_only ? NULL : value,
-				  size);
+				     size);
 	if (ret == 0)
 		ret = is_access ? inode_modify(fs, sv, ino.ino, set_mode_bits, &mode)
 				: inode_modify(fs, sv, ino.ino, inode_touch_ctime, NULL);
@@ -128,7 +128,7 @@ static int chmod_acl(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, 
 }
 
 int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
-		   unsigned mask)
+	       unsigned mask)
 {
 	struct attr_update a = { st, mask };
 	struct btrfs_inode_item ii;

@@ -59,16 +59,16 @@ static int create_inode_with_acls(struct butter_fs *fs, struct subvol *sv,
 
 	if (ret == 0 && acls->access)
 		ret = inode_set_xattr_locked(fs, sv, *ino, "system.posix_acl_access", acls->access,
-					  acls->len);
+					     acls->len);
 	if (ret == 0 && acls->dflt)
 		ret = inode_set_xattr_locked(fs, sv, *ino, "system.posix_acl_default", acls->dflt,
-					  acls->len);
+					     acls->len);
 	ns_acl_set_free(acls);
 	return ret;
 }
 
 int ns_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
-		  const struct butter_new_inode *attr, butter_ino_t *out)
+	      const struct butter_new_inode *attr, butter_ino_t *out)
 {
 	struct butter_new_inode a = *attr;
 	struct fs_acl_set acls = { NULL, NULL, 0 };
@@ -102,7 +102,7 @@ int ns_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t n
 }
 
 int ns_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
-			  const struct butter_new_inode *attr, butter_ino_t *out)
+		      const struct butter_new_inode *attr, butter_ino_t *out)
 {
 	struct butter_new_inode a = *attr;
 	struct fs_acl_set acls = { NULL, NULL, 0 };
@@ -139,7 +139,7 @@ int ns_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
 }
 
 int ns_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
-		   const char *target, uint32_t uid, uint32_t gid, butter_ino_t *out)
+	       const char *target, uint32_t uid, uint32_t gid, butter_ino_t *out)
 {
 	struct butter_new_inode a = { .mode = S_IFLNK | 0777, .uid = uid, .gid = gid };
 	struct fs_write_state *w;
@@ -179,7 +179,7 @@ static void inc_nlink(struct btrfs_inode_item *ii, void *arg)
 }
 
 int ns_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char *name,
-		size_t namelen)
+	    size_t namelen)
 {
 	struct btrfs_inode_item ii;
 	struct fs_write_state *w;

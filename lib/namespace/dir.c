@@ -66,13 +66,13 @@ int ns_readdir_end(struct butter_fs *fs, butter_ino_t dir, uint64_t *end)
 }
 
 int ns_readdir(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, butter_dirent_fn fn,
-		   void *arg)
+	       void *arg)
 {
 	return ns_readdir_until(fs, dir, pos, UINT64_MAX, fn, arg);
 }
 
 int ns_readdir_until(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, uint64_t end,
-			 butter_dirent_fn fn, void *arg)
+		     butter_dirent_fn fn, void *arg)
 {
 	struct btrfs_key key;
 	struct tree_path path;

@@ -226,7 +226,7 @@ static int is_ancestor(struct butter_fs *fs, butter_ino_t anc, butter_ino_t dir)
 }
 
 int ns_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, size_t oldlen,
-		  butter_ino_t newdir, const char *newname, size_t newlen, unsigned flags)
+	      butter_ino_t newdir, const char *newname, size_t newlen, unsigned flags)
 {
 	struct btrfs_inode_item src_ii, dst_ii;
 	struct fs_write_state *w;
@@ -300,7 +300,7 @@ int ns_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, si
 	if (ret == 0 && have_dst) {
 		if (flags & BUTTER_RENAME_EXCHANGE)
 			ret = inode_add_name(fs, sv, olddir.ino, oldname, oldlen, dst.ino,
-				       btrfs_inode_mode(&dst_ii));
+					     btrfs_inode_mode(&dst_ii));
 		else
 			ret = drop_link(fs, sv, &dst_ii, dst.ino);
 	}

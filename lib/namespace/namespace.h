@@ -14,7 +14,7 @@
 /* ---- create.c ---- */
 /* Phase 1 of a new name: @dir is a writable directory and @name is free in it. */
 int ns_check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
-		   struct subvol **svp);
+		      struct subvol **svp);
 
 /* ---- namei.c ---- */
 /* Delete every item of inode @ino (its data references too). */

@@ -179,7 +179,7 @@ int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint6
 }
 
 int ops_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
-			struct butter_device_stats *out)
+		     struct butter_device_stats *out)
 {
 	struct btrfs_device *dev;
 	int k;

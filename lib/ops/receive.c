@@ -356,7 +356,7 @@ static int finish_subvol(struct receiver *r)
 	if (!r->active)
 		return 0;
 	ret = subvol_set_received(r->fs, r->subvol, r->uuid, r->ctransid,
-					 BUTTER_RECEIVED_RDONLY);
+				  BUTTER_RECEIVED_RDONLY);
 	if (ret)
 		return ret;
 	r->active = 0;
@@ -455,7 +455,7 @@ static int do_rename_or_link(struct receiver *r)
 		if (ret == 0)
 			ret = parent_of(r, A_PATH_TO, to, &tdir, &tname);
 		return ret ? ret : ns_rename(r->fs, fdir, fname, strlen(fname), tdir, tname,
-						 strlen(tname), 0);
+					     strlen(tname), 0);
 	}
 	ret = parent_of(r, A_PATH, to, &tdir, &tname);
 	if (ret == 0)
@@ -650,7 +650,7 @@ static int apply(struct receiver *r)
 }
 
 int ops_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read, void *arg,
-		   struct butter_receive_result *result)
+		struct butter_receive_result *result)
 {
 	struct receiver *r = calloc(1, sizeof(*r));
 	int ret, first = 1;

@@ -210,7 +210,7 @@ static void describe(struct scrub *sc, const struct owner *o, u64 delta, char *b
 	if (o && o->known)
 		snprintf(buf, size, ", %s",
 			 inode_describe_file_pos(sc->fs, o->root, o->ino, o->offset + delta, file,
-					      sizeof(file)));
+						 sizeof(file)));
 	else
 		buf[0] = '\0';
 }
@@ -642,7 +642,7 @@ nomem:
 }
 
 int ops_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, uint64_t budget,
-		       struct butter_scrub_stats *st)
+		    struct butter_scrub_stats *st)
 {
 	struct fs_write_state *w = fs->w;
 	struct scrub sc;

@@ -867,7 +867,7 @@ static int send_incremental(struct sender *s, const struct butter_subvol_info *i
 }
 
 int ops_send(struct butter_fs *fs, uint64_t subvol, uint64_t parent, butter_send_write_fn write,
-		void *arg)
+	     void *arg)
 {
 	struct butter_subvol_info *info = malloc(sizeof(*info));
 	struct butter_subvol_info *pinfo = parent ? malloc(sizeof(*pinfo)) : NULL;

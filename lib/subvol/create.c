@@ -13,7 +13,7 @@
 #include "subvol/subvol.h"
 
 int subvol_link(struct butter_fs *fs, struct subvol *parent, u64 dir, const char *name,
-		   size_t namelen, u64 id, u64 index)
+		size_t namelen, u64 id, u64 index)
 {
 	struct tree_trans *t = &fs->w->txn.tt;
 	u8 ref[sizeof(struct btrfs_root_ref) + BTRFS_NAME_LEN];
@@ -95,7 +95,7 @@ int subvol_add_record(struct butter_fs *fs, struct subvol *sv)
 }
 
 int subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name,
-			 size_t namelen, uint64_t *out_id)
+		  size_t namelen, uint64_t *out_id)
 {
 	struct fs_write_state *w;
 	struct subvol *parent, *sv;

@@ -100,7 +100,7 @@ static int subvol_path(struct butter_fs *fs, u64 id, char *out, size_t cap, u64 
 				return BLOG_CORRUPT(&fs->log, "subvolume %llu: directory path loops",
 						    (unsigned long long)parent);
 			ret = inode_first_name(fs, &psv.root, dirid, BTRFS_INODE_REF_KEY, &up, name,
-						  &name_len);
+					       &name_len);
 			if (ret)
 				return ret;
 			ret = prepend(buf, &start, name, name_len);
@@ -145,7 +145,7 @@ int subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_info *inf
 }
 
 int subvol_list(struct butter_fs *fs,
-		       int (*fn)(void *arg, const struct butter_subvol_info *info), void *arg)
+		int (*fn)(void *arg, const struct butter_subvol_info *info), void *arg)
 {
 	struct btrfs_key key = { BTRFS_FIRST_FREE_OBJECTID, BTRFS_ROOT_ITEM_KEY, 0 };
 	struct butter_subvol_info *info = malloc(sizeof(*info));

@@ -19,7 +19,7 @@ static int null_uuid(const u8 *uuid)
 }
 
 int subvol_set_received(struct butter_fs *fs, uint64_t id, const uint8_t uuid[16],
-			       uint64_t stransid, unsigned flags)
+			uint64_t stransid, unsigned flags)
 {
 	struct fs_write_state *w;
 	struct btrfs_root_item ri, *item;

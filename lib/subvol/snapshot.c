@@ -476,7 +476,7 @@ static int unlink_subvol(struct butter_fs *fs, struct subvol *parent, u64 dir, c
 }
 
 int subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *name,
-			 size_t namelen)
+		  size_t namelen)
 {
 	struct fs_write_state *w;
 	struct subvol *parent, *sv = NULL;

@@ -19,7 +19,7 @@ int subvol_check_new(struct butter_fs *fs, butter_ino_t dir, const char *name, s
 int subvol_add_record(struct butter_fs *fs, struct subvol *sv);
 /* Name subvolume @id as @name in @dir of @parent: ROOT_REF, ROOT_BACKREF, dir entries. */
 int subvol_link(struct butter_fs *fs, struct subvol *parent, u64 dir, const char *name,
-		   size_t namelen, u64 id, u64 index);
+		size_t namelen, u64 id, u64 index);
 
 /* ---- snapshot.c ---- */
 /*

@@ -408,7 +408,7 @@ static int replay_xattr_deletes(struct replay *r, u64 ino)
 				break;
 			}
 			if (!logged || inode_find_dir_entry(logged, lsize, (const char *)(di + 1),
-						      btrfs_dir_name_len(di), NULL) < 0) {
+							    btrfs_dir_name_len(di), NULL) < 0) {
 				ret = cut_item(r, &c->key, pos - cut, l);
 				cut += l;
 			}
@@ -453,7 +453,7 @@ static int replay_dir_deletes(struct replay *r, u64 dir)
 			}
 			ret = read_item(r, &r->log, &c->key, &logged, &lsize);
 			if (ret == 0 && inode_find_dir_entry(logged, lsize, (const char *)(di + 1),
-						       btrfs_dir_name_len(di), NULL) >= 0) {
+							     btrfs_dir_name_len(di), NULL) >= 0) {
 				free(logged);
 				continue;
 			}
@@ -666,7 +666,7 @@ static int replay_dir_index(struct replay *r, const struct item_copy *c)
 		btrfs_set_inode_ref_name_len((struct btrfs_inode_ref *)ref, (u16)len);
 		memcpy(ref + sizeof(struct btrfs_inode_ref), name, len);
 		ret = fs_insert_or_extend(r->t, &r->sv->root, &rkey, ref,
-				       (u32)(sizeof(struct btrfs_inode_ref) + len));
+					  (u32)(sizeof(struct btrfs_inode_ref) + len));
 		if (ret == 0)
 			ret = add_dir_entries(r, dir, name, len, &loc, ldi->type, index);
 		if (ret == 0)
@@ -825,7 +825,7 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 			return 0;
 		if (ret == 0)
 			return tlog_refuse(r->fs, "an extref names a directory that does not exist",
-				      &c->key);
+					   &c->key);
 		pos += l;
 	}
 	pos = 0;
@@ -899,7 +899,7 @@ static int replay_inode_ref(struct replay *r, const struct item_copy *c)
 			inode_ref_decode(c->key.type, c->key.offset, data + p, &rn);
 			p += l;
 			if (inode_find_ref_entry(c->key.type, c->key.offset, c->data, c->size, rn.parent,
-					   rn.name, rn.len, NULL) < 0) {
+						 rn.name, rn.len, NULL) < 0) {
 				char name[BTRFS_NAME_LEN];
 				u32 len = rn.len < sizeof(name) ? rn.len : (u32)sizeof(name);
 
@@ -1008,7 +1008,7 @@ static int replay_extent(struct replay *r, const struct item_copy *c)
 	ret = data_drop_extents(r->fs, r->sv, ino, start, end);
 	if (ret == -EOPNOTSUPP)
 		return tlog_refuse(r->fs, "a logged extent overlaps the middle of an inline extent",
-			      &c->key);
+				   &c->key);
 	if (ret)
 		return ret;
 	ret = tlog_u64_push(&r->files, ino);

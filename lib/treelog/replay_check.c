@@ -195,7 +195,7 @@ static int check_log_item(struct butter_fs *fs, struct excluded *ex, const struc
 		return tlog_refuse(fs, key->type == BTRFS_DIR_ITEM_KEY || key->type == BTRFS_DIR_LOG_ITEM_KEY
 					  ? "a log in the format of kernels before 5.17 (dir items)"
 					  : "an item type the replay does not know",
-			      key);
+				   key);
 	}
 }
 
