@@ -918,8 +918,13 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 	int ret = nodes_resolve(&d->nodes, ino, &id);
 
 	(void)fi;
-	if (ret == 0 && ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0))
+	if (ret == 0 && whence != SEEK_DATA && whence != SEEK_HOLE)
 		ret = -EINVAL;
+	/* as btrfs: data before the start is none at all, a hole search starts at 0 */
+	if (ret == 0 && off < 0 && whence == SEEK_DATA)
+		ret = -ENXIO;
+	if (off < 0)
+		off = 0;
 	/*
 	 * With the writeback cache, data written but not yet written back lives
 	 * only in the kernel's page cache, and the kernel sends LSEEK without

@@ -155,3 +155,36 @@ def test_first_read_after_create_sets_atime(fuse, butter, workdir):
         theirs = first_read_scenario(fs.mnt)
     assert theirs == [(True, True)] * len(theirs)
     assert mine == theirs
+
+
+def seek_scenario(d):
+    """SEEK_DATA and SEEK_HOLE from offsets before, at, inside and past a file: (result or errno)."""
+    p = os.path.join(d, "sparse")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    seen = []
+    try:
+        os.pwrite(fd, b"x" * 8192, 0)
+        os.pwrite(fd, b"y" * 4096, 1 << 20)
+        os.fsync(fd)
+        for whence in (os.SEEK_DATA, os.SEEK_HOLE):
+            for off in (-1, -4096, 0, 4096, 8192, (1 << 20) + 4096, 1 << 30):
+                try:
+                    seen.append((whence, off, os.lseek(fd, off, whence)))
+                except OSError as e:
+                    seen.append((whence, off, -e.errno))
+    finally:
+        os.close(fd)
+    return seen
+
+
+def test_seek_data_hole_like_kernel(fuse, butter, workdir):
+    """As btrfs: from a negative offset SEEK_DATA is ENXIO and SEEK_HOLE searches from 0."""
+    image = os.path.join(workdir, "img")
+    butter.run(["mkfs", "-q", "-b", "256M", image])
+    with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
+        mine = seek_scenario(m.mnt)
+        assert m.unmount() == 0
+    oracle.btrfs_check(image)
+    with kfs.kernel_fs(workdir, size=256 << 20) as fs:
+        theirs = seek_scenario(fs.mnt)
+    assert mine == theirs
