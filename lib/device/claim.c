@@ -41,6 +41,11 @@
  *     loop device backed by it is mounted or held with O_EXCL
  *     (claim_check_loops(): the loop device is tried with O_EXCL and closed
  *     again, so a kernel mount made later is not prevented).
+ *  5. A `butter mount` daemon whose mount is already gone from mountinfo
+ *     but which still holds byte 1 has not yet noticed its unmount: a
+ *     read-write opener gives it up to CLAIM_UNMOUNTED_GRACE_SECONDS to
+ *     start closing (and then waits as for any closing holder) instead of
+ *     being refused, so `umount; mount` works however fast it is typed.
  *
  * The holder named in messages is found the way fuser does: the processes
  * with a descriptor on the same file (a link in /proc/PID/fd whose target
@@ -68,6 +73,7 @@
 #include "device/device.h"
 
 #define CLAIM_WAIT_SECONDS 60
+#define CLAIM_UNMOUNTED_GRACE_SECONDS 5
 #define CLAIM_POLL_NS (20 * 1000 * 1000L)
 
 enum { BYTE_OPEN = 0, BYTE_SERVICE = 1 };
@@ -299,13 +305,48 @@ static double now_seconds(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/*
+ * Is the holder of @path a `butter mount` daemon whose mount is gone? After
+ * an unmount the kernel has let go of the mount at once, but the daemon
+ * learns of it only when its next read of /dev/fuse fails, and drops byte 1
+ * after that: an opener that comes in between sees a holder in service.
+ * The daemon is told by its command line (`butter mount ...`, or the mount
+ * helper mount.fuse.butter); ourselves never.
+ */
+static int holder_unmounted_daemon(const char *path, const struct stat *st)
+{
+	char real[PATH_MAX], cmd[PATH_MAX + 64], mnt[PATH_MAX];
+	pid_t pid = realpath(path, real) ? find_pid(real, st) : 0;
+	const char *arg0, *base;
+	size_t n = 0;
+	FILE *f;
+
+	if (!pid || pid == getpid())
+		return 0;
+	snprintf(cmd, sizeof(cmd), "/proc/%d/cmdline", (int)pid);
+	f = fopen(cmd, "re");
+	if (f) {
+		n = fread(cmd, 1, sizeof(cmd) - 1, f);
+		fclose(f);
+	}
+	if (!n)
+		return 0;
+	cmd[n] = '\0';
+	arg0 = cmd;
+	base = strrchr(arg0, '/') ? strrchr(arg0, '/') + 1 : arg0;
+	if (strncmp(base, "mount.fuse", 10) != 0 &&
+	    !(strlen(arg0) + 1 < n && strcmp(arg0 + strlen(arg0) + 1, "mount") == 0))
+		return 0;
+	return !find_mount(st, mnt, sizeof(mnt));
+}
+
 int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
 	       const struct blog *log)
 {
 	int readonly = !!(flags & BLOCKDEV_OPEN_RDONLY);
 	short type = readonly ? F_RDLCK : F_WRLCK;
 	char who[PATH_MAX + 160];
-	double deadline = 0;
+	double deadline = 0, grace = 0;
 	int ret, said = 0;
 
 	while ((ret = lock_byte(fd, type, BYTE_OPEN)) != 0) {
@@ -320,6 +361,13 @@ int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
 				blog_warn(log, "%s: open read-write by %s; reading it as its last "
 					  "commit left it", path, who);
 				return 0;
+			}
+			/* unmounted, not yet closing: it will drop byte 1 in a moment (rule 5) */
+			if (!grace)
+				grace = now_seconds() + CLAIM_UNMOUNTED_GRACE_SECONDS;
+			if (now_seconds() < grace && holder_unmounted_daemon(path, st)) {
+				nanosleep(&(struct timespec){ 0, CLAIM_POLL_NS }, NULL);
+				continue;
 			}
 			blog_err(log, "%s: in use: open %s by %s", path,
 				 ret == F_RDLCK ? "read-only" : "read-write", who);

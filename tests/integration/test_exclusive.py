@@ -8,7 +8,8 @@ loop device (and the loop device itself) is refused for writing. `butter check` 
 filesystem open read-write elsewhere unless --force. A new mount made the moment
 `fusermount3 -u` returns waits for the old daemon's last commit instead of reading the
 image under it (the old daemon's commit is slowed down with strace's syscall delay, so the
-race is certain). An image truncated below its recorded device size is refused
+race is certain); one made before the old daemon has even noticed its unmount waits as
+well (lib/device/claim.c rule 5). An image truncated below its recorded device size is refused
 read-write, read with a warning, and an error for `butter check`.
 """
 import glob
@@ -217,6 +218,48 @@ def test_remount_at_once_waits_for_the_last_commit(fuse, butter, workdir):
         first.close()
     assert len(run(butter, ["ls", img, "/d"]).stdout.split()) == 50
     assert run(butter, ["cat", img, "/after"]).stdout == "written through the second mount\n"
+    oracle.btrfs_check(img, strict=True)
+
+
+def test_mount_right_after_unmount_before_the_daemon_noticed(fuse, butter, workdir):
+    """A mount made while the old daemon has not yet seen its unmount waits, not EBUSY.
+
+    The kernel forgets the mount at once; the daemon learns of it at its next read of
+    /dev/fuse and only then starts closing. strace delays each return from the daemon's
+    epoll_wait by a second, so the new mount comes surely inside that window.
+    """
+    if shutil.which("strace") is None:
+        env.unavailable("needs strace (to slow the old daemon's noticing down)")
+    img = make_image(butter, workdir)
+    first = FuseMount(butter.path, [img], os.path.join(workdir, "a"))
+    tracer = None
+    try:
+        start_untraceable_leaks(first)
+        with open(os.path.join(first.mnt, "kept"), "w") as f:
+            f.write("written through the first mount\n")
+        tracer = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-p",
+                                   str(first.proc.pid), "-e", "trace=epoll_wait,epoll_pwait",
+                                   "-e", "inject=epoll_wait,epoll_pwait:delay_exit=1000000"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while True:
+            traced, total = traced_threads(first.proc.pid)
+            if total and traced == total:
+                break
+            assert tracer.poll() is None and time.monotonic() < deadline, \
+                f"strace did not attach: {tracer.stderr.read() if tracer.poll() else ''}"
+            time.sleep(0.05)
+        kfs.run(["fusermount3", "-u", first.mnt])
+        with FuseMount(butter.path, [img], os.path.join(workdir, "b")) as second:
+            with open(os.path.join(second.mnt, "kept")) as f:
+                assert f.read() == "written through the first mount\n"
+            assert second.unmount() == 0
+        assert first.wait() == 0
+    finally:
+        if tracer:
+            tracer.kill()
+            tracer.wait()
+        first.close()
     oracle.btrfs_check(img, strict=True)
 
 
