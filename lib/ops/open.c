@@ -10,7 +10,9 @@
  *   3. subvolumes whose deletion a crash interrupted are freed
  *      (lib/subvol/snapshot.c);
  *   4. orphan inodes are freed (lib/namespace/orphan.c).
- * Any failure undoes what was set up and returns the error.
+ * A failure in step 1 undoes what was set up; a failure in steps 2-4 closes
+ * the write side as a close does (what the steps before it committed, such
+ * as a replayed log, stays committed) and returns the error.
  *
  * Close: butter_begin_close() drops the "in service" half of the claims, so
  * an opener waiting for the devices knows the holder is on its way out and

@@ -155,6 +155,24 @@ def traced_threads(pid):
     return traced, total
 
 
+def delay_syscalls(pid, syscalls, when):
+    """Make every call of `syscalls` (comma-separated) in `pid` take a second more, at
+    `when` (strace's delay_enter or delay_exit); returns the strace process once it
+    traces every thread of `pid`."""
+    tracer = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-p", str(pid),
+                               "-e", f"trace={syscalls}", "-e",
+                               f"inject={syscalls}:{when}=1000000"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while True:
+        traced, total = traced_threads(pid)
+        if total and traced == total:
+            return tracer
+        assert tracer.poll() is None and time.monotonic() < deadline, \
+            f"strace did not attach: {tracer.stderr.read() if tracer.poll() else ''}"
+        time.sleep(0.05)
+
+
 def start_untraceable_leaks(mount):
     """Start `mount` without LeakSanitizer, which cannot run in a traced process."""
     asan = os.environ.get("ASAN_OPTIONS")
@@ -185,18 +203,7 @@ def test_remount_at_once_waits_for_the_last_commit(fuse, butter, workdir):
             want[str(i)] = hashlib.sha256(data).hexdigest()
         # every fdatasync of the old daemon from now on takes a second: its last commit
         # is still running well after fusermount3 -u has returned
-        tracer = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-p",
-                                   str(first.proc.pid), "-e", "trace=fdatasync", "-e",
-                                   "inject=fdatasync:delay_enter=1000000"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
-        while True:
-            traced, total = traced_threads(first.proc.pid)
-            if total and traced == total:
-                break
-            assert tracer.poll() is None and time.monotonic() < deadline, \
-                f"strace did not attach: {tracer.stderr.read() if tracer.poll() else ''}"
-            time.sleep(0.05)
+        tracer = delay_syscalls(first.proc.pid, "fdatasync", "delay_enter")
         kfs.run(["fusermount3", "-u", first.mnt])
         with FuseMount(butter.path, [img], os.path.join(workdir, "b")) as second:
             assert f"waiting for {first.proc.pid} (butter) to finish closing" in \
@@ -237,18 +244,7 @@ def test_mount_right_after_unmount_before_the_daemon_noticed(fuse, butter, workd
         start_untraceable_leaks(first)
         with open(os.path.join(first.mnt, "kept"), "w") as f:
             f.write("written through the first mount\n")
-        tracer = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-p",
-                                   str(first.proc.pid), "-e", "trace=epoll_wait,epoll_pwait",
-                                   "-e", "inject=epoll_wait,epoll_pwait:delay_exit=1000000"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
-        while True:
-            traced, total = traced_threads(first.proc.pid)
-            if total and traced == total:
-                break
-            assert tracer.poll() is None and time.monotonic() < deadline, \
-                f"strace did not attach: {tracer.stderr.read() if tracer.poll() else ''}"
-            time.sleep(0.05)
+        tracer = delay_syscalls(first.proc.pid, "epoll_wait,epoll_pwait", "delay_exit")
         kfs.run(["fusermount3", "-u", first.mnt])
         with FuseMount(butter.path, [img], os.path.join(workdir, "b")) as second:
             with open(os.path.join(second.mnt, "kept")) as f:
