@@ -103,6 +103,15 @@ int cli_finish_stdout(int status);
 /* Format @bytes as "1.50GiB" (or the plain number if @raw) into @buf. */
 const char *cli_size(char *buf, size_t bufsize, uint64_t bytes, bool raw);
 
+/*
+ * Parse a size: digits with an optional K, M, G, T, P or E suffix (powers of
+ * 1024, either case, "KiB" and "KB" spellings too). 0 or -EINVAL/-ERANGE.
+ */
+int cli_parse_size(const char *s, uint64_t *out);
+
+/* The library's log level for opens made by this command (0: warnings; -v: progress). */
+extern int cli_log_level;
+
 /* Format a 16-byte UUID as the usual 36-character string into @buf (37 bytes). */
 const char *cli_uuid(char buf[37], const uint8_t uuid[16]);
 
@@ -159,6 +168,9 @@ int cmd_receive(const struct cli_command *cmd, int argc, char **argv);
 int cmd_device_add(const struct cli_command *cmd, int argc, char **argv);
 int cmd_device_stats(const struct cli_command *cmd, int argc, char **argv);
 int cmd_check(const struct cli_command *cmd, int argc, char **argv);
+int cmd_balance_start(const struct cli_command *cmd, int argc, char **argv);
+int cmd_device_remove(const struct cli_command *cmd, int argc, char **argv);
+int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv);
 
 /* One `btrfs filesystem df` style line: "Data, single: total=..., used=..." (cmd_info.c). */
 void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_t used, bool raw);

@@ -44,45 +44,12 @@ enum {
 #define BG_SYSTEM 0x2ull
 #define BG_METADATA 0x4ull
 
-/*
- * Parse a size: digits with an optional K, M, G, T, P or E suffix (powers of
- * 1024, either case, "KiB" and "KB" spellings too). 0 or -EINVAL/-ERANGE.
- */
-static int parse_size(const char *s, uint64_t *out)
-{
-	static const char units[] = "kmgtpe";
-	char *end;
-
-	if (!isdigit((unsigned char)s[0]))
-		return -EINVAL;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno)
-		return -ERANGE;
-	unsigned shift = 0;
-	if (*end) {
-		const char *u = strchr(units, tolower((unsigned char)*end));
-		if (!u)
-			return -EINVAL;
-		shift = 10 * (unsigned)(u - units + 1);
-		end++;
-		if (strcasecmp(end, "ib") == 0 || strcasecmp(end, "b") == 0)
-			end += strlen(end);
-		if (*end)
-			return -EINVAL;
-	}
-	if (shift && v > (UINT64_MAX >> shift))
-		return -ERANGE;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
 static int parse_u32_size(const struct cli_command *cmd, const char *opt, const char *s,
 			  uint32_t *out)
 {
 	uint64_t v;
 
-	if (parse_size(s, &v) < 0 || v > UINT32_MAX) {
+	if (cli_parse_size(s, &v) < 0 || v > UINT32_MAX) {
 		cli_usage_error(cmd, "%s: invalid size '%s'", opt, s);
 		return -EINVAL;
 	}
@@ -422,7 +389,7 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 			}
 			break;
 		case 'b':
-			if (parse_size(optarg, &o.size) < 0) {
+			if (cli_parse_size(optarg, &o.size) < 0) {
 				status = cli_usage_error(cmd, "-b: invalid size '%s'", optarg);
 				goto out;
 			}

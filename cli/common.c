@@ -10,16 +10,20 @@
  * stdout and exits 0; every error message starts with "butter: " and names
  * the file it is about.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
+
+int cli_log_level;
 
 struct butter_test_devices cli_test_devices;
 
@@ -333,4 +337,37 @@ int cli_open_dir_path(int top_fd, const char *rel, size_t len, bool noatime)
 		i = j;
 	}
 	return fd;
+}
+
+/*
+ * Parse a size: digits with an optional K, M, G, T, P or E suffix (powers of
+ * 1024, either case, "KiB" and "KB" spellings too). 0 or -EINVAL/-ERANGE.
+ */
+int cli_parse_size(const char *s, uint64_t *out)
+{
+	static const char units[] = "kmgtpe";
+	char *end;
+
+	if (!isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -ERANGE;
+	unsigned shift = 0;
+	if (*end) {
+		const char *u = strchr(units, tolower((unsigned char)*end));
+		if (!u)
+			return -EINVAL;
+		shift = 10 * (unsigned)(u - units + 1);
+		end++;
+		if (strcasecmp(end, "ib") == 0 || strcasecmp(end, "b") == 0)
+			end += strlen(end);
+		if (*end)
+			return -EINVAL;
+	}
+	if (shift && v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = (uint64_t)v << shift;
+	return 0;
 }

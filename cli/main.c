@@ -155,6 +155,55 @@ static const struct cli_command commands[] = {
 			 "  -f, --force    overwrite a device that holds another btrfs filesystem\n",
 	},
 	{
+		.name = "device remove",
+		.main = cmd_device_remove,
+		.summary = "move everything off devices, then drop them from the filesystem",
+		.synopsis = "[--device DEV]... DEVID|DEVICE|missing... IMAGE",
+		.usage = "As `btrfs device remove`: every block group with a stripe on the device\n"
+			 "moves to the other devices (keeping every shared extent shared), then\n"
+			 "the device leaves the filesystem and its superblocks are wiped. Refused\n"
+			 "when the profiles in use need more devices than would remain (convert\n"
+			 "them first with `balance start -dconvert=... -mconvert=...`).\n",
+	},
+	{
+		.name = "device delete",
+		.main = cmd_device_remove,
+		.summary = "the same as device remove",
+		.synopsis = "[--device DEV]... DEVID|DEVICE|missing... IMAGE",
+		.usage = "An alias of `butter device remove`.\n",
+	},
+	{
+		.name = "balance start",
+		.main = cmd_balance_start,
+		.summary = "move block groups elsewhere: compact, spread, convert profiles",
+		.synopsis = "[-d[FILTERS]] [-m[FILTERS]] [-s[FILTERS]] [-f] [--full-balance]\n"
+			    "       [--device DEV]... IMAGE|PATH",
+		.usage = "As `btrfs balance start`: every block group the filters select (all of\n"
+			 "them with none given) is emptied into other or new groups and its chunk\n"
+			 "removed; data and tree blocks shared by snapshots or reflinks stay\n"
+			 "shared. PATH is a directory inside a live `butter mount` (the mount keeps\n"
+			 "serving between block groups); IMAGE an image file or device.\n"
+			 "\n"
+			 "  -d[FILTERS]   data block groups      -m[FILTERS]   metadata (and system)\n"
+			 "  -s[FILTERS]   system (needs -f)      -f, --force   allow lowering the\n"
+			 "                                                     metadata redundancy\n"
+			 "FILTERS, comma-separated: usage=N|N..M (percent used), devid=N,\n"
+			 "drange=N..M (bytes on devid), vrange=N..M (logical bytes), limit=N|N..M,\n"
+			 "stripes=N|N..M, profiles=P|P..., convert=PROFILE, soft (with convert:\n"
+			 "skip groups already converted). PROFILE: single, dup, raid0, raid1,\n"
+			 "raid1c3, raid1c4, raid10, raid5, raid6.\n",
+	},
+	{
+		.name = "filesystem resize",
+		.main = cmd_filesystem_resize,
+		.summary = "grow or shrink the space a device gives the filesystem",
+		.synopsis = "[--device DEV]... [DEVID:][+|-]SIZE[kKmMgGtT]|[DEVID:]max IMAGE",
+		.usage = "As `btrfs filesystem resize`, on an image, without root or a mount:\n"
+			 "grow into the device (max: all of it), or shrink, moving the block\n"
+			 "groups that lie past the new end to the space that remains. DEVID\n"
+			 "defaults to 1. The image file keeps its size (truncate it after).\n",
+	},
+	{
 		.name = "device stats",
 		.main = cmd_device_stats,
 		.summary = "show (or reset) each device's error counters",

@@ -196,6 +196,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_ioc_daemon_info daemon;
 		struct butter_ioc_remount remount;
 		struct butter_ioc_dev_stats dev_stats;
+		struct butter_ioc_balance balance;
 	} u;
 	size_t size = _IOC_SIZE(cmd), out = 0;
 	int ret = 0, inval = 0;
@@ -313,6 +314,17 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 	case BUTTER_IOC_DEV_STATS:
 		ret = do_dev_stats(d, &u.dev_stats);
 		out = sizeof(u.dev_stats);
+		break;
+	case BUTTER_IOC_BALANCE:
+		if (d->readonly) {
+			ret = -EROFS;
+			break;
+		}
+		ret = butter_balance_step(d->fs, &u.balance.args, &u.balance.cursor,
+					  &u.balance.stats);
+		u.balance.done = ret == 1;
+		ret = ret < 0 ? ret : 0;
+		out = sizeof(u.balance);
 		break;
 	default:
 		fuse_reply_err(req, ENOTTY);

@@ -552,6 +552,106 @@ int butter_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, u
 		       struct butter_scrub_stats *st);
 int butter_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st);
 
+/* ---- balance: moving what is on disk --------------------------------------- */
+/*
+ * Relocation empties block groups: every data extent and tree block of a
+ * chosen group moves to other groups (new chunks are made as needed) and the
+ * group's chunk goes away, while every tree that points at what moved follows,
+ * so that nothing shared (snapshots, reflinks) becomes unshared. Each group
+ * is moved in transactions of its own; a crash leaves the state before or
+ * after any of them. docs/DESIGN.md says how.
+ *
+ * Which groups: those of the kinds in @flags (BUTTER_BALANCE_DATA, _METADATA,
+ * _SYSTEM) that pass every filter set in the kind's butter_balance_filter,
+ * with btrfs-progs' meaning (`btrfs balance start -d... -m... -s...`):
+ *   USAGE     min_pct <= used*100/size < max_pct (usage=N is 0..N; usage=0
+ *             takes only empty groups)
+ *   DEVID     a stripe on device @devid
+ *   DRANGE    a stripe on @devid overlapping physical [pstart, pend)
+ *   VRANGE    the group overlaps logical [vstart, vend)
+ *   LIMIT     at most @limit_max groups of this kind (and at least @limit_min)
+ *   STRIPES   num_stripes in [stripes_min, stripes_max]
+ *   PROFILES  the group's profile is one of @profiles (BTRFS profile bits,
+ *             BUTTER_PROFILE_SINGLE for single)
+ *   CONVERT   its copies go to new groups of profile @target (same bits), and
+ *             new chunks of this kind take that profile from then on
+ *   SOFT      with CONVERT: groups already of @target are left alone
+ * Groups are taken from the highest logical address down; groups made while
+ * the balance runs are not visited.
+ *
+ * Lowering the redundancy of metadata or system groups (e.g. dup to single)
+ * needs BUTTER_BALANCE_FORCE. A conversion the devices cannot hold (raid1
+ * on one device) is -EINVAL before anything moves; no room for a copy is
+ * -ENOSPC. A failure after a group began to move aborts the transaction
+ * (the handle turns read-only; the last commit is intact).
+ */
+#define BUTTER_BALANCE_DATA     0x1u
+#define BUTTER_BALANCE_METADATA 0x2u
+#define BUTTER_BALANCE_SYSTEM   0x4u
+#define BUTTER_BALANCE_FORCE    0x8u
+
+#define BUTTER_BALANCE_F_USAGE    0x1u
+#define BUTTER_BALANCE_F_DEVID    0x2u
+#define BUTTER_BALANCE_F_DRANGE   0x4u
+#define BUTTER_BALANCE_F_VRANGE   0x8u
+#define BUTTER_BALANCE_F_LIMIT    0x10u
+#define BUTTER_BALANCE_F_STRIPES  0x20u
+#define BUTTER_BALANCE_F_PROFILES 0x40u
+#define BUTTER_BALANCE_F_CONVERT  0x80u
+#define BUTTER_BALANCE_F_SOFT     0x100u
+
+#define BUTTER_PROFILE_SINGLE (1ULL << 48)
+
+struct butter_balance_filter {
+	unsigned flags;                 /* BUTTER_BALANCE_F_* */
+	uint32_t usage_min, usage_max;  /* percent */
+	uint64_t devid;
+	uint64_t pstart, pend;
+	uint64_t vstart, vend;
+	uint32_t limit_min, limit_max;
+	uint32_t stripes_min, stripes_max;
+	uint64_t profiles;
+	uint64_t target;
+};
+
+struct butter_balance_args {
+	unsigned flags;                 /* BUTTER_BALANCE_* */
+	struct butter_balance_filter data, meta, sys;
+};
+
+struct butter_balance_stats {
+	uint64_t considered;            /* groups looked at */
+	uint64_t groups;                /* groups moved (their chunks removed) */
+	uint64_t data_extents, tree_blocks, bytes;
+	uint64_t left;                  /* groups still to do (butter_balance_step) */
+	uint64_t kind_groups[3];        /* groups moved: data, metadata, system (LIMIT) */
+};
+
+/* Balance every group @args selects. Returns 0, or a negative errno. @st (zeroed here) may be NULL. */
+int butter_balance(struct butter_fs *fs, const struct butter_balance_args *args,
+		   struct butter_balance_stats *st);
+
+/*
+ * The same one group at a time, so that a front end can serve other calls in
+ * between: *cursor is UINT64_MAX to start, and each call moves the next
+ * selected group below it (adding to @st, and setting st->left to the groups
+ * still selected). Returns 1 when none is left, 0 after moving one, or a
+ * negative errno. The LIMIT filter counts from @st's kind_groups, so pass
+ * the same @st (zeroed at the start) to every call.
+ */
+int butter_balance_step(struct butter_fs *fs, const struct butter_balance_args *args,
+			uint64_t *cursor, struct butter_balance_stats *st);
+
+/*
+ * Remove device @devid from the filesystem: every group with a stripe on it
+ * is moved to the other devices, then its item goes, the superblocks of the
+ * remaining devices count one device less, and its own superblocks are wiped
+ * (it no longer looks like a member). -EINVAL when the profiles in use need
+ * more devices than would remain, -ENOSPC when the others lack the room,
+ * -ENODEV for an unknown devid.
+ */
+int butter_device_remove(struct butter_fs *fs, uint64_t devid);
+
 /* ---- check ---------------------------------------------------------------- */
 /*
  * A read-only consistency check (lib/ops/check.c says what it covers): every

@@ -27,6 +27,8 @@
  *                             are zeroed and the zeros committed
  *   BUTTER_IOC_FSYNC          fsync up to BUTTER_IOC_FSYNC_MAX files of the
  *                             mount in one tree log sync
+ *   BUTTER_IOC_BALANCE        move one block group (butter_balance_step): the
+ *                             caller loops over @cursor until @done
  * Errors come back as errno of the ioctl(2) call, as the library's.
  * A snapshot or subvolume change commits first, so it sees every write
  * made before the call.
@@ -36,6 +38,8 @@
 
 #include <stdint.h>
 #include <sys/ioctl.h>
+
+#include <butter/butter.h>
 
 #define BUTTER_IOC_MAGIC 0xB7
 #define BUTTER_IOC_VERSION 1
@@ -175,5 +179,18 @@ struct butter_ioc_fsync {
 };
 
 #define BUTTER_IOC_FSYNC _IOW(BUTTER_IOC_MAGIC, 10, struct butter_ioc_fsync)
+
+/*
+ * BUTTER_IOC_BALANCE: one step of a balance. Between steps the mount serves
+ * every other request; a step holds it for one block group.
+ */
+struct butter_ioc_balance {
+	struct butter_balance_args args;    /* in */
+	uint64_t cursor;                    /* in/out: UINT64_MAX to start */
+	uint64_t done;                      /* out: 1 when no selected group is left */
+	struct butter_balance_stats stats;  /* in/out: the totals so far (zeroed to start) */
+};
+
+#define BUTTER_IOC_BALANCE _IOWR(BUTTER_IOC_MAGIC, 16, struct butter_ioc_balance)
 
 #endif

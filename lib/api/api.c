@@ -440,6 +440,23 @@ int butter_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size)
 	LOCKED(fs, HOLD_EXCL, int, ops_device_resize(fs, devid, size));
 }
 
+int butter_device_remove(struct butter_fs *fs, uint64_t devid)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_device_remove(fs, devid));
+}
+
+int butter_balance(struct butter_fs *fs, const struct butter_balance_args *args,
+	struct butter_balance_stats *st)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_balance(fs, args, st));
+}
+
+int butter_balance_step(struct butter_fs *fs, const struct butter_balance_args *args,
+	uint64_t *cursor, struct butter_balance_stats *st)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_balance_step(fs, args, cursor, st));
+}
+
 int butter_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read, void *arg,
 	struct butter_receive_result *result)
 {

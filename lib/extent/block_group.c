@@ -315,6 +315,15 @@ int extent_load(struct extent_state *es)
 	return ret;
 }
 
+u64 extent_forced_profile(const struct extent_state *es, u64 type)
+{
+	if (type & BTRFS_BLOCK_GROUP_SYSTEM)
+		return es->force_profile_sys;
+	if (type & BTRFS_BLOCK_GROUP_METADATA)
+		return es->force_profile_meta;
+	return es->force_profile_data;
+}
+
 int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical)
 {
 	u64 *hint = type == BTRFS_BLOCK_GROUP_DATA	 ? &es->hint_data
@@ -322,6 +331,7 @@ int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical)
 						       : &es->hint_meta;
 	u64 align = type == BTRFS_BLOCK_GROUP_DATA ? es->vol->sectorsize : es->vol->nodesize;
 	size_t i, n = es->nbgs, first = 0;
+	u64 forced = extent_forced_profile(es, type);
 
 	/* start at the group holding the hint */
 	for (i = 0; i < n; i++)
@@ -333,7 +343,10 @@ int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical)
 		struct block_group *bg = es->bgs[(first + i) % n];
 		u64 start;
 
-		if (!(bg->flags & type))
+		if (!(bg->flags & type) || bg->ro)
+			continue;
+		if (forced && (bg->flags & BTRFS_BLOCK_GROUP_PROFILE_MASK) !=
+				      (forced & BTRFS_BLOCK_GROUP_PROFILE_MASK))
 			continue;
 		if (bg->free.total < len)
 			continue;

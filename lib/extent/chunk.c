@@ -153,7 +153,7 @@ int chunk_create(struct extent_state *es, u64 type, u64 stripe_size, u64 *logica
 	for (j = 0; j < vol->ndevs; j++) {
 		struct dev_space *ds = devspace(es, vol->devs[j]->devid);
 
-		if (!vol->devs[j]->bdev || !ds)
+		if (!vol->devs[j]->bdev || !ds || ds->no_alloc)
 			continue;
 		cands[ncands].dev = vol->devs[j];
 		cands[ncands].largest = largest_free(ds);
@@ -240,8 +240,10 @@ int chunk_create(struct extent_state *es, u64 type, u64 stripe_size, u64 *logica
 		const struct chunk_map *last = vol->chunks[vol->nchunks - 1];
 
 		start = last->logical + last->length;
-		start = (start + (1ULL << 20) - 1) / (1ULL << 20) * (1ULL << 20);
 	}
+	if (start < es->logical_floor)
+		start = es->logical_floor;
+	start = (start + (1ULL << 20) - 1) / (1ULL << 20) * (1ULL << 20);
 	btrfs_set_chunk_length(chunk, length);
 	btrfs_set_chunk_owner(chunk, BTRFS_EXTENT_TREE_OBJECTID);
 	btrfs_set_chunk_stripe_len(chunk, BTRFS_STRIPE_LEN);
@@ -390,19 +392,26 @@ int chunk_resize_device(struct extent_state *es, struct tree_trans *t, u64 devid
 	if (!dev || !ds || !dev->bdev)
 		return -ENODEV;
 	old = dev->total_bytes;
-	/* the end of the last allocated stretch: free space runs to the old end */
-	if (ds->free.n && ds->free.r[ds->free.n - 1].end == old)
-		last_end = ds->free.r[ds->free.n - 1].start;
-	else
-		last_end = old;
-	if (last_end < RESERVED_BYTES)
-		last_end = RESERVED_BYTES;
+	/* the end of the last chunk stripe on the device */
+	for (i = 0; i < vol->nchunks; i++) {
+		const struct chunk_map *map = vol->chunks[i];
+		u32 s, data_stripes = map->type & BTRFS_BLOCK_GROUP_RAID0 ? map->num_stripes
+				      : map->type & BTRFS_BLOCK_GROUP_RAID10
+					      ? map->num_stripes / map->sub_stripes
+					      : chunk_data_stripes(map);
+
+		for (s = 0; s < map->num_stripes; s++) {
+			u64 end = map->stripes[s].physical + map->length / data_stripes;
+
+			if (map->stripes[s].devid == devid && end > last_end)
+				last_end = end;
+		}
+	}
 	if (want == 0)
 		want = last_end;
 	want &= ~((u64)vol->sectorsize - 1);
 	if (want < last_end) {
-		blog_err(es->log, "device %llu: chunks are allocated up to %llu; moving them is "
-				  "not supported yet",
+		blog_err(es->log, "device %llu: chunks are still allocated up to %llu",
 			 (unsigned long long)devid, (unsigned long long)last_end);
 		return -ENOSPC;
 	}
@@ -416,7 +425,7 @@ int chunk_resize_device(struct extent_state *es, struct tree_trans *t, u64 devid
 		*size = old;
 		return 0;
 	}
-	ret = want < old ? range_remove(&ds->free, want, old)
+	ret = want < old ? range_remove(&ds->free, want, old > want ? old : want)
 			 : range_add(&ds->free, old > RESERVED_BYTES ? old : RESERVED_BYTES, want);
 	if (ret)
 		return ret;
@@ -474,4 +483,212 @@ u64 chunk_max_size(const struct extent_state *es, u64 want)
 	if (cap < (16ULL << 20))
 		cap = 16ULL << 20;
 	return want < cap ? want : cap;
+}
+
+/* Delete the item at exactly @key of @root; -EUCLEAN if it is not there. */
+static int delete_exact(struct extent_state *es, struct tree_trans *t, struct tree_root *root,
+			const struct btrfs_key *key, const char *what)
+{
+	struct tree_path path;
+	int ret;
+
+	tree_path_init(&path);
+	ret = tree_search_slot(t, root, key, &path, 0, 1);
+	if (ret == 0)
+		ret = tree_del_items(t, root, &path, 1);
+	else if (ret == 1)
+		ret = BLOG_CORRUPT(es->log, "%s (%llu, %u, %llu) is missing", what,
+				   (unsigned long long)key->objectid, key->type,
+				   (unsigned long long)key->offset);
+	tree_path_release(es->cache, &path);
+	return ret;
+}
+
+/* Drop the sys_chunk_array entry of chunk @logical from the superblock. */
+static int drop_sys_array_entry(struct extent_state *es, u64 logical)
+{
+	struct btrfs_super_block *sb = &es->vol->super;
+	u32 size = btrfs_super_sys_array_size(sb), pos = 0;
+
+	while (pos + sizeof(struct btrfs_disk_key) + sizeof(struct btrfs_chunk) <= size) {
+		struct btrfs_disk_key dk;
+		struct btrfs_key key;
+		const struct btrfs_chunk *c;
+		u32 len;
+
+		memcpy(&dk, sb->sys_chunk_array + pos, sizeof(dk));
+		btrfs_disk_to_cpu_key(&key, &dk);
+		c = (const void *)(sb->sys_chunk_array + pos + sizeof(dk));
+		len = (u32)sizeof(dk) + (u32)btrfs_chunk_item_size(btrfs_chunk_num_stripes(c));
+		if (pos + len > size)
+			break;
+		if (key.offset == logical) {
+			memmove(sb->sys_chunk_array + pos, sb->sys_chunk_array + pos + len,
+				size - pos - len);
+			memset(sb->sys_chunk_array + size - len, 0, len);
+			put_le32(&sb->sys_chunk_array_size, size - len);
+			return 0;
+		}
+		pos += len;
+	}
+	return BLOG_CORRUPT(es->log, "system chunk %llu is not in the superblock's array",
+			    (unsigned long long)logical);
+}
+
+int chunk_remove(struct extent_state *es, struct tree_trans *t, u64 logical,
+		 struct chunk_freed **freed, size_t *nfreed)
+{
+	struct btrfs_volumes *vol = es->vol;
+	const struct chunk_map *map = volumes_find_chunk(vol, logical);
+	struct block_group *bg = extent_find_bg(es, logical);
+	struct btrfs_key key;
+	u64 stripe_size, type, length;
+	u32 i, data_stripes;
+	size_t k;
+	int ret;
+
+	if (!map || map->logical != logical || !bg || bg->start != logical)
+		return -ENOENT;
+	if (bg->used)
+		return BLOG_CORRUPT(es->log, "block group %llu still holds %llu bytes",
+				    (unsigned long long)logical, (unsigned long long)bg->used);
+	type = map->type;
+	length = map->length;
+	data_stripes = map->type & BTRFS_BLOCK_GROUP_RAID0    ? map->num_stripes
+		       : map->type & BTRFS_BLOCK_GROUP_RAID10 ? map->num_stripes / map->sub_stripes
+							      : chunk_data_stripes(map);
+	stripe_size = map->length / data_stripes;
+
+	/* the block group: item, free space tree entries, the in-memory group */
+	key.objectid = logical;
+	key.type = BTRFS_BLOCK_GROUP_ITEM_KEY;
+	key.offset = length;
+	ret = bg->is_new ? 0 : delete_exact(es, t, es->bg_root, &key, "block group item");
+	if (ret == 0)
+		ret = extent_fst_drop_group(es, t, logical, length);
+	if (ret)
+		return ret;
+	for (k = 0; k < es->nbgs; k++)
+		if (es->bgs[k] == bg)
+			break;
+	memmove(&es->bgs[k], &es->bgs[k + 1], (es->nbgs - k - 1) * sizeof(es->bgs[0]));
+	es->nbgs--;
+	range_set_free(&bg->free);
+	free(bg);
+
+	/* dev extents and the devices' bytes used */
+	for (i = 0; i < map->num_stripes; i++) {
+		struct chunk_freed *f;
+
+		key.objectid = map->stripes[i].devid;
+		key.type = BTRFS_DEV_EXTENT_KEY;
+		key.offset = map->stripes[i].physical;
+		ret = delete_exact(es, t, es->dev_root, &key, "dev extent");
+		if (ret)
+			return ret;
+		f = realloc(*freed, (*nfreed + 1) * sizeof(*f));
+		if (!f)
+			return -ENOMEM;
+		*freed = f;
+		f[*nfreed].devid = map->stripes[i].devid;
+		f[*nfreed].physical = map->stripes[i].physical;
+		f[*nfreed].length = stripe_size;
+		(*nfreed)++;
+		if (map->stripes[i].dev) {
+			struct btrfs_device *dev = map->stripes[i].dev;
+
+			dev->bytes_used -= dev->bytes_used >= stripe_size ? stripe_size : dev->bytes_used;
+		}
+	}
+	for (i = 0; i < map->num_stripes; i++) {
+		u32 j;
+
+		for (j = 0; j < i; j++)
+			if (map->stripes[j].devid == map->stripes[i].devid)
+				break;
+		if (j == i && map->stripes[i].dev) {
+			ret = update_dev_item(es, t, map->stripes[i].dev);
+			if (ret)
+				return ret;
+		}
+	}
+
+	/* the chunk item, the superblock's copy of a system chunk, the map */
+	key.objectid = BTRFS_FIRST_CHUNK_TREE_OBJECTID;
+	key.type = BTRFS_CHUNK_ITEM_KEY;
+	key.offset = logical;
+	ret = delete_exact(es, t, es->chunk_root, &key, "chunk item");
+	if (ret == 0 && (type & BTRFS_BLOCK_GROUP_SYSTEM))
+		ret = drop_sys_array_entry(es, logical);
+	if (ret)
+		return ret;
+	if (es->logical_floor < logical + length)
+		es->logical_floor = logical + length;
+	return volumes_remove_chunk(vol, logical);
+}
+
+int chunk_release_devspace(struct extent_state *es, const struct chunk_freed *freed, size_t n)
+{
+	size_t i;
+	int ret;
+
+	for (i = 0; i < n; i++) {
+		struct dev_space *ds = devspace(es, freed[i].devid);
+
+		if (!ds)
+			continue; /* the device itself went away */
+		ret = range_add(&ds->free, freed[i].physical, freed[i].physical + freed[i].length);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+int chunk_remove_device(struct extent_state *es, struct tree_trans *t, u64 devid)
+{
+	struct btrfs_volumes *vol = es->vol;
+	struct btrfs_key key = { BTRFS_DEV_ITEMS_OBJECTID, BTRFS_DEV_ITEM_KEY, devid };
+	struct btrfs_device *dev = NULL;
+	struct tree_path path;
+	size_t i;
+	int ret;
+
+	for (i = 0; i < vol->ndevs; i++)
+		if (vol->devs[i]->devid == devid)
+			dev = vol->devs[i];
+	if (!dev)
+		return -ENODEV;
+	for (i = 0; i < vol->nchunks; i++)
+		for (u32 s = 0; s < vol->chunks[i]->num_stripes; s++)
+			if (vol->chunks[i]->stripes[s].devid == devid)
+				return BLOG_CORRUPT(es->log, "device %llu still holds chunk %llu",
+						    (unsigned long long)devid,
+						    (unsigned long long)vol->chunks[i]->logical);
+	ret = delete_exact(es, t, es->chunk_root, &key, "dev item");
+	if (ret)
+		return ret;
+	/* its statistics item, if it has one */
+	key.objectid = BTRFS_DEV_STATS_OBJECTID;
+	key.type = BTRFS_PERSISTENT_ITEM_KEY;
+	key.offset = devid;
+	tree_path_init(&path);
+	ret = tree_search_slot(t, es->dev_root, &key, &path, 0, 1);
+	if (ret == 0)
+		ret = tree_del_items(t, es->dev_root, &path, 1);
+	tree_path_release(es->cache, &path);
+	if (ret < 0)
+		return ret;
+	for (i = 0; i < es->ndevspace; i++) {
+		if (es->devspace[i].devid != devid)
+			continue;
+		range_set_free(&es->devspace[i].free);
+		memmove(&es->devspace[i], &es->devspace[i + 1],
+			(es->ndevspace - i - 1) * sizeof(es->devspace[0]));
+		es->ndevspace--;
+		break;
+	}
+	btrfs_set_super_num_devices(&vol->super, btrfs_super_num_devices(&vol->super) - 1);
+	btrfs_set_super_total_bytes(&vol->super,
+				    btrfs_super_total_bytes(&vol->super) - dev->total_bytes);
+	return 0;
 }

@@ -536,6 +536,137 @@ static int delete_extent_item(struct extent_state *es, struct tree_trans *t,
 	return ret;
 }
 
+static int push_ref(struct extent_refs *out, const struct ref_entry *r)
+{
+	struct extent_ref *n = realloc(out->r, (out->n + 1) * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	out->r = n;
+	n[out->n].type = r->type;
+	n[out->n].root_or_parent = r->root_or_parent;
+	n[out->n].owner = r->owner;
+	n[out->n].offset = r->offset;
+	n[out->n].count = r->count;
+	out->n++;
+	return 0;
+}
+
+/* Decode the keyed reference item at @key (@p, @size bytes) into @r; 1 if it is no reference. */
+static int keyed_ref_decode(struct extent_state *es, const struct btrfs_key *key, const u8 *p,
+			    u32 size, struct ref_entry *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->type = key->type;
+	r->count = 1;
+	switch (key->type) {
+	case BTRFS_TREE_BLOCK_REF_KEY:
+	case BTRFS_SHARED_BLOCK_REF_KEY:
+		r->root_or_parent = key->offset;
+		return 0;
+	case BTRFS_SHARED_DATA_REF_KEY:
+		if (size < 4)
+			break;
+		r->root_or_parent = key->offset;
+		r->count = get_le32(p);
+		return 0;
+	case BTRFS_EXTENT_DATA_REF_KEY: {
+		const struct btrfs_extent_data_ref *dr = (const void *)p;
+
+		if (size < sizeof(*dr))
+			break;
+		r->root_or_parent = get_le64(&dr->root);
+		r->owner = get_le64(&dr->objectid);
+		r->offset = get_le64(&dr->offset);
+		r->count = get_le32(&dr->count);
+		return 0;
+	}
+	default:
+		return 1;
+	}
+	return BLOG_CORRUPT(es->log, "extent %llu: short keyed reference (type %u)",
+			    (unsigned long long)key->objectid, key->type);
+}
+
+int extent_get_refs(struct extent_state *es, u64 bytenr, struct extent_refs *out)
+{
+	struct btrfs_key key = { bytenr, BTRFS_EXTENT_ITEM_KEY, 0 };
+	struct extent_rec rec;
+	struct tree_path path;
+	size_t i;
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	memset(&rec, 0, sizeof(rec));
+	tree_path_init(&path);
+	ret = tree_search_forward(es->cache, es->extent_root, &key, &path);
+	if (ret == 0) {
+		path_key(&path, &key);
+		if (key.objectid != bytenr ||
+		    (key.type != BTRFS_EXTENT_ITEM_KEY && key.type != BTRFS_METADATA_ITEM_KEY)) {
+			ret = 1;
+		} else {
+			u32 size;
+			const u8 *p = path_item(&path, &size);
+
+			ret = parse_extent_item(es, &key, p, size, &rec);
+		}
+	}
+	if (ret)
+		goto out;
+	out->bytenr = bytenr;
+	out->refs = rec.refs;
+	out->generation = rec.generation;
+	out->flags = rec.flags;
+	out->is_data = !!(rec.flags & BTRFS_EXTENT_FLAG_DATA);
+	if (key.type == BTRFS_METADATA_ITEM_KEY) {
+		out->num_bytes = es->vol->nodesize;
+		out->level = (int)key.offset;
+	} else {
+		out->num_bytes = key.offset;
+		out->level = rec.level;
+		out->first_key = rec.first_key;
+	}
+	for (i = 0; i < rec.ninl && ret == 0; i++)
+		ret = push_ref(out, &rec.inl[i]);
+	/* keyed references follow the extent item under the same objectid */
+	while (ret == 0) {
+		struct ref_entry r;
+		const u8 *p;
+		u32 size;
+
+		ret = tree_next_item(es->cache, &path);
+		if (ret)
+			break;
+		path_key(&path, &key);
+		if (key.objectid != bytenr)
+			break;
+		p = path_item(&path, &size);
+		ret = keyed_ref_decode(es, &key, p, size, &r);
+		if (ret == 1) {
+			ret = 0;
+			continue;
+		}
+		if (ret == 0)
+			ret = push_ref(out, &r);
+	}
+	if (ret == 1)
+		ret = 0;
+out:
+	tree_path_release(es->cache, &path);
+	free(rec.inl);
+	if (ret)
+		extent_refs_free(out);
+	return ret;
+}
+
+void extent_refs_free(struct extent_refs *refs)
+{
+	free(refs->r);
+	refs->r = NULL;
+	refs->n = 0;
+}
+
 /* Apply the merged changes @refs[0..n) (all for one bytenr). */
 static int run_one_extent(struct extent_state *es, struct tree_trans *t, struct delayed_ref *refs,
 			  size_t n)

@@ -30,6 +30,7 @@ struct block_group {
 	int item_dirty;      /* used changed or new: rewrite the block group item */
 	int fst_dirty;       /* free space changed: rewrite its free space tree items */
 	int is_new;          /* no block group item on disk yet */
+	int ro;              /* being emptied (relocation): the allocator skips it */
 };
 
 struct delayed_ref {
@@ -58,6 +59,7 @@ struct pending_meta {
 struct dev_space {
 	u64 devid;
 	struct range_set free;       /* unallocated physical ranges */
+	int no_alloc;                /* being removed: new chunks avoid it */
 };
 
 struct extent_state {
@@ -85,6 +87,37 @@ struct extent_state {
 	size_t npend, pend_cap;
 	u64 transid;
 	u64 hint_meta, hint_data, hint_sys;
+	/*
+	 * New chunks start at or above this logical address: the end of the
+	 * highest chunk ever removed, so a logical address is never reused
+	 * (as the kernel never reuses one; stale cached blocks stay harmless).
+	 */
+	u64 logical_floor;
+	/*
+	 * Profile forced on new chunks and allocations of each kind while a
+	 * balance converts (BTRFS_BLOCK_GROUP_* profile bits; AVAIL_ALLOC_BIT_SINGLE
+	 * for single), 0: none. The allocator then skips groups of other profiles.
+	 */
+	u64 force_profile_data, force_profile_meta, force_profile_sys;
+};
+
+/* One reference of an extent as the extent tree holds it (inline or keyed). */
+struct extent_ref {
+	u8 type;             /* TREE_BLOCK_REF, EXTENT_DATA_REF, SHARED_BLOCK_REF, SHARED_DATA_REF */
+	u64 root_or_parent;
+	u64 owner, offset;   /* EXTENT_DATA_REF: inode, file offset minus extent offset */
+	u32 count;
+};
+
+/* An extent item and every reference it carries (extent_get_refs()). */
+struct extent_refs {
+	u64 bytenr, num_bytes;
+	u64 refs, generation, flags;
+	int is_data;
+	int level;                  /* tree blocks */
+	struct btrfs_key first_key; /* tree blocks on non-skinny filesystems */
+	struct extent_ref *r;
+	size_t n;
 };
 
 int extent_state_init(struct extent_state *es, struct btrfs_volumes *vol,
@@ -114,6 +147,18 @@ int extent_exclude_super_stripes(struct extent_state *es, struct block_group *bg
  * serve data and metadata. -ENOSPC when no such group has room.
  */
 int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical);
+
+/*
+ * The extent item at @bytenr and all its references, inline and keyed, as the
+ * extent tree holds them now (queued changes not applied). 0, 1 if there is
+ * no extent item at @bytenr, -EUCLEAN for a malformed one. Free with
+ * extent_refs_free().
+ */
+int extent_get_refs(struct extent_state *es, u64 bytenr, struct extent_refs *out);
+void extent_refs_free(struct extent_refs *refs);
+
+/* The profile bits new @type (DATA, METADATA, SYSTEM) allocations must use: forced, else 0 (any). */
+u64 extent_forced_profile(const struct extent_state *es, u64 type);
 
 /* Queue a reference change; merged and applied by extent_run_delayed_refs(). */
 int extent_queue_ref(struct extent_state *es, const struct delayed_ref *ref);
@@ -210,8 +255,8 @@ int chunk_insert_items(struct extent_state *es, struct tree_trans *t, u64 logica
 /*
  * Change the size btrfs uses of device @devid to *size bytes (0: as small as
  * its allocated chunks allow), rounded down to the sector size; *size gets
- * the result. Shrinking below an allocated chunk is -ENOSPC (chunks are not
- * moved yet), growing past the device -EFBIG.
+ * the result. Shrinking below an allocated chunk is -ENOSPC (the caller
+ * moves them first: ops_shrink_prepare()), growing past the device -EFBIG.
  */
 int chunk_resize_device(struct extent_state *es, struct tree_trans *t, u64 devid, u64 *size);
 
@@ -236,6 +281,32 @@ u64 chunk_usable_bytes(const struct extent_state *es, u64 devid);
  * superblocks to it too.
  */
 int chunk_add_device(struct extent_state *es, struct tree_trans *t, const struct btrfs_device *dev);
+
+/*
+ * Remove chunk @logical, whose block group holds no extent any more: its
+ * block group (item, free space tree entries, the in-memory group), chunk
+ * item (and sys_chunk_array entry), dev extents and the dev items' bytes
+ * used, and the chunk map. Its device space becomes usable only after the
+ * commit (the committed state still maps the chunk there): its stripes are
+ * appended to *freed (*nfreed entries, realloc'd) for chunk_release_devspace().
+ */
+struct chunk_freed {
+	u64 devid, physical, length;
+};
+int chunk_remove(struct extent_state *es, struct tree_trans *t, u64 logical,
+		 struct chunk_freed **freed, size_t *nfreed);
+/* After the commit that removed chunks: their device space is free again. */
+int chunk_release_devspace(struct extent_state *es, const struct chunk_freed *freed, size_t n);
+
+/*
+ * Take device @devid, which holds no chunk any more, out of the chunk and
+ * dev trees (its DEV_ITEM and DEV_STATS item), the allocator and the
+ * superblock's device count and size. The device record stays in vol.
+ */
+int chunk_remove_device(struct extent_state *es, struct tree_trans *t, u64 devid);
+
+/* Delete every free space tree item of the group at [start, start + len). */
+int extent_fst_drop_group(struct extent_state *es, struct tree_trans *t, u64 start, u64 len);
 
 /* Hash of an EXTENT_DATA_REF (keyed item offset and inline order). */
 u64 extent_data_ref_hash(u64 root, u64 owner, u64 offset);

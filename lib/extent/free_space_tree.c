@@ -251,6 +251,13 @@ out:
 	return ret;
 }
 
+int extent_fst_drop_group(struct extent_state *es, struct tree_trans *t, u64 start, u64 len)
+{
+	if (!es->fst_root)
+		return 0;
+	return delete_range(es, t, es->fst_root, start, start + len);
+}
+
 int extent_write_free_space_tree(struct extent_state *es, struct tree_trans *t)
 {
 	size_t i;

@@ -277,6 +277,8 @@ static inline u64 btrfs_sb_offset(int mirror)
 #define BTRFS_BLOCK_GROUP_PROFILE_MASK                                              \
 	(BTRFS_BLOCK_GROUP_RAID0 | BTRFS_BLOCK_GROUP_RAID1_MASK | BTRFS_BLOCK_GROUP_DUP | \
 	 BTRFS_BLOCK_GROUP_RAID10 | BTRFS_BLOCK_GROUP_RAID56_MASK)
+/* "single" spelled out where 0 would mean "no profile given" (balance args) */
+#define BTRFS_AVAIL_ALLOC_BIT_SINGLE (1ULL << 48)
 
 /* root item flags */
 #define BTRFS_ROOT_SUBVOL_RDONLY (1ULL << 0)

@@ -178,6 +178,35 @@ int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint6
 	return fs_end_change(w, ret, 1);
 }
 
+void ops_retire_device(struct butter_fs *fs, struct btrfs_device *dev)
+{
+	size_t i;
+	int ret;
+
+	if (!dev)
+		return;
+	if (dev->bdev) {
+		ret = wipe(dev->bdev);
+		if (ret)
+			blog_warn(&fs->log, "device %llu (%s) was removed, but wiping its superblocks "
+					    "failed: %s", (unsigned long long)dev->devid,
+				  dev->path ? dev->path : "?", strerror(-ret));
+		blockdev_close(dev->bdev);
+	}
+	/* a reopen in place must not look for it */
+	for (i = 0; dev->path && i < fs->reopen.npaths; i++) {
+		if (strcmp(fs->reopen.paths[i], dev->path) != 0)
+			continue;
+		free(fs->reopen.paths[i]);
+		memmove(&fs->reopen.paths[i], &fs->reopen.paths[i + 1],
+			(fs->reopen.npaths - i - 1) * sizeof(fs->reopen.paths[0]));
+		fs->reopen.npaths--;
+		break;
+	}
+	free(dev->path);
+	free(dev);
+}
+
 int ops_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
 		     struct butter_device_stats *out)
 {

@@ -30,9 +30,14 @@ int ops_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
  * contract of each. Library code calls these, never butter_*() (the lock
  * is not taken twice).
  */
+int ops_balance(struct butter_fs *fs, const struct butter_balance_args *args,
+	struct butter_balance_stats *st);
+int ops_balance_step(struct butter_fs *fs, const struct butter_balance_args *args,
+	uint64_t *cursor, struct butter_balance_stats *st);
 int ops_check(struct butter_fs *fs, struct butter_check_result *res);
 void ops_close(struct butter_fs *fs);
 int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid);
+int ops_device_remove(struct butter_fs *fs, uint64_t devid);
 int ops_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size);
 int ops_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
 	struct butter_device_stats *out);
@@ -44,5 +49,27 @@ int ops_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, uint
 int ops_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st);
 int ops_send(struct butter_fs *fs, uint64_t subvol, uint64_t parent, butter_send_write_fn write,
 	void *arg);
+
+/*
+ * Empty the block group at @start and remove its chunk (relocate.c), with
+ * the write lock @w held and no change running: it commits what runs, then
+ * moves the group in transactions of its own. Adds to @st (may be NULL).
+ * A failure after trees changed aborts the transaction.
+ */
+int ops_relocate_group_locked(struct butter_fs *fs, struct fs_write_state *w, u64 start,
+			      struct butter_balance_stats *st);
+
+/*
+ * Before shrinking device @devid to @want bytes (balance.c): keep new chunks
+ * out of the space past @want and move every group with a stripe there.
+ * 0 (the space stays out of allocation), or the error with it given back.
+ */
+int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want);
+
+/*
+ * A device taken out of the filesystem (device.c): wipe its superblocks
+ * (warning if that fails), close it, forget its path for reopens, free it.
+ */
+void ops_retire_device(struct butter_fs *fs, struct btrfs_device *dev);
 
 #endif

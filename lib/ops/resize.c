@@ -1,8 +1,8 @@
 /*
  * resize.c — changing how much of a device the filesystem uses (offline or
- * on an open handle): grow into space the device has, or shrink down to the
- * end of its last allocated chunk. Moving chunks out of the way to shrink
- * further is balance's work and comes with it.
+ * on an open handle): grow into space the device has, or shrink: the block
+ * groups with a stripe past the new end move elsewhere first (balance.c's
+ * ops_shrink_prepare()), then the size is set.
  *
  * The new size is committed at once: the dev item in the chunk tree, the
  * superblock's total_bytes and every device's superblock copy of its own dev
@@ -16,8 +16,22 @@ int ops_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size)
 {
 	struct fs_write_state *w;
 	u64 want = *size;
+	size_t i;
 	int ret;
 
+	if (!fs->w)
+		return -EROFS;
+	for (i = 0; i < fs->vol.ndevs; i++) {
+		struct btrfs_device *dev = fs->vol.devs[i];
+
+		if (dev->devid != devid || !dev->bdev)
+			continue;
+		if (want && want < dev->total_bytes) {
+			ret = ops_shrink_prepare(fs, devid, want & ~((u64)fs->vol.sectorsize - 1));
+			if (ret)
+				return ret;
+		}
+	}
 	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;

@@ -85,6 +85,7 @@ static int update_root_items(struct txn_ctx *ctx, int *updated)
 		struct tree_path path;
 		struct btrfs_root_item *ri;
 		u32 size;
+		u64 gen;
 		int ret;
 
 		if (!root->dirty)
@@ -113,14 +114,20 @@ static int update_root_items(struct txn_ctx *ctx, int *updated)
 			tree_path_release(ctx->cache, &path);
 			return -EUCLEAN;
 		}
+		/*
+		 * The root item's generation is what readers expect of the root
+		 * node's header: the transaction for a root copied in it, the
+		 * node's own for a root relocation moved unchanged.
+		 */
+		gen = root->generation ? root->generation : ctx->tt.transid;
 		btrfs_set_root_bytenr(ri, root->bytenr);
 		btrfs_set_root_bytes_used(ri, root->bytes_used);
-		btrfs_set_root_generation(ri, ctx->tt.transid);
+		btrfs_set_root_generation(ri, gen);
 		ri->level = root->level;
 		if (root->last_snapshot)
 			btrfs_set_root_last_snapshot(ri, root->last_snapshot);
 		if (size >= sizeof(*ri))
-			btrfs_set_root_generation_v2(ri, ctx->tt.transid);
+			btrfs_set_root_generation_v2(ri, gen);
 		if (root->touched && size >= sizeof(*ri)) {
 			struct timespec now;
 

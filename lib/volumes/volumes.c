@@ -389,6 +389,38 @@ int volumes_add_dev_item(struct btrfs_volumes *vol, const struct btrfs_dev_item 
 	return 0;
 }
 
+struct btrfs_device *volumes_detach_device(struct btrfs_volumes *vol, u64 devid)
+{
+	struct btrfs_device *dev;
+	size_t i;
+
+	for (i = 0; i < vol->ndevs; i++) {
+		if (vol->devs[i]->devid != devid)
+			continue;
+		dev = vol->devs[i];
+		memmove(&vol->devs[i], &vol->devs[i + 1], (vol->ndevs - i - 1) * sizeof(dev));
+		vol->ndevs--;
+		return dev;
+	}
+	return NULL;
+}
+
+int volumes_remove_chunk(struct btrfs_volumes *vol, u64 logical)
+{
+	size_t i;
+
+	for (i = 0; i < vol->nchunks; i++) {
+		if (vol->chunks[i]->logical != logical)
+			continue;
+		free(vol->chunks[i]);
+		memmove(&vol->chunks[i], &vol->chunks[i + 1],
+			(vol->nchunks - i - 1) * sizeof(vol->chunks[0]));
+		vol->nchunks--;
+		return 0;
+	}
+	return -ENOENT;
+}
+
 int volumes_add_chunk(struct btrfs_volumes *vol, u64 logical, const struct btrfs_chunk *chunk,
 		      u32 item_size)
 {

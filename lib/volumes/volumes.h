@@ -111,6 +111,12 @@ void volumes_close(struct btrfs_volumes *vol);
 int volumes_add_chunk(struct btrfs_volumes *vol, u64 logical, const struct btrfs_chunk *chunk,
 		      u32 item_size);
 
+/* Forget chunk @logical (its items are gone); -ENOENT if no chunk starts there. */
+int volumes_remove_chunk(struct btrfs_volumes *vol, u64 logical);
+
+/* Take device @devid out of vol->devs and return it (NULL if unknown); the caller owns it. */
+struct btrfs_device *volumes_detach_device(struct btrfs_volumes *vol, u64 devid);
+
 /* Insert a device record (ownership passes to @vol), keeping vol->devs sorted by devid. */
 int volumes_insert_device(struct btrfs_volumes *vol, struct btrfs_device *dev);
 

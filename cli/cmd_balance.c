@@ -1,0 +1,505 @@
+/*
+ * cmd_balance.c — the commands that move what is on disk, in btrfs-progs'
+ * grammar: `butter balance start` (filters and conversion),
+ * `butter device remove|delete`, `butter filesystem resize`. On an image
+ * they open it read-write and call the library (butter_balance(),
+ * butter_device_remove(), butter_device_resize()); on a directory inside a
+ * live `butter mount` they ask the daemon through its control ioctls
+ * (include/butter/control.h), one block group per call.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <linux/fs.h>
+
+#include <butter/control.h>
+
+#include "cli.h"
+#include "copyin.h"
+
+static const struct {
+	const char *name;
+	uint64_t bits;
+} profiles[] = {
+	{ "single", BUTTER_PROFILE_SINGLE },
+	{ "raid0", 1ULL << 3 },
+	{ "raid1", 1ULL << 4 },
+	{ "dup", 1ULL << 5 },
+	{ "raid10", 1ULL << 6 },
+	{ "raid5", 1ULL << 7 },
+	{ "raid6", 1ULL << 8 },
+	{ "raid1c3", 1ULL << 9 },
+	{ "raid1c4", 1ULL << 10 },
+};
+
+static int parse_profile(const char *s, size_t len, uint64_t *bits)
+{
+	for (size_t i = 0; i < sizeof(profiles) / sizeof(profiles[0]); i++) {
+		if (strlen(profiles[i].name) == len && strncasecmp(s, profiles[i].name, len) == 0) {
+			*bits = profiles[i].bits;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+
+	if (!*s)
+		return -EINVAL;
+	errno = 0;
+	*out = strtoull(s, &end, 10);
+	return errno || *end ? -EINVAL : 0;
+}
+
+/* "N", "N..", "..M" or "N..M" (sizes allowed with @sizes); open ends stay as given. */
+static int parse_range(const char *s, bool sizes, uint64_t *lo, uint64_t *hi)
+{
+	const char *dots = strstr(s, "..");
+	char a[64], b[64];
+	int ret = 0;
+
+	if (!dots) {
+		ret = sizes ? cli_parse_size(s, lo) : parse_u64(s, lo);
+		*hi = *lo;
+		return ret;
+	}
+	if ((size_t)(dots - s) >= sizeof(a) || strlen(dots + 2) >= sizeof(b))
+		return -EINVAL;
+	memcpy(a, s, (size_t)(dots - s));
+	a[dots - s] = '\0';
+	strcpy(b, dots + 2);
+	if (a[0])
+		ret = sizes ? cli_parse_size(a, lo) : parse_u64(a, lo);
+	if (ret == 0 && b[0])
+		ret = sizes ? cli_parse_size(b, hi) : parse_u64(b, hi);
+	return ret;
+}
+
+/* Parse "usage=50,convert=raid1,soft,..." into @f; -EINVAL after printing why. */
+static int parse_filters(const char *kind, const char *spec, struct butter_balance_filter *f)
+{
+	char *copy = strdup(spec ? spec : ""), *save = NULL, *tok;
+	int ret = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	for (tok = strtok_r(copy, ",", &save); tok && ret == 0; tok = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(tok, '=');
+		const char *val = eq ? eq + 1 : NULL;
+		uint64_t lo = 0, hi = UINT64_MAX;
+
+		if (eq)
+			*eq = '\0';
+		if (strcmp(tok, "soft") == 0 && !val) {
+			f->flags |= BUTTER_BALANCE_F_SOFT;
+		} else if (!val) {
+			ret = -EINVAL;
+		} else if (strcmp(tok, "usage") == 0) {
+			ret = parse_range(val, false, &lo, &hi);
+			if (ret == 0 && !strstr(val, "..")) {
+				hi = lo;
+				lo = 0;
+			}
+			if (ret == 0 && hi == UINT64_MAX)
+				hi = 101;
+			if (ret == 0 && (lo > 100 || (hi > 100 && hi != 101)))
+				ret = -EINVAL;
+			if (ret == 0 && strstr(val, "..") && hi <= 100)
+				hi++; /* a range's end is included: usage=0..50 takes 50 % */
+			f->flags |= BUTTER_BALANCE_F_USAGE;
+			f->usage_min = (uint32_t)lo;
+			f->usage_max = (uint32_t)hi;
+		} else if (strcmp(tok, "devid") == 0) {
+			ret = parse_u64(val, &f->devid);
+			f->flags |= BUTTER_BALANCE_F_DEVID;
+		} else if (strcmp(tok, "drange") == 0) {
+			ret = parse_range(val, true, &lo, &hi);
+			f->flags |= BUTTER_BALANCE_F_DRANGE;
+			f->pstart = lo;
+			f->pend = hi;
+		} else if (strcmp(tok, "vrange") == 0) {
+			ret = parse_range(val, true, &lo, &hi);
+			f->flags |= BUTTER_BALANCE_F_VRANGE;
+			f->vstart = lo;
+			f->vend = hi;
+		} else if (strcmp(tok, "limit") == 0) {
+			ret = parse_range(val, false, &lo, &hi);
+			if (ret == 0 && !strstr(val, ".."))
+				lo = 0;
+			f->flags |= BUTTER_BALANCE_F_LIMIT;
+			f->limit_min = lo > UINT32_MAX ? UINT32_MAX : (uint32_t)lo;
+			f->limit_max = hi > UINT32_MAX ? UINT32_MAX : (uint32_t)hi;
+		} else if (strcmp(tok, "stripes") == 0) {
+			ret = parse_range(val, false, &lo, &hi);
+			f->flags |= BUTTER_BALANCE_F_STRIPES;
+			f->stripes_min = lo > UINT32_MAX ? UINT32_MAX : (uint32_t)lo;
+			f->stripes_max = hi > UINT32_MAX ? UINT32_MAX : (uint32_t)hi;
+		} else if (strcmp(tok, "convert") == 0) {
+			ret = parse_profile(val, strlen(val), &f->target);
+			f->flags |= BUTTER_BALANCE_F_CONVERT;
+		} else if (strcmp(tok, "profiles") == 0) {
+			const char *p = val;
+
+			f->flags |= BUTTER_BALANCE_F_PROFILES;
+			while (ret == 0 && *p) {
+				size_t n = strcspn(p, "|");
+				uint64_t bits;
+
+				ret = parse_profile(p, n, &bits);
+				f->profiles |= bits;
+				p += n + (p[n] == '|');
+			}
+		} else {
+			ret = -EINVAL;
+		}
+		if (ret)
+			cli_error("balance: bad %s filter '%s%s%s'", kind, tok, val ? "=" : "",
+				  val ? val : "");
+	}
+	if (ret == 0 && (f->flags & BUTTER_BALANCE_F_DRANGE) && !(f->flags & BUTTER_BALANCE_F_DEVID)) {
+		cli_error("balance: the %s filter drange needs devid", kind);
+		ret = -EINVAL;
+	}
+	if (ret == 0 && (f->flags & BUTTER_BALANCE_F_SOFT) && !(f->flags & BUTTER_BALANCE_F_CONVERT)) {
+		cli_error("balance: the %s filter soft needs convert", kind);
+		ret = -EINVAL;
+	}
+	free(copy);
+	return ret;
+}
+
+static void print_stats(const char *what, const struct butter_balance_stats *st)
+{
+	char size[32];
+
+	printf("%s: %" PRIu64 " block group%s moved (%" PRIu64 " data extents, %" PRIu64
+	       " tree blocks, %s of data)\n",
+	       what, st->groups, st->groups == 1 ? "" : "s", st->data_extents, st->tree_blocks,
+	       cli_size(size, sizeof(size), st->bytes, false));
+}
+
+/* Balance on a live mount, one group per ioctl; 0, or -1 after an error. */
+static int ctl_balance(const char *path, const struct butter_balance_args *args,
+		       struct butter_balance_stats *st)
+{
+	struct butter_ioc_balance b;
+	int fd = ctl_open(path, NULL);
+
+	if (fd < 0)
+		return -1;
+	memset(&b, 0, sizeof(b));
+	b.args = *args;
+	b.cursor = UINT64_MAX;
+	for (;;) {
+		if (ioctl(fd, BUTTER_IOC_BALANCE, &b) < 0) {
+			cli_error("%s: balance: %s", path, strerror(errno));
+			close(fd);
+			*st = b.stats;
+			return -1;
+		}
+		if (b.done)
+			break;
+	}
+	close(fd);
+	*st = b.stats;
+	return 0;
+}
+
+int cmd_balance_start(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "data", optional_argument, NULL, 'd' },
+		{ "metadata", optional_argument, NULL, 'm' },
+		{ "system", optional_argument, NULL, 's' },
+		{ "force", no_argument, NULL, 'f' },
+		{ "full-balance", no_argument, NULL, 'F' },
+		{ "background", no_argument, NULL, 'b' },
+		{ "bg", no_argument, NULL, 'b' },
+		{ "enqueue", no_argument, NULL, 'e' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	struct butter_balance_args ba;
+	struct butter_balance_stats st;
+	struct butter_fs *fs;
+	struct stat sb;
+	int c, ret;
+
+	memset(&ba, 0, sizeof(ba));
+	memset(&st, 0, sizeof(st));
+	while ((c = cli_getopt(&args, argc, argv, ":hd::m::s::fv", longopts)) != -1) {
+		switch (c) {
+		case 'd':
+			ba.flags |= BUTTER_BALANCE_DATA;
+			if (parse_filters("data", optarg, &ba.data))
+				goto usage;
+			break;
+		case 'm':
+			ba.flags |= BUTTER_BALANCE_METADATA;
+			if (parse_filters("metadata", optarg, &ba.meta))
+				goto usage;
+			break;
+		case 's':
+			ba.flags |= BUTTER_BALANCE_SYSTEM;
+			if (parse_filters("system", optarg, &ba.sys))
+				goto usage;
+			break;
+		case 'f':
+			ba.flags |= BUTTER_BALANCE_FORCE;
+			break;
+		case 'v':
+			cli_log_level = BUTTER_LOG_INFO;
+			break;
+		default:
+			break; /* --full-balance, --bg, --enqueue: accepted */
+		}
+	}
+	if (argc - optind != 1) {
+		free(args.devices);
+		return cli_usage_error(cmd, argc - optind < 1 ? "missing IMAGE or PATH"
+							     : "too many arguments");
+	}
+	if ((ba.flags & BUTTER_BALANCE_SYSTEM) && !(ba.flags & BUTTER_BALANCE_FORCE)) {
+		free(args.devices);
+		cli_error("balance: refusing to work on system chunks explicitly; add --force");
+		return CLI_EXIT_USAGE;
+	}
+	if (!(ba.flags & (BUTTER_BALANCE_DATA | BUTTER_BALANCE_METADATA | BUTTER_BALANCE_SYSTEM)))
+		ba.flags |= BUTTER_BALANCE_DATA | BUTTER_BALANCE_METADATA | BUTTER_BALANCE_SYSTEM;
+	else if ((ba.flags & BUTTER_BALANCE_METADATA) && !(ba.flags & BUTTER_BALANCE_SYSTEM)) {
+		/* as btrfs-progs: system chunks follow the metadata filters */
+		ba.flags |= BUTTER_BALANCE_SYSTEM;
+		ba.sys = ba.meta;
+	}
+	const char *image = argv[optind];
+
+	if (stat(image, &sb) == 0 && S_ISDIR(sb.st_mode) && args.ndevices == 0) {
+		free(args.devices);
+		ret = ctl_balance(image, &ba, &st);
+		print_stats(image, &st);
+		return cli_finish_stdout(ret < 0 ? CLI_EXIT_ERROR : CLI_EXIT_OK);
+	}
+	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);
+	free(args.devices);
+	if (ret < 0)
+		return CLI_EXIT_ERROR;
+	ret = butter_balance(fs, &ba, &st);
+	if (ret < 0) {
+		cli_error("%s: balance: %s", image, strerror(-ret));
+		butter_close(fs);
+		print_stats(image, &st);
+		return CLI_EXIT_ERROR;
+	}
+	ret = butter_sync(fs);
+	butter_close(fs);
+	print_stats(image, &st);
+	if (ret < 0) {
+		cli_error("%s: closing: %s", image, strerror(-ret));
+		return CLI_EXIT_ERROR;
+	}
+	return cli_finish_stdout(CLI_EXIT_OK);
+usage:
+	free(args.devices);
+	return CLI_EXIT_USAGE;
+}
+
+/* The devid of @spec: a number, or the path of a member device. 0 if none. */
+static uint64_t devid_of(struct butter_fs *fs, const char *spec)
+{
+	struct butter_device_info di;
+	struct stat a, b;
+	uint64_t id;
+	size_t i;
+
+	if (parse_u64(spec, &id) == 0)
+		return id;
+	if (stat(spec, &a) < 0)
+		return 0;
+	for (i = 0; butter_get_device(fs, i, &di) == 0; i++) {
+		if (!di.path || stat(di.path, &b) < 0)
+			continue;
+		if (S_ISBLK(a.st_mode) ? S_ISBLK(b.st_mode) && a.st_rdev == b.st_rdev
+				       : a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+			return di.devid;
+	}
+	return 0;
+}
+
+int cmd_device_remove(const struct cli_command *cmd, int argc, char **argv)
+{
+	struct cli_args args = { .cmd = cmd };
+	static const struct option longopts[] = { CLI_COMMON_LONGOPTS, { 0 } };
+	struct butter_fs *fs;
+	int c, ret, i, status = CLI_EXIT_OK;
+
+	while ((c = cli_getopt(&args, argc, argv, ":h", longopts)) != -1)
+		;
+	if (argc - optind < 2) {
+		free(args.devices);
+		return cli_usage_error(cmd, "missing DEVICE or IMAGE");
+	}
+	const char *image = argv[argc - 1];
+
+	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);
+	free(args.devices);
+	if (ret < 0)
+		return CLI_EXIT_ERROR;
+	for (i = optind; i < argc - 1; i++) {
+		uint64_t devid;
+
+		if (strcmp(argv[i], "missing") == 0) {
+			struct butter_device_info di;
+			size_t k;
+
+			devid = 0;
+			for (k = 0; butter_get_device(fs, k, &di) == 0; k++)
+				if (!di.path)
+					devid = di.devid;
+		} else {
+			devid = devid_of(fs, argv[i]);
+		}
+		if (!devid) {
+			cli_error("%s: %s is not a device of this filesystem", image, argv[i]);
+			status = CLI_EXIT_ERROR;
+			continue;
+		}
+		ret = butter_device_remove(fs, devid);
+		if (ret < 0) {
+			cli_error("%s: removing device %" PRIu64 " (%s): %s", image, devid, argv[i],
+				  strerror(-ret));
+			status = CLI_EXIT_ERROR;
+			break;
+		}
+		printf("removed device %" PRIu64 " (%s)\n", devid, argv[i]);
+	}
+	ret = butter_sync(fs);
+	butter_close(fs);
+	if (ret < 0) {
+		cli_error("%s: closing: %s", image, strerror(-ret));
+		status = CLI_EXIT_ERROR;
+	}
+	return cli_finish_stdout(status);
+}
+
+/* The size of the file or block device at @path; 0 if it cannot be told. */
+static uint64_t device_size(const char *path)
+{
+	struct stat sb;
+	uint64_t size = 0;
+	int fd;
+
+	if (stat(path, &sb) < 0)
+		return 0;
+	if (!S_ISBLK(sb.st_mode))
+		return (uint64_t)sb.st_size;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	if (ioctl(fd, BLKGETSIZE64, &size) < 0)
+		size = 0;
+	close(fd);
+	return size;
+}
+
+int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv)
+{
+	struct cli_args args = { .cmd = cmd };
+	static const struct option longopts[] = { CLI_COMMON_LONGOPTS, { 0 } };
+	struct butter_device_info di;
+	struct butter_fs *fs;
+	uint64_t devid = 1, amount = 0, size = 0;
+	const char *spec;
+	char *colon;
+	int c, ret, sign = 0;
+	bool max = false;
+	size_t i;
+
+	while ((c = cli_getopt(&args, argc, argv, ":h", longopts)) != -1)
+		;
+	if (argc - optind != 2) {
+		free(args.devices);
+		return cli_usage_error(cmd, argc - optind < 2 ? "missing SIZE or IMAGE"
+							     : "too many arguments");
+	}
+	spec = argv[optind];
+	const char *image = argv[optind + 1];
+
+	colon = strchr(spec, ':');
+	if (colon) {
+		char id[32];
+
+		if ((size_t)(colon - spec) >= sizeof(id))
+			goto bad;
+		memcpy(id, spec, (size_t)(colon - spec));
+		id[colon - spec] = '\0';
+		if (parse_u64(id, &devid) < 0)
+			goto bad;
+		spec = colon + 1;
+	}
+	if (strcmp(spec, "max") == 0) {
+		max = true;
+	} else {
+		if (*spec == '+' || *spec == '-')
+			sign = *spec++ == '+' ? 1 : -1;
+		if (cli_parse_size(spec, &amount) < 0)
+			goto bad;
+	}
+	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);
+	free(args.devices);
+	if (ret < 0)
+		return CLI_EXIT_ERROR;
+	for (i = 0; (ret = butter_get_device(fs, i, &di)) == 0; i++)
+		if (di.devid == devid)
+			break;
+	if (ret < 0 || !di.path) {
+		cli_error("%s: no device %" PRIu64 " to resize", image, devid);
+		butter_close(fs);
+		return CLI_EXIT_ERROR;
+	}
+	if (max) {
+		size = device_size(di.path);
+		if (!size) {
+			cli_error("%s: cannot tell the size of %s", image, di.path);
+			butter_close(fs);
+			return CLI_EXIT_ERROR;
+		}
+	} else if (sign > 0)
+		size = di.total_bytes + amount;
+	else if (sign < 0)
+		size = amount < di.total_bytes ? di.total_bytes - amount : 0;
+	else
+		size = amount;
+	if (size == 0) {
+		cli_error("%s: resize of device %" PRIu64 " to nothing", image, devid);
+		butter_close(fs);
+		return CLI_EXIT_USAGE;
+	}
+	ret = butter_device_resize(fs, devid, &size);
+	if (ret < 0) {
+		cli_error("%s: resizing device %" PRIu64 ": %s", image, devid, strerror(-ret));
+		butter_close(fs);
+		return CLI_EXIT_ERROR;
+	}
+	ret = butter_sync(fs);
+	butter_close(fs);
+	if (ret < 0) {
+		cli_error("%s: closing: %s", image, strerror(-ret));
+		return CLI_EXIT_ERROR;
+	}
+	printf("resized device %" PRIu64 " to %" PRIu64 " bytes\n", devid, size);
+	return cli_finish_stdout(CLI_EXIT_OK);
+bad:
+	free(args.devices);
+	return cli_usage_error(cmd, "bad size '%s'", argv[optind]);
+}

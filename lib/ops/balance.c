@@ -1,0 +1,470 @@
+/*
+ * balance.c — choosing block groups and moving them (relocate.c does one):
+ * balance with btrfs-progs' filters and profile conversion, device remove,
+ * and shrinking a device below its last allocated chunk.
+ *
+ * Order: groups are taken from the highest logical address down, as the
+ * kernel takes them. New chunks (the copies' room) always start above every
+ * chunk that ever existed (extent_state.logical_floor), so a balance never
+ * visits what it made itself.
+ *
+ * Conversion sets the profile forced on the kind's allocations for the
+ * duration (extent_state.force_profile_*): copies then go only to groups of
+ * the target profile, and new chunks get it. After a data conversion the
+ * write side's data profile follows, so later chunks keep the target.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+static const struct butter_balance_filter *filter_for(const struct butter_balance_args *args,
+						      u64 flags)
+{
+	if (flags & BTRFS_BLOCK_GROUP_SYSTEM)
+		return args->flags & BUTTER_BALANCE_SYSTEM ? &args->sys : NULL;
+	if (flags & BTRFS_BLOCK_GROUP_METADATA) {
+		/* a mixed group is data and metadata: either kind selects it */
+		if (args->flags & BUTTER_BALANCE_METADATA)
+			return &args->meta;
+		if ((flags & BTRFS_BLOCK_GROUP_DATA) && (args->flags & BUTTER_BALANCE_DATA))
+			return &args->data;
+		return NULL;
+	}
+	return args->flags & BUTTER_BALANCE_DATA ? &args->data : NULL;
+}
+
+/* Which count of @st a group of @flags adds to, for LIMIT. */
+static int kind_index(u64 flags)
+{
+	if (flags & BTRFS_BLOCK_GROUP_SYSTEM)
+		return 2;
+	if (flags & BTRFS_BLOCK_GROUP_METADATA)
+		return 1;
+	return 0;
+}
+
+static u64 profile_bits(u64 flags)
+{
+	u64 p = flags & BTRFS_BLOCK_GROUP_PROFILE_MASK;
+
+	return p ? p : BUTTER_PROFILE_SINGLE;
+}
+
+/* Does the group @bg pass the filter @f? @done: groups of its kind moved so far. */
+static int passes(struct butter_fs *fs, const struct block_group *bg,
+		  const struct butter_balance_filter *f, u64 done)
+{
+	const struct chunk_map *map = volumes_find_chunk(&fs->vol, bg->start);
+	u32 i;
+
+	if (!map)
+		return 0;
+	if (f->flags & BUTTER_BALANCE_F_USAGE) {
+		u64 min = bg->length * f->usage_min / 100, max = bg->length * f->usage_max / 100;
+
+		if (f->usage_max == 0)
+			max = 1; /* usage=0: only empty groups */
+		if (bg->used < min || bg->used >= max)
+			return 0;
+	}
+	if (f->flags & (BUTTER_BALANCE_F_DEVID | BUTTER_BALANCE_F_DRANGE)) {
+		int hit = 0;
+
+		for (i = 0; i < map->num_stripes && !hit; i++) {
+			const struct map_stripe *s = &map->stripes[i];
+			u64 ssize;
+
+			if (s->devid != f->devid)
+				continue;
+			if (!(f->flags & BUTTER_BALANCE_F_DRANGE)) {
+				hit = 1;
+				continue;
+			}
+			ssize = map->type & BTRFS_BLOCK_GROUP_RAID0
+					? map->length / map->num_stripes
+				: map->type & BTRFS_BLOCK_GROUP_RAID10
+					? map->length * map->sub_stripes / map->num_stripes
+					: map->length / chunk_data_stripes(map);
+			hit = s->physical < f->pend && s->physical + ssize > f->pstart;
+		}
+		if (!hit)
+			return 0;
+	}
+	if ((f->flags & BUTTER_BALANCE_F_VRANGE) &&
+	    !(bg->start < f->vend && bg->start + bg->length > f->vstart))
+		return 0;
+	if ((f->flags & BUTTER_BALANCE_F_STRIPES) &&
+	    (map->num_stripes < f->stripes_min || map->num_stripes > f->stripes_max))
+		return 0;
+	if ((f->flags & BUTTER_BALANCE_F_PROFILES) && !(profile_bits(bg->flags) & f->profiles))
+		return 0;
+	if ((f->flags & BUTTER_BALANCE_F_CONVERT) && (f->flags & BUTTER_BALANCE_F_SOFT) &&
+	    profile_bits(bg->flags) == (f->target ? f->target : BUTTER_PROFILE_SINGLE))
+		return 0;
+	if ((f->flags & BUTTER_BALANCE_F_LIMIT) && done >= f->limit_max)
+		return 0;
+	return 1;
+}
+
+/* Copies a profile keeps, and the devices it needs at least. */
+static void profile_needs(u64 profile, u32 *copies, u32 *min_devs)
+{
+	*copies = 1;
+	*min_devs = 1;
+	if (profile & BTRFS_BLOCK_GROUP_DUP) {
+		*copies = 2;
+	} else if (profile & BTRFS_BLOCK_GROUP_RAID1) {
+		*copies = 2;
+		*min_devs = 2;
+	} else if (profile & BTRFS_BLOCK_GROUP_RAID1C3) {
+		*copies = 3;
+		*min_devs = 3;
+	} else if (profile & BTRFS_BLOCK_GROUP_RAID1C4) {
+		*copies = 4;
+		*min_devs = 4;
+	} else if (profile & BTRFS_BLOCK_GROUP_RAID0) {
+		*min_devs = 2;
+	} else if (profile & BTRFS_BLOCK_GROUP_RAID10) {
+		*copies = 2;
+		*min_devs = 4;
+	} else if (profile & BTRFS_BLOCK_GROUP_RAID5) {
+		*copies = 2;
+		*min_devs = 2;
+	} else if (profile & BTRFS_BLOCK_GROUP_RAID6) {
+		*copies = 3;
+		*min_devs = 3;
+	}
+}
+
+/* Devices new chunks may use (present, not being removed). */
+static u32 usable_devices(const struct extent_state *es)
+{
+	u32 n = 0;
+	size_t i, j;
+
+	for (i = 0; i < es->ndevspace; i++) {
+		if (es->devspace[i].no_alloc)
+			continue;
+		for (j = 0; j < es->vol->ndevs; j++)
+			if (es->vol->devs[j]->devid == es->devspace[i].devid && es->vol->devs[j]->bdev)
+				n++;
+	}
+	return n;
+}
+
+/* Refuse what cannot work before anything moves. */
+static int check_args(struct butter_fs *fs, const struct butter_balance_args *args)
+{
+	static const unsigned kinds[3] = { BUTTER_BALANCE_DATA, BUTTER_BALANCE_METADATA,
+					   BUTTER_BALANCE_SYSTEM };
+	static const char *names[3] = { "data", "metadata", "system" };
+	const struct butter_balance_filter *fl[3] = { &args->data, &args->meta, &args->sys };
+	u32 ndev = usable_devices(&fs->w->es);
+	int k;
+
+	for (k = 0; k < 3; k++) {
+		const struct butter_balance_filter *f = fl[k];
+		u64 target;
+		u32 copies, min_devs;
+		size_t i;
+
+		if (!(args->flags & kinds[k]) || !(f->flags & BUTTER_BALANCE_F_CONVERT))
+			continue;
+		target = f->target ? f->target : BUTTER_PROFILE_SINGLE;
+		if (__builtin_popcountll(target & (BTRFS_BLOCK_GROUP_PROFILE_MASK |
+						   BUTTER_PROFILE_SINGLE)) != 1 ||
+		    (target & ~(BTRFS_BLOCK_GROUP_PROFILE_MASK | BUTTER_PROFILE_SINGLE))) {
+			blog_err(&fs->log, "balance: convert target %#llx for %s is no profile",
+				 (unsigned long long)target, names[k]);
+			return -EINVAL;
+		}
+		profile_needs(target & BTRFS_BLOCK_GROUP_PROFILE_MASK, &copies, &min_devs);
+		if (ndev < min_devs) {
+			blog_err(&fs->log, "balance: %s cannot be %s on %u device%s (it needs %u)",
+				 names[k], butter_profile_name(target), ndev, ndev == 1 ? "" : "s",
+				 min_devs);
+			return -EINVAL;
+		}
+		if (k == 0 || (args->flags & BUTTER_BALANCE_FORCE))
+			continue;
+		/* metadata and system: refuse to lower the redundancy unless forced */
+		for (i = 0; i < fs->w->es.nbgs; i++) {
+			u64 flags = fs->w->es.bgs[i]->flags;
+			u32 have, dummy;
+
+			if (kind_index(flags) != k)
+				continue;
+			profile_needs(flags & BTRFS_BLOCK_GROUP_PROFILE_MASK, &have, &dummy);
+			if (copies < have) {
+				blog_err(&fs->log, "balance: converting %s from %s to %s lowers its "
+						   "redundancy; force it to do that",
+					 names[k], butter_profile_name(flags),
+					 butter_profile_name(target));
+				return -EINVAL;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Set (or clear, @on = 0) the profiles forced by conversions. */
+static void force_profiles(struct fs_write_state *w, const struct butter_balance_args *args,
+			   int on)
+{
+	struct extent_state *es = &w->es;
+	const struct butter_balance_filter *fl[3] = { &args->data, &args->meta, &args->sys };
+	static const unsigned kinds[3] = { BUTTER_BALANCE_DATA, BUTTER_BALANCE_METADATA,
+					   BUTTER_BALANCE_SYSTEM };
+	u64 *slot[3] = { &es->force_profile_data, &es->force_profile_meta, &es->force_profile_sys };
+	int k;
+
+	for (k = 0; k < 3; k++) {
+		if (!(args->flags & kinds[k]) || !(fl[k]->flags & BUTTER_BALANCE_F_CONVERT))
+			continue;
+		*slot[k] = on ? (fl[k]->target ? fl[k]->target : BUTTER_PROFILE_SINGLE) : 0;
+		if (es->mixed && k < 2)
+			es->force_profile_data = es->force_profile_meta = *slot[k];
+	}
+}
+
+/*
+ * The highest selected group starting below @below: its start in *start,
+ * and how many are selected in all in *count. 1 if none.
+ */
+static int next_group(struct butter_fs *fs, const struct butter_balance_args *args, u64 below,
+		      const u64 done[3], u64 *start, u64 *count)
+{
+	struct extent_state *es = &fs->w->es;
+	size_t i;
+	int found = 0;
+
+	*count = 0;
+	for (i = es->nbgs; i-- > 0;) {
+		const struct block_group *bg = es->bgs[i];
+		const struct butter_balance_filter *f;
+
+		if (bg->start >= below)
+			continue;
+		f = filter_for(args, bg->flags);
+		if (!f || !passes(fs, bg, f, done[kind_index(bg->flags)]))
+			continue;
+		if (!found)
+			*start = bg->start;
+		found = 1;
+		(*count)++;
+	}
+	return found ? 0 : 1;
+}
+
+static int balance_one(struct butter_fs *fs, const struct butter_balance_args *args,
+		       uint64_t *cursor, struct butter_balance_stats *st)
+{
+	u64 *done = st->kind_groups;
+	struct fs_write_state *w;
+	u64 start = 0, count = 0, flags;
+	struct block_group *bg;
+	int ret;
+
+	ret = fs_begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = check_args(fs, args);
+	if (ret)
+		return fs_end_change(w, ret, 0);
+	ret = next_group(fs, args, *cursor, done, &start, &count);
+	st->left = count;
+	if (ret)
+		return fs_end_change(w, ret, 0);
+	bg = extent_find_bg(&w->es, start);
+	flags = bg->flags;
+	st->considered++;
+	blog_info(&fs->log, "relocating block group %llu (%s, %s, %llu of %llu bytes used)",
+		  (unsigned long long)start,
+		  flags & BTRFS_BLOCK_GROUP_DATA ? (flags & BTRFS_BLOCK_GROUP_METADATA ? "mixed" : "data")
+		  : flags & BTRFS_BLOCK_GROUP_SYSTEM ? "system" : "metadata",
+		  butter_profile_name(flags), (unsigned long long)bg->used,
+		  (unsigned long long)bg->length);
+	force_profiles(w, args, 1);
+	ret = ops_relocate_group_locked(fs, w, start, st);
+	force_profiles(w, args, 0);
+	if (ret == 0) {
+		const struct butter_balance_filter *f = filter_for(args, flags);
+
+		done[kind_index(flags)]++;
+		if (f && (f->flags & BUTTER_BALANCE_F_CONVERT) && (flags & BTRFS_BLOCK_GROUP_DATA))
+			w->data_profile = f->target & BTRFS_BLOCK_GROUP_PROFILE_MASK;
+		st->left = count - 1;
+	}
+	*cursor = start;
+	/* relocation committed or aborted itself: nothing is left to end */
+	return fs_end_change(w, ret, 0);
+}
+
+int ops_balance_step(struct butter_fs *fs, const struct butter_balance_args *args,
+		     uint64_t *cursor, struct butter_balance_stats *st)
+{
+	if (!fs->w)
+		return -EROFS;
+	return balance_one(fs, args, cursor, st);
+}
+
+int ops_balance(struct butter_fs *fs, const struct butter_balance_args *args,
+		struct butter_balance_stats *st)
+{
+	struct butter_balance_stats local;
+	u64 cursor = UINT64_MAX;
+	int ret;
+
+	if (!fs->w)
+		return -EROFS;
+	if (!st)
+		st = &local;
+	memset(st, 0, sizeof(*st));
+	do {
+		ret = balance_one(fs, args, &cursor, st);
+	} while (ret == 0);
+	return ret == 1 ? 0 : ret;
+}
+
+/* ---- device remove and shrink ---- */
+
+static struct dev_space *find_devspace(struct extent_state *es, u64 devid)
+{
+	size_t i;
+
+	for (i = 0; i < es->ndevspace; i++)
+		if (es->devspace[i].devid == devid)
+			return &es->devspace[i];
+	return NULL;
+}
+
+/*
+ * Move every group with a stripe on @devid whose stripe ends past @limit
+ * (0: every one) elsewhere. New chunks must already avoid that space.
+ */
+static int evacuate(struct butter_fs *fs, u64 devid, u64 limit)
+{
+	struct butter_balance_args args;
+	struct butter_balance_filter f;
+
+	memset(&args, 0, sizeof(args));
+	memset(&f, 0, sizeof(f));
+	f.flags = BUTTER_BALANCE_F_DEVID;
+	f.devid = devid;
+	if (limit) {
+		f.flags |= BUTTER_BALANCE_F_DRANGE;
+		f.pstart = limit;
+		f.pend = UINT64_MAX;
+	}
+	args.flags = BUTTER_BALANCE_DATA | BUTTER_BALANCE_METADATA | BUTTER_BALANCE_SYSTEM;
+	args.data = args.meta = args.sys = f;
+	return ops_balance(fs, &args, NULL);
+}
+
+int ops_device_remove(struct butter_fs *fs, uint64_t devid)
+{
+	struct fs_write_state *w;
+	struct btrfs_volumes *vol = &fs->vol;
+	struct btrfs_device *dev = NULL;
+	struct dev_space *ds;
+	size_t i;
+	u32 remaining;
+	int ret;
+
+	if (!fs->w)
+		return -EROFS;
+	for (i = 0; i < vol->ndevs; i++)
+		if (vol->devs[i]->devid == devid)
+			dev = vol->devs[i];
+	ds = find_devspace(&fs->w->es, devid);
+	if (!dev || !ds)
+		return -ENODEV;
+	if (vol->ndevs <= 1) {
+		blog_err(&fs->log, "device %llu is the filesystem's only device",
+			 (unsigned long long)devid);
+		return -EINVAL;
+	}
+	/* the profiles in use must fit on the devices that remain */
+	remaining = usable_devices(&fs->w->es) - (ds->no_alloc ? 0 : 1);
+	for (i = 0; i < fs->w->es.nbgs; i++) {
+		u64 flags = fs->w->es.bgs[i]->flags;
+		u32 copies, min_devs;
+
+		profile_needs(flags & BTRFS_BLOCK_GROUP_PROFILE_MASK, &copies, &min_devs);
+		if (remaining < min_devs) {
+			blog_err(&fs->log, "removing device %llu leaves %u device%s; %s needs %u "
+					   "(convert it first)",
+				 (unsigned long long)devid, remaining, remaining == 1 ? "" : "s",
+				 butter_profile_name(flags), min_devs);
+			return -EINVAL;
+		}
+	}
+	ds->no_alloc = 1;
+	ret = evacuate(fs, devid, 0);
+	if (ret) {
+		ds->no_alloc = 0;
+		return ret;
+	}
+	ret = fs_begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = txn_commit(&w->txn);
+	if (ret == 0)
+		ret = txn_begin(&w->txn);
+	if (ret)
+		return fs_end_change(w, ret, 0);
+	ret = chunk_remove_device(&w->es, &w->txn.tt, devid);
+	if (ret)
+		return fs_end_change(w, ret, 1);
+	/* the commit writes the superblocks of the devices that remain only */
+	dev = volumes_detach_device(vol, devid);
+	w->txn.super_dirty = 1;
+	ret = txn_commit(&w->txn);
+	if (ret == 0)
+		ops_retire_device(fs, dev);
+	else if (dev && volumes_insert_device(vol, dev) != 0)
+		ops_retire_device(fs, dev);
+	return fs_end_change(w, ret, 1);
+}
+
+/*
+ * Shrink device @devid to @want bytes: new chunks avoid the space past it,
+ * the groups with a stripe there move. Returns 0 with that space kept out of
+ * allocation (the caller sets the size), or the error with it given back.
+ */
+int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want)
+{
+	struct extent_state *es = &fs->w->es;
+	struct dev_space *ds = find_devspace(es, devid);
+	struct btrfs_device *dev = NULL;
+	struct range_set kept;
+	size_t i;
+	int ret = 0;
+
+	for (i = 0; i < fs->vol.ndevs; i++)
+		if (fs->vol.devs[i]->devid == devid)
+			dev = fs->vol.devs[i];
+	if (!ds || !dev || !dev->bdev)
+		return -ENODEV;
+	if (want >= dev->total_bytes)
+		return 0;
+	/* no new chunk past the new end while the old ones move; remember what was free there */
+	range_set_init(&kept);
+	for (i = 0; i < ds->free.n && ret == 0; i++) {
+		u64 a = ds->free.r[i].start, b = ds->free.r[i].end;
+
+		if (b > want)
+			ret = range_add(&kept, a > want ? a : want, b);
+	}
+	if (ret == 0)
+		ret = range_remove(&ds->free, want, dev->total_bytes);
+	if (ret == 0)
+		ret = evacuate(fs, devid, want);
+	if (ret && fs->w && (ds = find_devspace(&fs->w->es, devid)) != NULL)
+		for (i = 0; i < kept.n; i++)
+			range_add(&ds->free, kept.r[i].start, kept.r[i].end);
+	range_set_free(&kept);
+	return ret;
+}
