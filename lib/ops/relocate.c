@@ -355,16 +355,28 @@ static int reloc_alloc(struct reloc *rc, u64 type, u64 len, u64 *logical)
  */
 static int ensure_room(struct reloc *rc)
 {
-	static const u64 kinds[3] = { BTRFS_BLOCK_GROUP_DATA, BTRFS_BLOCK_GROUP_METADATA,
-				      BTRFS_BLOCK_GROUP_SYSTEM };
-	int k, ret;
+	/* tree blocks first: every later step copies some on write */
+	static const u64 kinds[3] = { BTRFS_BLOCK_GROUP_SYSTEM, BTRFS_BLOCK_GROUP_METADATA,
+				      BTRFS_BLOCK_GROUP_DATA };
+	static const char *names[3] = { "system", "metadata", "data" };
+	u64 made[3];
+	int k, nmade = 0, ret = 0;
 
-	for (k = 0; k < 3; k++) {
+	/*
+	 * Make every chunk first, insert their items after: inserting touches
+	 * the chunk tree (system) and the dev tree (metadata), which may need
+	 * the very groups being made (a conversion allows no other profile).
+	 */
+	for (k = 0; k < 3 && ret == 0; k++) {
 		u64 type = kinds[k], forced = extent_forced_profile(rc->es, type), free = 0, need;
+		u64 chunk, want, flags;
 		size_t i;
 
-		if (!(rc->bg->flags & type) && !(type == BTRFS_BLOCK_GROUP_METADATA && forced))
+		if (!(rc->bg->flags & type) && !(type != BTRFS_BLOCK_GROUP_DATA && forced))
 			continue;
+		if (rc->es->mixed && type == BTRFS_BLOCK_GROUP_DATA && nmade &&
+		    !(rc->bg->flags & BTRFS_BLOCK_GROUP_SYSTEM))
+			continue; /* the mixed chunk made for metadata serves data too */
 		for (i = 0; i < rc->es->nbgs; i++) {
 			const struct block_group *bg = rc->es->bgs[i];
 
@@ -381,36 +393,33 @@ static int ensure_room(struct reloc *rc)
 			need += need + (type == BTRFS_BLOCK_GROUP_SYSTEM ? (1ULL << 20) : (16ULL << 20));
 		if (free >= need)
 			continue;
-		{
-			u64 chunk, want = type == BTRFS_BLOCK_GROUP_DATA     ? (1ULL << 30)
-					  : type == BTRFS_BLOCK_GROUP_SYSTEM ? (32ULL << 20)
-									     : (256ULL << 20);
-			u64 flags = type | profile_for(rc, type);
-
-			want = chunk_max_size(rc->es, want);
-			if (rc->es->mixed && type != BTRFS_BLOCK_GROUP_SYSTEM)
-				flags |= BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA;
-			for (;;) {
-				ret = chunk_create(rc->es, flags, want, &chunk);
-				if (ret != -ENOSPC || want <= (1ULL << 20) || want / 2 < need - free)
-					break;
-				want /= 2;
-			}
-			if (ret == 0)
-				ret = chunk_insert_items(rc->es, rc->t, chunk);
-			if (ret == -ENOSPC)
-				blog_err(&rc->fs->log, "relocation: block group %llu holds %llu bytes; "
-						       "the other %s groups have %llu free and no new "
-						       "chunk fits",
-					 (unsigned long long)rc->start, (unsigned long long)rc->bg->used,
-					 type == BTRFS_BLOCK_GROUP_DATA ? "data"
-					 : type == BTRFS_BLOCK_GROUP_SYSTEM ? "system" : "metadata",
-					 (unsigned long long)free);
-			if (ret)
-				return ret;
+		want = chunk_max_size(rc->es, type == BTRFS_BLOCK_GROUP_DATA	 ? (1ULL << 30)
+					      : type == BTRFS_BLOCK_GROUP_SYSTEM ? (32ULL << 20)
+										 : (256ULL << 20));
+		flags = type | profile_for(rc, type);
+		if (rc->es->mixed && type != BTRFS_BLOCK_GROUP_SYSTEM)
+			flags |= BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA;
+		for (;;) {
+			ret = chunk_create(rc->es, flags, want, &chunk);
+			if (ret != -ENOSPC || want <= (1ULL << 20) || want / 2 < need - free)
+				break;
+			want /= 2;
 		}
+		if (ret == -ENOSPC)
+			blog_err(&rc->fs->log, "relocation: block group %llu holds %llu bytes; the other "
+					       "%s groups have %llu free and no new %s chunk fits",
+				 (unsigned long long)rc->start, (unsigned long long)rc->bg->used,
+				 names[k], (unsigned long long)free, butter_profile_name(flags));
+		if (ret == 0)
+			made[nmade++] = chunk;
 	}
-	return 0;
+	for (k = 0; k < nmade; k++) {
+		int r = chunk_insert_items(rc->es, rc->t, made[k]);
+
+		if (r)
+			return r == -ENOSPC ? -EFBIG : r; /* items half made: not a clean refusal */
+	}
+	return ret;
 }
 
 /* ---- tree blocks ---- */
