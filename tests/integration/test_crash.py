@@ -412,3 +412,31 @@ def test_crash_log_replay(kernel, workdir):
     assert s["states"] >= 40 and s["checked"] == s["states"], s
     assert s["rw_opened"] == s["states"] and s["rw_agreed"] == s["rw_opened"], s
     assert s["rw_logs"] > 0, f"no state before the replay's commit: {s}"
+
+
+# ---- relocation: balance and profile conversion cut at every write ---------------------
+
+RELOCATION_CASES = [
+    # name, workload options, seed, operations, sync every
+    ("mix-convert", ["--profile", "mix", "--max-file", str(1 << 20), "--balance", "convert"],
+     3, 300, 20),
+    ("snapshot-full", ["--profile", "snapshot", "--max-file", str(1 << 18), "--balance", "full"],
+     3, 100, 10),
+]
+
+
+@pytest.mark.butter_timeout(1200)
+@pytest.mark.parametrize("name,args,seed,ops,sync_every", RELOCATION_CASES,
+                         ids=[c[0] for c in RELOCATION_CASES])
+def test_crash_relocation(kernel, workdir, name, args, seed, ops, sync_every):
+    """A workload, then a balance that moves every block group (converting profiles, or
+    with snapshots sharing the trees): each cut is the tree of the last commit, clean,
+    and a read-write open of it goes on from there. About 900 states, 50 s each."""
+    start = os.path.join(workdir, "start.img")
+    make_image(start, 256 << 20)
+    log, manifest, out, _ = run_recorded(workdir, [start], args, seed, ops * SCALE, sync_every)
+    m = re.search(r"^balance (\d+) groups (\d+) extents (\d+) blocks$", out, re.M)
+    assert m and int(m.group(1)) >= 3 and int(m.group(3)) > 0, out
+    s = replay_states(workdir, log, manifest, [start], ["--rw-check", "60"])
+    assert s["states"] >= 300 and s["checked"] == s["states"], s
+    assert s["rw_opened"] >= 50 and s["rw_agreed"] == s["rw_opened"], s

@@ -45,6 +45,13 @@
  *   --compress ALG    write compressed (butter_set_compression): zlib, lzo, zstd,
  *                     seed (one of the three chosen by SEED), or cycle (the next of
  *                     the three, forced every other time, after every commit)
+ *   --balance WHAT    after the operations and their final sync, move block groups
+ *                     (butter_balance): "full" (every group), "convert" (data to
+ *                     dup, metadata and system to single, forced), "back" (data to
+ *                     single, metadata and system to dup). Relocation changes no
+ *                     file: every generation it commits holds the tree of the one
+ *                     before (written to the manifest ahead, for as many commits as
+ *                     it may make), then a final sync and its durable line
  *   --log-replay      the image may hold a tree log: its read-only view (before
  *                     replay) goes to the manifest first, then the read-write open
  *                     (which replays the log) is recorded, and a "replays" line ties
@@ -773,6 +780,50 @@ static int setup_snapshots(struct butter_fs *fs, uint64_t *gen)
 
 /* ---- the run --------------------------------------------------------------- */
 
+/*
+ * --balance: relocate block groups as @what says; the tree stays the one of
+ * generation *gen, so each generation the relocation may commit gets it.
+ */
+static int run_balance(struct butter_fs *fs, const char *what, uint64_t *gen)
+{
+	struct butter_balance_args args;
+	struct butter_balance_stats st;
+	struct butter_space_info sp;
+	struct treelist t;
+	size_t groups = 0, k;
+	int ret;
+
+	memset(&args, 0, sizeof(args));
+	args.flags = BUTTER_BALANCE_DATA | BUTTER_BALANCE_METADATA | BUTTER_BALANCE_SYSTEM |
+		     BUTTER_BALANCE_FORCE;
+	if (!strcmp(what, "convert") || !strcmp(what, "back")) {
+		int to_dup = what[0] == 'c';
+
+		args.data.flags = args.meta.flags = args.sys.flags = BUTTER_BALANCE_F_CONVERT;
+		args.data.target = to_dup ? (1ULL << 5) : BUTTER_PROFILE_SINGLE;
+		args.meta.target = args.sys.target = to_dup ? BUTTER_PROFILE_SINGLE : (1ULL << 5);
+	} else if (strcmp(what, "full")) {
+		return -EINVAL;
+	}
+	for (k = 0; butter_get_space(fs, k, &sp) == 0; k++)
+		groups += (size_t)(sp.total / (8ULL << 20)) + 1; /* chunks here are >= 8 MiB */
+	if (manifest) {
+		list_tree(fs, &t);
+		/* per group: a commit first, one for room, the passes, the removal */
+		for (k = 1; k <= 12 * groups + 8; k++)
+			manifest_block(*gen + k, &t);
+		treelist_free(&t);
+	}
+	ret = butter_balance(fs, &args, &st);
+	if (ret)
+		return ret;
+	printf("balance %llu groups %llu extents %llu blocks\n", (unsigned long long)st.groups,
+	       (unsigned long long)st.data_extents, (unsigned long long)st.tree_blocks);
+	*gen = generation(fs);
+	manifest_durable(*gen);
+	return 0;
+}
+
 static int usage(const char *argv0)
 {
 	fprintf(stderr, "usage: %s [--device DEV]... [--record LOG] [--fault SPEC] "
@@ -780,6 +831,7 @@ static int usage(const char *argv0)
 			"       [--profile full|mix|overwrite|fill|snapshot] [--max-file BYTES] "
 			"[--enospc-ok]\n"
 			"       [--compress zlib|lzo|zstd|seed|cycle] [--log-replay]\n"
+			"       [--balance full|convert|back]\n"
 			"       IMAGE REFDIR SEED OPS [SYNC_EVERY]\n", argv0);
 	return 2;
 }
@@ -819,6 +871,7 @@ int main(int argc, char **argv)
 	const char *extra_devs[4];
 	uint64_t gen, gen0 = 0;
 	int ret, a = 1, log_replay = 0;
+	const char *balance_mode = NULL;
 
 	while (a < argc && strncmp(argv[a], "--", 2) == 0) {
 		const char *o = argv[a];
@@ -863,6 +916,8 @@ int main(int argc, char **argv)
 				return usage(argv[0]);
 		} else if (strcmp(o, "--compress") == 0) {
 			compress_mode = argv[a + 1];
+		} else if (strcmp(o, "--balance") == 0) {
+			balance_mode = argv[a + 1];
 		} else {
 			return usage(argv[0]);
 		}
@@ -1154,6 +1209,13 @@ int main(int argc, char **argv)
 		}
 		if (ret) {
 			fprintf(stderr, "final sync: %s\n", strerror(-ret));
+			failures++;
+		}
+	}
+	if (failures == 0 && balance_mode) {
+		ret = run_balance(fs, balance_mode, &gen);
+		if (ret) {
+			fprintf(stderr, "balance %s: %s\n", balance_mode, strerror(-ret));
 			failures++;
 		}
 	}
