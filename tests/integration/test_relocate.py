@@ -286,3 +286,66 @@ def test_device_remove(kernel, butter, workdir):
     r = kfs.run(argv + ["--device", others[1], others[0]], check=False, timeout=900)
     assert r.returncode != 0 and "raid1" in r.stderr, r.stdout + r.stderr
     oracle.btrfs_check(*others, strict=True)
+
+
+def test_balance_on_a_live_mount(fuse, butter, workdir, aged):
+    """`butter balance start MNT` moves every group while the mount serves reads and
+    writes: every read returns the right bytes throughout, what was written during the
+    balance is there after, and the kernel agrees."""
+    import hashlib
+    import threading
+
+    from butter_it.fusemount import FuseMount
+
+    src, before = aged
+    img = copy_of(src, workdir)
+    with oracle.kernel_mount(img, mnt=os.path.join(workdir, "k0")) as m:
+        want = {q: kfs.file_sha256(os.path.join(m, q))
+                for q in ("big", "big.clone", "frag", "text", "holes", "sv/inner",
+                          "snap-ro/big", "snap-rw/frag", "sv/snap2/frag")}
+    errors, written = [], {}
+    stop = threading.Event()
+    with FuseMount(butter.path, [img], os.path.join(workdir, "mnt")) as fm:
+        mnt = fm.mnt
+        os.mkdir(os.path.join(mnt, "during"))
+
+        def reader():
+            while not stop.is_set():
+                for q, digest in want.items():
+                    got = kfs.file_sha256(os.path.join(mnt, q))
+                    if got != digest:
+                        errors.append(f"{q}: read {got}, want {digest}")
+
+        def writer():
+            n = 0
+            while not stop.is_set():
+                data = os.urandom(50000 + n * 1000)
+                path = os.path.join(mnt, "during", f"w{n}")
+                with open(path, "wb") as f:
+                    f.write(data)
+                written[f"during/w{n}"] = hashlib.sha256(data).hexdigest()
+                n += 1
+
+        threads = [threading.Thread(target=reader), threading.Thread(target=writer)]
+        for t in threads:
+            t.start()
+        try:
+            r = kfs.run([butter.path, "balance", "start", mnt], check=False, timeout=900)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        assert r.returncode == 0, r.stdout + r.stderr
+        m = re.search(r"(\d+) block groups moved", r.stdout)
+        assert m and int(m.group(1)) >= 4, r.stdout
+        assert not errors, errors[:5]
+        assert len(written) > 3, written
+        kfs.run([butter.path, "umount", mnt], timeout=300)
+        fm.wait()
+    oracle.btrfs_check(img, strict=True)
+    with oracle.kernel_mount(img, mnt=os.path.join(workdir, "k1")) as m:
+        for q, digest in {**want, **written}.items():
+            assert kfs.file_sha256(os.path.join(m, q)) == digest, q
+        shares = du(m)
+    for sv in SUBVOLS[1:]:
+        assert shares[sv] == before[1][sv], (sv, before[1][sv], shares[sv])
