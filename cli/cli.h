@@ -111,6 +111,8 @@ int cli_parse_size(const char *s, uint64_t *out);
 
 /* The library's log level for opens made by this command (0: warnings; -v: progress). */
 extern int cli_log_level;
+/* Extra butter_open flags for copyin_open_rw() (BUTTER_OPEN_DEGRADED). */
+extern unsigned cli_open_flags;
 
 /* Format a 16-byte UUID as the usual 36-character string into @buf (37 bytes). */
 const char *cli_uuid(char buf[37], const uint8_t uuid[16]);

@@ -152,7 +152,7 @@ static int parse_filters(const char *kind, const char *spec, struct butter_balan
 			f->flags |= BUTTER_BALANCE_F_PROFILES;
 			while (ret == 0 && *p) {
 				size_t n = strcspn(p, "|");
-				uint64_t bits;
+				uint64_t bits = 0;
 
 				ret = parse_profile(p, n, &bits);
 				f->profiles |= bits;
@@ -290,6 +290,7 @@ int cmd_balance_start(const struct cli_command *cmd, int argc, char **argv)
 		print_stats(image, &st);
 		return cli_finish_stdout(ret < 0 ? CLI_EXIT_ERROR : CLI_EXIT_OK);
 	}
+	cli_open_flags |= BUTTER_OPEN_DEGRADED; /* restoring redundancy is what it is for */
 	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);
 	free(args.devices);
 	if (ret < 0)
@@ -351,6 +352,7 @@ int cmd_device_remove(const struct cli_command *cmd, int argc, char **argv)
 	}
 	const char *image = argv[argc - 1];
 
+	cli_open_flags |= BUTTER_OPEN_DEGRADED; /* "missing" is the point of it */
 	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);
 	free(args.devices);
 	if (ret < 0)

@@ -47,6 +47,7 @@ int cmd_device_add(const struct cli_command *cmd, int argc, char **argv)
 	}
 	const char *image = argv[optind], *newdev = argv[optind + 1];
 
+	cli_open_flags |= BUTTER_OPEN_DEGRADED; /* a new disk for a failed one */
 	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);
 	free(args.devices);
 	if (ret < 0)

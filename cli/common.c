@@ -24,6 +24,7 @@
 #include "cli.h"
 
 int cli_log_level;
+unsigned cli_open_flags;
 
 struct butter_test_devices cli_test_devices;
 

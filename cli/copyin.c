@@ -1165,7 +1165,7 @@ int copyin_open_rw(const char *image, const char *const *devices, size_t ndevice
 		}
 	}
 	struct butter_open_opts opts = { .devices = devices, .ndevices = ndevices,
-					 .log_level = cli_log_level };
+					 .flags = cli_open_flags, .log_level = cli_log_level };
 	int ret = butter_open_testing(image, &opts, &cli_test_devices, fs);
 	if (ret < 0)
 		cli_error("%s: %s", image, open_errstr(-ret));

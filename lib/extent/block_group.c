@@ -343,7 +343,7 @@ int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical)
 		struct block_group *bg = es->bgs[(first + i) % n];
 		u64 start;
 
-		if (!(bg->flags & type) || bg->ro)
+		if (!(bg->flags & type) || !extent_bg_allocatable(bg))
 			continue;
 		if (forced && (bg->flags & BTRFS_BLOCK_GROUP_PROFILE_MASK) !=
 				      (forced & BTRFS_BLOCK_GROUP_PROFILE_MASK))

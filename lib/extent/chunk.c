@@ -28,10 +28,22 @@ static struct dev_space *devspace(struct extent_state *es, u64 devid)
 	return NULL;
 }
 
+/* Is device @devid present (and so usable for new chunks)? */
+static int dev_present(const struct extent_state *es, u64 devid)
+{
+	for (size_t i = 0; i < es->vol->ndevs; i++)
+		if (es->vol->devs[i]->devid == devid)
+			return es->vol->devs[i]->bdev != NULL;
+	return 0;
+}
+
 u64 chunk_usable_bytes(const struct extent_state *es, u64 devid)
 {
 	const u64 grid = 1ULL << 20; /* stripes start and end on it (chunk_create) */
 	u64 sum = 0;
+
+	if (!dev_present(es, devid))
+		return 0;
 
 	for (size_t i = 0; i < es->ndevspace; i++) {
 		const struct range_set *free = &es->devspace[i].free;
@@ -177,6 +189,32 @@ int chunk_create(struct extent_state *es, u64 type, u64 stripe_size, u64 *logica
 		nstripes = (u32)ncands; /* every device with room, as the kernel */
 	else
 		nstripes = 1;
+	if (vol->allow_degraded && ncands < vol->ndevs &&
+	    ((profile & BTRFS_BLOCK_GROUP_RAID0 && nstripes < 2) ||
+	     (profile & BTRFS_BLOCK_GROUP_RAID10 && nstripes < 4) ||
+	     (profile & BTRFS_BLOCK_GROUP_RAID5 && nstripes < 2) ||
+	     (profile & BTRFS_BLOCK_GROUP_RAID6 && nstripes < 3) ||
+	     (!(profile & BTRFS_BLOCK_GROUP_DUP) && nstripes > ncands))) {
+		/*
+		 * Degraded: the profile needs devices that are missing. As the
+		 * kernel, new chunks take what the present devices can hold:
+		 * mirrored on two or more, else single data and dup tree blocks.
+		 * A balance with convert brings the profile back once the
+		 * missing device is replaced or removed.
+		 */
+		u64 was = profile;
+
+		profile = ncands >= 2 ? BTRFS_BLOCK_GROUP_RAID1
+			  : (type & BTRFS_BLOCK_GROUP_DATA) ? 0 : BTRFS_BLOCK_GROUP_DUP;
+		type = (type & ~BTRFS_BLOCK_GROUP_PROFILE_MASK) | profile;
+		nstripes = ncands >= 2 || (profile & BTRFS_BLOCK_GROUP_DUP) ? 2 : 1;
+		sub = 1;
+		blog_warn(es->log, "degraded: a new %s chunk is %s instead of %s (%zu device%s "
+				   "present)",
+			  type & BTRFS_BLOCK_GROUP_DATA ? "data" : type & BTRFS_BLOCK_GROUP_SYSTEM
+			  ? "system" : "metadata", butter_profile_name(profile),
+			  butter_profile_name(was), ncands, ncands == 1 ? "" : "s");
+	}
 	if ((profile & BTRFS_BLOCK_GROUP_RAID0 && nstripes < 2) ||
 	    (profile & BTRFS_BLOCK_GROUP_RAID10 && nstripes < 4) ||
 	    (profile & BTRFS_BLOCK_GROUP_RAID5 && nstripes < 2) ||

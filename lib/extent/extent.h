@@ -31,7 +31,14 @@ struct block_group {
 	int fst_dirty;       /* free space changed: rewrite its free space tree items */
 	int is_new;          /* no block group item on disk yet */
 	int ro;              /* being emptied (relocation): the allocator skips it */
+	int degraded;        /* a stripe on a missing device: the allocator skips it */
 };
+
+/* May the allocator take space in @bg? */
+static inline int extent_bg_allocatable(const struct block_group *bg)
+{
+	return !bg->ro && !bg->degraded;
+}
 
 struct delayed_ref {
 	u64 bytenr, num_bytes;

@@ -78,10 +78,15 @@ int fs_setup_write(struct butter_fs *fs)
 		return -EOPNOTSUPP;
 	}
 	for (i = 0; i < fs->vol.ndevs; i++) {
-		if (!fs->vol.devs[i]->bdev) {
-			blog_err(&fs->log, "a device is missing: open read-only to read degraded");
+		if (fs->vol.devs[i]->bdev)
+			continue;
+		if (!fs->vol.allow_degraded) {
+			blog_err(&fs->log, "a device is missing: open degraded to read or write it");
 			return -EROFS;
 		}
+		blog_warn(&fs->log, "device %llu is missing: writing degraded (new chunks go to the "
+				    "present devices; replace or remove the missing one, then balance)",
+			  (unsigned long long)fs->vol.devs[i]->devid);
 	}
 	w = calloc(1, sizeof(*w));
 	if (!w)
@@ -133,6 +138,14 @@ int fs_setup_write(struct butter_fs *fs)
 	ret = extent_load(&w->es);
 	if (ret)
 		goto fail;
+	/* nothing new goes to a chunk with a stripe on a missing device */
+	for (i = 0; i < w->es.nbgs; i++) {
+		const struct chunk_map *map = volumes_find_chunk(&fs->vol, w->es.bgs[i]->start);
+
+		for (u32 k = 0; map && k < map->num_stripes; k++)
+			if (!map->stripes[k].dev || !map->stripes[k].dev->bdev)
+				w->es.bgs[i]->degraded = 1;
+	}
 	for (i = 0; i < w->es.nbgs; i++) {
 		if (w->es.bgs[i]->flags & BTRFS_BLOCK_GROUP_DATA) {
 			w->data_profile = w->es.bgs[i]->flags & BTRFS_BLOCK_GROUP_PROFILE_MASK;
@@ -177,11 +190,21 @@ static u64 group_free(const struct extent_state *es, u64 type, u64 *profile)
 	for (i = 0; i < es->nbgs; i++) {
 		if (!(es->bgs[i]->flags & type))
 			continue;
-		sum += es->bgs[i]->free.total;
 		if (profile)
 			*profile = es->bgs[i]->flags & BTRFS_BLOCK_GROUP_PROFILE_MASK;
+		if (extent_bg_allocatable(es->bgs[i]))
+			sum += es->bgs[i]->free.total; /* not a group being emptied or degraded */
 	}
 	return sum;
+}
+
+/* Is some group serving @type kept from allocation (degraded, or being emptied)? */
+static int some_unallocatable(const struct extent_state *es, u64 type)
+{
+	for (size_t i = 0; i < es->nbgs; i++)
+		if ((es->bgs[i]->flags & type) && !extent_bg_allocatable(es->bgs[i]))
+			return 1;
+	return 0;
 }
 
 /* Unallocated device bytes usable by a profile (divided by its copies). */
@@ -245,7 +268,9 @@ static int reserve_mixed(struct fs_write_state *w, u64 data_bytes, u64 floor, u6
 
 static int reserve_space(struct fs_write_state *w, u64 data_bytes, int deleting)
 {
-	u64 meta_profile = 0, data_profile = w->data_profile, meta_free, need;
+	u64 meta_profile = 0, sys_profile = 0, data_profile = w->data_profile, meta_free, sys_free;
+	u64 need, made[2];
+	size_t i, nmade = 0;
 	u64 total = btrfs_super_total_bytes(&w->es.vol->super);
 	u64 low = total / 32 < META_LOW_WATER ? total / 32 : META_LOW_WATER;
 	u64 floor = deleting ? META_RESERVE / 4 : META_RESERVE;
@@ -254,23 +279,36 @@ static int reserve_space(struct fs_write_state *w, u64 data_bytes, int deleting)
 	if (w->es.mixed)
 		return reserve_mixed(w, data_bytes, floor, low);
 	meta_free = group_free(&w->es, BTRFS_BLOCK_GROUP_METADATA, &meta_profile);
+	sys_free = group_free(&w->es, BTRFS_BLOCK_GROUP_SYSTEM, &sys_profile);
+	/*
+	 * Groups kept from allocation (degraded, or being emptied) may leave no
+	 * room at all: then the chunks are made in any case, system first, and
+	 * their items inserted after (inserting needs both kinds of room).
+	 */
+	if (sys_free < (1ULL << 20) && some_unallocatable(&w->es, BTRFS_BLOCK_GROUP_SYSTEM) &&
+	    chunk_create(&w->es, BTRFS_BLOCK_GROUP_SYSTEM | sys_profile,
+			 chunk_max_size(&w->es, 32ULL << 20), &made[nmade]) == 0)
+		nmade++;
 	if (meta_free < low) {
-		u64 chunk, size = chunk_max_size(&w->es, 256ULL << 20);
+		u64 size = chunk_max_size(&w->es, 256ULL << 20);
 
 		while (size >= (16ULL << 20) && unallocated(&w->es, meta_profile) < size)
 			size /= 2;
-		if (size >= (16ULL << 20) && meta_free >= META_RESERVE / 4) {
-			ret = chunk_create(&w->es, BTRFS_BLOCK_GROUP_METADATA | meta_profile, size,
-					   &chunk);
-			if (ret == 0)
-				ret = chunk_insert_items(&w->es, &w->txn.tt, chunk);
-			if (ret && ret != -ENOSPC) {
-				txn_abort(&w->txn, ret, "allocating a metadata chunk");
-				return ret;
-			}
-			meta_free = group_free(&w->es, BTRFS_BLOCK_GROUP_METADATA, NULL);
-		}
+		if (size >= (16ULL << 20) &&
+		    (meta_free >= META_RESERVE / 4 ||
+		     some_unallocatable(&w->es, BTRFS_BLOCK_GROUP_METADATA)) &&
+		    chunk_create(&w->es, BTRFS_BLOCK_GROUP_METADATA | meta_profile, size,
+				 &made[nmade]) == 0)
+			nmade++;
 	}
+	for (ret = 0, i = 0; i < nmade && ret == 0; i++)
+		ret = chunk_insert_items(&w->es, &w->txn.tt, made[i]);
+	if (ret && ret != -ENOSPC) {
+		txn_abort(&w->txn, ret, "allocating a metadata chunk");
+		return ret;
+	}
+	if (nmade)
+		meta_free = group_free(&w->es, BTRFS_BLOCK_GROUP_METADATA, NULL);
 	if (meta_free < floor)
 		return -ENOSPC;
 	if (data_bytes) {

@@ -387,7 +387,7 @@ int ops_device_remove(struct butter_fs *fs, uint64_t devid)
 		return -EINVAL;
 	}
 	/* the profiles in use must fit on the devices that remain */
-	remaining = usable_devices(&fs->w->es) - (ds->no_alloc ? 0 : 1);
+	remaining = usable_devices(&fs->w->es) - (ds->no_alloc || !dev->bdev ? 0 : 1);
 	for (i = 0; i < fs->w->es.nbgs; i++) {
 		u64 flags = fs->w->es.bgs[i]->flags;
 		u32 copies, min_devs;

@@ -300,7 +300,7 @@ static u64 profile_for(struct reloc *rc, u64 type)
 	if (rc->bg->flags & type)
 		return rc->bg->flags & BTRFS_BLOCK_GROUP_PROFILE_MASK;
 	for (i = 0; i < rc->es->nbgs; i++)
-		if ((rc->es->bgs[i]->flags & type) && !rc->es->bgs[i]->ro)
+		if ((rc->es->bgs[i]->flags & type) && extent_bg_allocatable(rc->es->bgs[i]))
 			return rc->es->bgs[i]->flags & BTRFS_BLOCK_GROUP_PROFILE_MASK;
 	return 0;
 }
@@ -380,7 +380,7 @@ static int ensure_room(struct reloc *rc)
 		for (i = 0; i < rc->es->nbgs; i++) {
 			const struct block_group *bg = rc->es->bgs[i];
 
-			if (!(bg->flags & type) || bg->ro)
+			if (!(bg->flags & type) || !extent_bg_allocatable(bg))
 				continue;
 			if (forced && (bg->flags & BTRFS_BLOCK_GROUP_PROFILE_MASK) !=
 					      (forced & BTRFS_BLOCK_GROUP_PROFILE_MASK))

@@ -349,3 +349,49 @@ def test_balance_on_a_live_mount(fuse, butter, workdir, aged):
         shares = du(m)
     for sv in SUBVOLS[1:]:
         assert shares[sv] == before[1][sv], (sv, before[1][sv], shares[sv])
+
+
+def test_failed_disk_degraded_write_then_rebuild(fuse, butter, workdir):
+    """raid1 over two devices, one dies: the filesystem mounts degraded read-write (new
+    chunks on the one left), takes writes, then a new device is added, the missing one
+    removed (its copies rebuilt from the others) and the new chunks converted back to
+    raid1. The kernel then mounts it whole, not degraded, with everything in it."""
+    import hashlib
+
+    from butter_it.fusemount import FuseMount
+
+    with kfs.kernel_fs(workdir, ndevices=2, size=512 << 20,
+                       mkfs_args=["-d", "raid1", "-m", "raid1"]) as fs:
+        age(fs.mnt)
+        fs.release()
+        images = list(fs.images)
+    before = observe(*images, mnt=os.path.join(workdir, "look"))
+    keep = next(i for i in images if int(kfs.super_fields(i)["dev_item.devid"]) == 1)
+    os.unlink(next(i for i in images if i != keep))  # the disk is gone
+    data = os.urandom(3 << 20)
+    with FuseMount(butter.path, [keep], os.path.join(workdir, "mnt"), options=["degraded"]) as m:
+        with open(os.path.join(m.mnt, "written-degraded"), "wb") as f:
+            f.write(data)
+        kfs.run([butter.path, "umount", m.mnt], timeout=300)
+        m.wait()
+    assert "degraded" in open(m.log, "rb").read().decode("utf-8", "replace")
+    new = os.path.join(workdir, "new.img")
+    with open(new, "wb") as f:
+        f.truncate(512 << 20)
+    r = kfs.run([butter.path, "device", "add", keep, new], check=False)
+    assert r.returncode == 0, r.stderr
+    r = kfs.run([butter.path, "device", "remove", "--device", new, "missing", keep], check=False,
+                timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = kfs.run([butter.path, "balance", "start", "--device", new, "-dconvert=raid1,soft",
+                 "-mconvert=raid1,soft", keep], check=False, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    oracle.btrfs_check(keep, new, strict=True)
+    for logical, kind, length, stripes in chunks(keep, new):
+        assert "RAID1" in kind and sorted(d for d, _ in stripes) == [1, 3], (logical, kind, stripes)
+    with oracle.kernel_mount(keep, new, mnt=os.path.join(workdir, "k")) as mnt:
+        got = manifest.take(mnt)
+        with open(os.path.join(mnt, "written-degraded"), "rb") as f:
+            assert hashlib.sha256(f.read()).digest() == hashlib.sha256(data).digest()
+    del got["written-degraded"]
+    oracle.assert_tree(before[0], got, "the kernel after the rebuild", exclude=(".",))
