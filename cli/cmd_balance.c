@@ -112,9 +112,7 @@ static int parse_filters(const char *kind, const char *spec, struct butter_balan
 			if (ret == 0 && hi == UINT64_MAX)
 				hi = 101;
 			if (ret == 0 && (lo > 100 || (hi > 100 && hi != 101)))
-				ret = -EINVAL;
-			if (ret == 0 && strstr(val, "..") && hi <= 100)
-				hi++; /* a range's end is included: usage=0..50 takes 50 % */
+				ret = -EINVAL; /* as the kernel: min included, max excluded */
 			f->flags |= BUTTER_BALANCE_F_USAGE;
 			f->usage_min = (uint32_t)lo;
 			f->usage_max = (uint32_t)hi;
@@ -187,31 +185,115 @@ static void print_stats(const char *what, const struct butter_balance_stats *st)
 	       cli_size(size, sizeof(size), st->bytes, false));
 }
 
-/* Balance on a live mount, one group per ioctl; 0, or -1 after an error. */
-static int ctl_balance(const char *path, const struct butter_balance_args *args,
-		       struct butter_balance_stats *st)
+/* One BUTTER_IOC_BALANCE command to the mount holding @path: 0 or -errno (-1: not a mount). */
+static int ctl_balance(const char *path, uint32_t cmd, const struct butter_balance_args *args,
+		       struct butter_ioc_balance *io)
 {
-	struct butter_ioc_balance b;
-	int fd = ctl_open(path, NULL);
+	int fd = ctl_open(path, NULL), ret = 0;
 
 	if (fd < 0)
 		return -1;
-	memset(&b, 0, sizeof(b));
-	b.args = *args;
-	b.cursor = UINT64_MAX;
-	for (;;) {
-		if (ioctl(fd, BUTTER_IOC_BALANCE, &b) < 0) {
-			cli_error("%s: balance: %s", path, strerror(errno));
-			close(fd);
-			*st = b.stats;
-			return -1;
-		}
-		if (b.done)
-			break;
-	}
+	memset(io, 0, sizeof(*io));
+	io->cmd = cmd;
+	if (args)
+		io->args = *args;
+	if (ioctl(fd, BUTTER_IOC_BALANCE, io) < 0)
+		ret = -errno;
 	close(fd);
-	*st = b.stats;
-	return 0;
+	return ret;
+}
+
+static const char *balance_errstr(int err)
+{
+	if (err == -EINPROGRESS)
+		return "a balance is running or recorded (paused or interrupted): resume or cancel it "
+		       "first";
+	if (err == -ENOTCONN)
+		return "no balance is running";
+	if (err == -ENOENT)
+		return "no balance is recorded";
+	return strerror(-err);
+}
+
+/*
+ * Start (or resume) the daemon's balance on the mount at @path; unless
+ * @background, wait for it to end and print what it did. Exit status.
+ */
+static int mount_balance(const char *path, uint32_t cmd, const struct butter_balance_args *args,
+			 bool background)
+{
+	struct butter_ioc_balance io;
+	int ret = ctl_balance(path, cmd, args, &io);
+
+	if (ret == -1)
+		return CLI_EXIT_ERROR;
+	if (ret < 0) {
+		cli_error("%s: balance: %s", path, balance_errstr(ret));
+		return CLI_EXIT_ERROR;
+	}
+	if (background) {
+		printf("balance %s in the background on %s\n",
+		       cmd == BUTTER_BALANCE_CMD_RESUME ? "resumed" : "started", path);
+		return cli_finish_stdout(CLI_EXIT_OK);
+	}
+	for (;;) {
+		ret = ctl_balance(path, BUTTER_BALANCE_CMD_STATUS, NULL, &io);
+		if (ret < 0) {
+			cli_error("%s: balance status: %s", path, ret == -1 ? "no mount" : strerror(-ret));
+			return CLI_EXIT_ERROR;
+		}
+		if (!(io.state & BUTTER_BALANCE_STATE_RUNNING))
+			break;
+		usleep(200 * 1000);
+	}
+	print_stats(path, &io.stats);
+	if (io.error) {
+		cli_error("%s: balance: %s", path, strerror(-io.error));
+		return CLI_EXIT_ERROR;
+	}
+	if (io.state & (BUTTER_BALANCE_STATE_PAUSED | BUTTER_BALANCE_STATE_CANCELED)) {
+		cli_error("%s: balance %s by user", path,
+			  io.state & BUTTER_BALANCE_STATE_PAUSED ? "paused" : "canceled");
+		return CLI_EXIT_ERROR;
+	}
+	return cli_finish_stdout(CLI_EXIT_OK);
+}
+
+static bool is_mount_path(const char *path, const struct cli_args *args)
+{
+	struct stat sb;
+
+	return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && args->ndevices == 0;
+}
+
+/* Run a balance on an image opened read-write; exit status. */
+static int image_balance(const char *image, const struct cli_args *args,
+			 const struct butter_balance_args *ba)
+{
+	struct butter_balance_stats st;
+	struct butter_fs *fs;
+	int ret;
+
+	memset(&st, 0, sizeof(st));
+	cli_open_flags |= BUTTER_OPEN_DEGRADED; /* restoring redundancy is what it is for */
+	ret = copyin_open_rw(image, args->devices, args->ndevices, &fs);
+	if (ret < 0)
+		return CLI_EXIT_ERROR;
+	ret = butter_balance(fs, ba, &st);
+	if (ret < 0) {
+		cli_error("%s: balance: %s", image, balance_errstr(ret));
+		butter_close(fs);
+		print_stats(image, &st);
+		return CLI_EXIT_ERROR;
+	}
+	ret = butter_sync(fs);
+	butter_close(fs);
+	print_stats(image, &st);
+	if (ret < 0) {
+		cli_error("%s: closing: %s", image, strerror(-ret));
+		return CLI_EXIT_ERROR;
+	}
+	return cli_finish_stdout(CLI_EXIT_OK);
 }
 
 int cmd_balance_start(const struct cli_command *cmd, int argc, char **argv)
@@ -231,13 +313,10 @@ int cmd_balance_start(const struct cli_command *cmd, int argc, char **argv)
 	};
 	struct cli_args args = { .cmd = cmd };
 	struct butter_balance_args ba;
-	struct butter_balance_stats st;
-	struct butter_fs *fs;
-	struct stat sb;
+	bool background = false;
 	int c, ret;
 
 	memset(&ba, 0, sizeof(ba));
-	memset(&st, 0, sizeof(st));
 	while ((c = cli_getopt(&args, argc, argv, ":hd::m::s::fv", longopts)) != -1) {
 		switch (c) {
 		case 'd':
@@ -261,8 +340,11 @@ int cmd_balance_start(const struct cli_command *cmd, int argc, char **argv)
 		case 'v':
 			cli_log_level = BUTTER_LOG_INFO;
 			break;
+		case 'b':
+			background = true;
+			break;
 		default:
-			break; /* --full-balance, --bg, --enqueue: accepted */
+			break; /* --full-balance, --enqueue: accepted */
 		}
 	}
 	if (argc - optind != 1) {
@@ -284,35 +366,174 @@ int cmd_balance_start(const struct cli_command *cmd, int argc, char **argv)
 	}
 	const char *image = argv[optind];
 
-	if (stat(image, &sb) == 0 && S_ISDIR(sb.st_mode) && args.ndevices == 0) {
-		free(args.devices);
-		ret = ctl_balance(image, &ba, &st);
-		print_stats(image, &st);
-		return cli_finish_stdout(ret < 0 ? CLI_EXIT_ERROR : CLI_EXIT_OK);
-	}
-	cli_open_flags |= BUTTER_OPEN_DEGRADED; /* restoring redundancy is what it is for */
-	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);
+	if (is_mount_path(image, &args))
+		ret = mount_balance(image, BUTTER_BALANCE_CMD_START, &ba, background);
+	else
+		ret = image_balance(image, &args, &ba);
 	free(args.devices);
-	if (ret < 0)
-		return CLI_EXIT_ERROR;
-	ret = butter_balance(fs, &ba, &st);
-	if (ret < 0) {
-		cli_error("%s: balance: %s", image, strerror(-ret));
-		butter_close(fs);
-		print_stats(image, &st);
-		return CLI_EXIT_ERROR;
-	}
-	ret = butter_sync(fs);
-	butter_close(fs);
-	print_stats(image, &st);
-	if (ret < 0) {
-		cli_error("%s: closing: %s", image, strerror(-ret));
-		return CLI_EXIT_ERROR;
-	}
-	return cli_finish_stdout(CLI_EXIT_OK);
+	return ret;
 usage:
 	free(args.devices);
 	return CLI_EXIT_USAGE;
+}
+
+static void print_filter(const char *kind, const struct butter_balance_filter *f)
+{
+	printf("  %s:", kind);
+	if (f->flags & BUTTER_BALANCE_F_CONVERT)
+		printf(" convert=%s%s", butter_profile_name(f->target & ~BUTTER_PROFILE_SINGLE),
+		       f->flags & BUTTER_BALANCE_F_SOFT ? ",soft" : "");
+	if (f->flags & BUTTER_BALANCE_F_USAGE)
+		printf(" usage=%u..%u", f->usage_min, f->usage_max);
+	if (f->flags & BUTTER_BALANCE_F_DEVID)
+		printf(" devid=%" PRIu64, f->devid);
+	if (f->flags & BUTTER_BALANCE_F_DRANGE)
+		printf(" drange=%" PRIu64 "..%" PRIu64, f->pstart, f->pend);
+	if (f->flags & BUTTER_BALANCE_F_VRANGE)
+		printf(" vrange=%" PRIu64 "..%" PRIu64, f->vstart, f->vend);
+	if (f->flags & BUTTER_BALANCE_F_LIMIT)
+		printf(" limit=%u..%u", f->limit_min, f->limit_max);
+	if (f->flags & BUTTER_BALANCE_F_STRIPES)
+		printf(" stripes=%u..%u", f->stripes_min, f->stripes_max);
+	if (!f->flags)
+		printf(" (no filters)");
+	printf("\n");
+}
+
+static void print_args(const struct butter_balance_args *a)
+{
+	if (a->flags & BUTTER_BALANCE_DATA)
+		print_filter("data", &a->data);
+	if (a->flags & BUTTER_BALANCE_METADATA)
+		print_filter("metadata", &a->meta);
+	if (a->flags & BUTTER_BALANCE_SYSTEM)
+		print_filter("system", &a->sys);
+}
+
+/*
+ * `butter balance status|pause|cancel|resume IMAGE|PATH` (cmd->name says
+ * which). On a mount they ask the daemon; on an image status, cancel and
+ * resume work on the balance recorded there (pause needs a running one).
+ */
+int cmd_balance_ctl(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "background", no_argument, NULL, 'b' },
+		{ "bg", no_argument, NULL, 'b' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ 0 },
+	};
+	const char *what = strchr(cmd->name, ' ') + 1;
+	struct cli_args args = { .cmd = cmd };
+	struct butter_balance_args ba;
+	struct butter_ioc_balance io;
+	struct butter_fs *fs;
+	bool background = false;
+	int c, ret;
+
+	while ((c = cli_getopt(&args, argc, argv, ":hbv", longopts)) != -1) {
+		if (c == 'b')
+			background = true;
+		else if (c == 'v')
+			cli_log_level = BUTTER_LOG_INFO;
+	}
+	if (argc - optind != 1) {
+		free(args.devices);
+		return cli_usage_error(cmd, argc - optind < 1 ? "missing IMAGE or PATH"
+							     : "too many arguments");
+	}
+	const char *path = argv[optind];
+
+	if (is_mount_path(path, &args)) {
+		uint32_t c2 = !strcmp(what, "status")	? BUTTER_BALANCE_CMD_STATUS
+			      : !strcmp(what, "pause")	? BUTTER_BALANCE_CMD_PAUSE
+			      : !strcmp(what, "cancel") ? BUTTER_BALANCE_CMD_CANCEL
+							: BUTTER_BALANCE_CMD_RESUME;
+
+		free(args.devices);
+		if (c2 == BUTTER_BALANCE_CMD_RESUME)
+			return mount_balance(path, c2, NULL, background);
+		ret = ctl_balance(path, c2, NULL, &io);
+		if (ret == -1)
+			return CLI_EXIT_ERROR;
+		if (ret < 0) {
+			cli_error("%s: balance %s: %s", path, what, balance_errstr(ret));
+			return CLI_EXIT_ERROR;
+		}
+		if (c2 != BUTTER_BALANCE_CMD_STATUS)
+			return cli_finish_stdout(CLI_EXIT_OK);
+		if (!(io.state & (BUTTER_BALANCE_STATE_RUNNING | BUTTER_BALANCE_STATE_RECORDED))) {
+			printf("No balance found on '%s'\n", path);
+			return cli_finish_stdout(CLI_EXIT_OK);
+		}
+		printf("Balance on '%s' is %s%s\n", path,
+		       io.state & BUTTER_BALANCE_STATE_RUNNING ? "running" : "paused",
+		       io.state & BUTTER_BALANCE_STATE_CANCEL_REQ ? ", cancel requested"
+		       : io.state & BUTTER_BALANCE_STATE_PAUSE_REQ ? ", pause requested" : "");
+		if (io.state & BUTTER_BALANCE_STATE_RUNNING)
+			printf("%" PRIu64 " out of about %" PRIu64 " chunks balanced (%" PRIu64
+			       " considered), %3.0f%% left\n",
+			       io.stats.groups, io.stats.groups + io.stats.left, io.stats.considered,
+			       io.stats.groups + io.stats.left
+				       ? 100.0 * (double)io.stats.left /
+						 (double)(io.stats.groups + io.stats.left)
+				       : 0.0);
+		print_args(&io.args);
+		/* as btrfs-progs: 1 while a balance is running or paused */
+		return cli_finish_stdout(1);
+	}
+	if (!strcmp(what, "pause")) {
+		free(args.devices);
+		cli_error("%s: no balance runs on an image; pause is for a live mount", path);
+		return CLI_EXIT_ERROR;
+	}
+	if (!strcmp(what, "status"))
+		ret = cli_open(&args, path, &fs);
+	else
+		ret = copyin_open_rw(path, args.devices, args.ndevices, &fs);
+	if (ret < 0) {
+		free(args.devices);
+		return CLI_EXIT_ERROR;
+	}
+	ret = butter_balance_item(fs, &ba);
+	if (!strcmp(what, "status")) {
+		butter_close(fs);
+		free(args.devices);
+		if (ret == -ENOENT) {
+			printf("No balance found on '%s'\n", path);
+			return cli_finish_stdout(CLI_EXIT_OK);
+		}
+		if (ret < 0) {
+			cli_error("%s: balance status: %s", path, strerror(-ret));
+			return CLI_EXIT_ERROR;
+		}
+		printf("Balance on '%s' is paused (recorded, not running)\n", path);
+		print_args(&ba);
+		return cli_finish_stdout(1);
+	}
+	if (!strcmp(what, "cancel")) {
+		ret = butter_balance_cancel(fs);
+		if (ret == 0)
+			ret = butter_sync(fs);
+		butter_close(fs);
+		free(args.devices);
+		if (ret < 0) {
+			cli_error("%s: balance cancel: %s", path, balance_errstr(ret));
+			return CLI_EXIT_ERROR;
+		}
+		return cli_finish_stdout(CLI_EXIT_OK);
+	}
+	butter_close(fs);
+	if (ret < 0) {
+		free(args.devices);
+		cli_error("%s: balance resume: %s", path, balance_errstr(ret));
+		return CLI_EXIT_ERROR;
+	}
+	ba.flags |= BUTTER_BALANCE_RESUME;
+	ret = image_balance(path, &args, &ba);
+	free(args.devices);
+	return ret;
 }
 
 /* The devid of @spec: a number, or the path of a member device. 0 if none. */

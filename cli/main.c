@@ -181,17 +181,54 @@ static const struct cli_command commands[] = {
 		.usage = "As `btrfs balance start`: every block group the filters select (all of\n"
 			 "them with none given) is emptied into other or new groups and its chunk\n"
 			 "removed; data and tree blocks shared by snapshots or reflinks stay\n"
-			 "shared. PATH is a directory inside a live `butter mount` (the mount keeps\n"
-			 "serving between block groups); IMAGE an image file or device.\n"
+			 "shared. PATH is a directory inside a live `butter mount`: the mount's\n"
+			 "daemon runs the balance (serving everything else between block groups)\n"
+			 "and this waits for it unless --bg; IMAGE an image file or device. A\n"
+			 "balance is recorded on disk until it ends, as the kernel records it, so\n"
+			 "an interrupted one can be resumed (by butter or a kernel mount).\n"
 			 "\n"
 			 "  -d[FILTERS]   data block groups      -m[FILTERS]   metadata (and system)\n"
 			 "  -s[FILTERS]   system (needs -f)      -f, --force   allow lowering the\n"
 			 "                                                     metadata redundancy\n"
+			 "  --bg          on a mount: return once the balance runs\n"
+			 "  -v            say which block group moves\n"
 			 "FILTERS, comma-separated: usage=N|N..M (percent used), devid=N,\n"
 			 "drange=N..M (bytes on devid), vrange=N..M (logical bytes), limit=N|N..M,\n"
 			 "stripes=N|N..M, profiles=P|P..., convert=PROFILE, soft (with convert:\n"
 			 "skip groups already converted). PROFILE: single, dup, raid0, raid1,\n"
 			 "raid1c3, raid1c4, raid10, raid5, raid6.\n",
+	},
+	{
+		.name = "balance status",
+		.main = cmd_balance_ctl,
+		.summary = "is a balance running, paused or recorded, and how far it got",
+		.synopsis = "[--device DEV]... IMAGE|PATH",
+		.usage = "As `btrfs balance status`: exit status 1 while a balance runs or is\n"
+			 "recorded (paused, or interrupted by a crash), 0 when there is none.\n",
+	},
+	{
+		.name = "balance pause",
+		.main = cmd_balance_ctl,
+		.summary = "stop the running balance after its current block group",
+		.synopsis = "PATH",
+		.usage = "The balance stays recorded: `balance resume` (or the next mount)\n"
+			 "goes on with it.\n",
+	},
+	{
+		.name = "balance cancel",
+		.main = cmd_balance_ctl,
+		.summary = "stop a balance and drop its record",
+		.synopsis = "[--device DEV]... IMAGE|PATH",
+		.usage = "Block groups already moved stay where they went.\n",
+	},
+	{
+		.name = "balance resume",
+		.main = cmd_balance_ctl,
+		.summary = "go on with the balance recorded on disk",
+		.synopsis = "[--bg] [--device DEV]... IMAGE|PATH",
+		.usage = "With the arguments it was started with (by butter or by the kernel).\n"
+			 "\n"
+			 "  --bg           on a mount: return once it runs\n",
 	},
 	{
 		.name = "filesystem resize",

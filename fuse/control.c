@@ -316,14 +316,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		out = sizeof(u.dev_stats);
 		break;
 	case BUTTER_IOC_BALANCE:
-		if (d->readonly) {
-			ret = -EROFS;
-			break;
-		}
-		ret = butter_balance_step(d->fs, &u.balance.args, &u.balance.cursor,
-					  &u.balance.stats);
-		u.balance.done = ret == 1;
-		ret = ret < 0 ? ret : 0;
+		ret = balancer_ioctl(d, &u.balance);
 		out = sizeof(u.balance);
 		break;
 	default:

@@ -87,7 +87,9 @@ const char butter_mount_usage[] =
 	"                               subvolume); both must name the same one\n"
 	"    device=DEV                 another member of the filesystem (repeatable)\n"
 	"    degraded                   mount with missing devices where the\n"
-	"                               profiles allow it\n"
+	"                               profiles allow it (read-write: new chunks\n"
+	"                               go to the devices present)\n"
+	"    skip_balance               do not resume a balance recorded on disk\n"
 	"    commit=SECONDS             commit a change at most this long after it\n"
 	"                               (default 30); changes are also committed\n"
 	"                               about 1 s after they stop\n"
@@ -797,6 +799,7 @@ static int run(const struct mount_opts *o)
 		return 1;
 	}
 	fsync_queue_init(&d.fsyncq);
+	pthread_mutex_init(&d.balancer_lock, NULL);
 
 	fuse_opts = fuse_option_string(o);
 	char *fuse_argv[] = { "butter", "-o", fuse_opts, o->debug ? "-d" : NULL, NULL };
@@ -835,6 +838,7 @@ static int run(const struct mount_opts *o)
 		daemon_log(&d, BUTTER_LOG_ERROR, "cannot start: %s", strerror(-ret));
 		goto out;
 	}
+	balancer_resume_at_mount(&d);
 
 	ret = run_loop(&d);
 	status = ret < 0 ? 1 : 0;
@@ -849,6 +853,7 @@ out:
 		pthread_kill(sig_thread, SIGTERM); /* ends its sigwait; it sees loop_done */
 		pthread_join(sig_thread, NULL);
 	}
+	balancer_stop(&d); /* after the group it moves; the record stays */
 	if (committer.running || committer.d)
 		committer_stop(&committer);
 	if (d.se) {

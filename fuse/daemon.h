@@ -53,6 +53,10 @@ struct daemon {
 	struct committer *committer;  /* daemon.c; NULL before it starts and once stopped */
 	atomic_bool commit_failed;    /* a commit failed: the library refuses changes (-EROFS) */
 
+	/* the balance thread (balance.c); balancer_lock guards the pointer */
+	pthread_mutex_t balancer_lock;
+	struct balancer *balancer;
+
 	/* shutdown: see daemon.c */
 	pthread_t main_thread;
 	atomic_bool loop_done;        /* the session loop has returned */
@@ -71,6 +75,16 @@ int daemon_remount(struct daemon *d, bool readonly);
  * live mount at MOUNTPOINT; returns the exit status.
  */
 int butter_remount_main(const struct mount_opts *o);
+
+/*
+ * The daemon's balance (balance.c): BUTTER_IOC_BALANCE's commands; the
+ * resume of a recorded balance once the mount is live; and, at unmount,
+ * pausing it (the record stays for the next mount) and joining its thread.
+ */
+struct butter_ioc_balance;
+int balancer_ioctl(struct daemon *d, struct butter_ioc_balance *io);
+void balancer_resume_at_mount(struct daemon *d);
+void balancer_stop(struct daemon *d);
 
 /* The request handlers (ops.c). */
 extern const struct fuse_lowlevel_ops butter_fuse_ops;

@@ -80,6 +80,7 @@ static const struct opt_def mount_options[] = {
 	{ "device=", OPT_DEVICE, 0, false },
 	{ "commit=", OPT_UINT, F(commit_secs), false },
 	{ "degraded", OPT_TRUE, F(degraded), false },
+	{ "skip_balance", OPT_TRUE, F(skip_balance), false },
 	{ "compress", OPT_COMPRESS, 0, false },
 	{ "compress=", OPT_COMPRESS, 0, false },
 	{ "compress-force", OPT_COMPRESS, 0, false },

@@ -30,6 +30,7 @@ struct mount_opts {
 	bool readonly;           /* ro */
 	bool remount;            /* remount: change a live mount (remount.c), start nothing */
 	bool degraded;
+	bool skip_balance;       /* a recorded balance is not resumed at mount */
 	const char *subvol;      /* subvol=PATH; NULL: not given */
 	uint64_t subvolid;       /* subvolid=ID; 0: not given */
 	unsigned commit_secs;    /* commit=SECONDS */

@@ -579,6 +579,11 @@ int butter_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scru
  * Groups are taken from the highest logical address down; groups made while
  * the balance runs are not visited.
  *
+ * A balance records itself on disk (the balance item, as the kernel's) from
+ * its first group until none is left, and drops the record when it fails;
+ * starting one while another is recorded is -EINPROGRESS unless @flags has
+ * BUTTER_BALANCE_RESUME (see butter_balance_item()).
+ *
  * Lowering the redundancy of metadata or system groups (e.g. dup to single)
  * needs BUTTER_BALANCE_FORCE. A conversion the devices cannot hold (raid1
  * on one device) is -EINVAL before anything moves; no room for a copy is
@@ -589,6 +594,7 @@ int butter_scrub_supers(struct butter_fs *fs, unsigned flags, struct butter_scru
 #define BUTTER_BALANCE_METADATA 0x2u
 #define BUTTER_BALANCE_SYSTEM   0x4u
 #define BUTTER_BALANCE_FORCE    0x8u
+#define BUTTER_BALANCE_RESUME   0x10u  /* going on with the recorded balance (its record may exist) */
 
 #define BUTTER_BALANCE_F_USAGE    0x1u
 #define BUTTER_BALANCE_F_DEVID    0x2u
@@ -641,6 +647,16 @@ int butter_balance(struct butter_fs *fs, const struct butter_balance_args *args,
  */
 int butter_balance_step(struct butter_fs *fs, const struct butter_balance_args *args,
 			uint64_t *cursor, struct butter_balance_stats *st);
+
+/*
+ * The balance recorded on disk (the balance item): one running, paused, or
+ * interrupted by a crash, by butter or by the kernel. 0 with its arguments,
+ * -ENOENT when there is none. butter_balance_cancel() deletes the record
+ * (committed): the groups already moved stay moved. Resuming is
+ * butter_balance() (or steps) with the arguments read here.
+ */
+int butter_balance_item(struct butter_fs *fs, struct butter_balance_args *out);
+int butter_balance_cancel(struct butter_fs *fs);
 
 /*
  * Remove device @devid from the filesystem: every group with a stripe on it

@@ -27,8 +27,8 @@
  *                             are zeroed and the zeros committed
  *   BUTTER_IOC_FSYNC          fsync up to BUTTER_IOC_FSYNC_MAX files of the
  *                             mount in one tree log sync
- *   BUTTER_IOC_BALANCE        move one block group (butter_balance_step): the
- *                             caller loops over @cursor until @done
+ *   BUTTER_IOC_BALANCE        start, resume, pause or cancel the daemon's
+ *                             balance, or ask how it goes
  * Errors come back as errno of the ioctl(2) call, as the library's.
  * A snapshot or subvolume change commits first, so it sees every write
  * made before the call.
@@ -181,14 +181,40 @@ struct butter_ioc_fsync {
 #define BUTTER_IOC_FSYNC _IOW(BUTTER_IOC_MAGIC, 10, struct butter_ioc_fsync)
 
 /*
- * BUTTER_IOC_BALANCE: one step of a balance. Between steps the mount serves
- * every other request; a step holds it for one block group.
+ * BUTTER_IOC_BALANCE: the daemon's balance, which runs in a thread of its
+ * own one block group at a time (the mount serves every other request
+ * between groups) and outlives the command that started it, as the
+ * kernel's does:
+ *   START   a balance with @args (EINPROGRESS if one runs, or one is
+ *           recorded on disk: resume or cancel that first)
+ *   RESUME  the balance recorded on disk (ENOENT if none)
+ *   STATUS  what runs (or ran last, or is recorded): @state, @args, @stats
+ *   PAUSE   stop after the group being moved; the record stays (ENOTCONN
+ *           if none runs)
+ *   CANCEL  stop after that group and delete the record; also a recorded
+ *           balance that does not run (ENOTCONN if there is neither)
+ * A mount resumes a recorded balance by itself unless -o skip_balance.
  */
+#define BUTTER_BALANCE_CMD_START 1u
+#define BUTTER_BALANCE_CMD_RESUME 2u
+#define BUTTER_BALANCE_CMD_STATUS 3u
+#define BUTTER_BALANCE_CMD_PAUSE 4u
+#define BUTTER_BALANCE_CMD_CANCEL 5u
+
+#define BUTTER_BALANCE_STATE_RUNNING 0x1u
+#define BUTTER_BALANCE_STATE_PAUSE_REQ 0x2u
+#define BUTTER_BALANCE_STATE_CANCEL_REQ 0x4u
+#define BUTTER_BALANCE_STATE_RECORDED 0x8u   /* a balance item is on disk */
+#define BUTTER_BALANCE_STATE_PAUSED 0x10u    /* the last one ended paused */
+#define BUTTER_BALANCE_STATE_CANCELED 0x20u  /* the last one was cancelled */
+
 struct butter_ioc_balance {
-	struct butter_balance_args args;    /* in */
-	uint64_t cursor;                    /* in/out: UINT64_MAX to start */
-	uint64_t done;                      /* out: 1 when no selected group is left */
-	struct butter_balance_stats stats;  /* in/out: the totals so far (zeroed to start) */
+	uint32_t cmd;                       /* in: BUTTER_BALANCE_CMD_* */
+	uint32_t state;                     /* out: BUTTER_BALANCE_STATE_* */
+	int32_t error;                      /* out: how the last balance ended (0 or -errno) */
+	uint32_t reserved;
+	struct butter_balance_args args;    /* in (START); out (STATUS) */
+	struct butter_balance_stats stats;  /* out: the running or last balance's counts */
 };
 
 #define BUTTER_IOC_BALANCE _IOWR(BUTTER_IOC_MAGIC, 16, struct butter_ioc_balance)

@@ -457,6 +457,16 @@ int butter_balance_step(struct butter_fs *fs, const struct butter_balance_args *
 	LOCKED(fs, HOLD_EXCL, int, ops_balance_step(fs, args, cursor, st));
 }
 
+int butter_balance_item(struct butter_fs *fs, struct butter_balance_args *out)
+{
+	LOCKED(fs, HOLD_SHARED, int, ops_balance_item(fs, out));
+}
+
+int butter_balance_cancel(struct butter_fs *fs)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_balance_cancel(fs));
+}
+
 int butter_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read, void *arg,
 	struct butter_receive_result *result)
 {

@@ -549,6 +549,51 @@ struct btrfs_root_item {
 /* The part of a root item written by old kernels (before generation_v2). */
 #define BTRFS_ROOT_ITEM_V1_SIZE offsetof(struct btrfs_root_item, generation_v2)
 
+/*
+ * The balance in progress: item (BALANCE_OBJECTID, TEMPORARY_ITEM, 0) in the
+ * root tree, written when a balance starts and deleted when it ends, is
+ * cancelled or fails; a paused or interrupted one keeps it, and the next
+ * mount (kernel) or `butter balance resume` goes on with these arguments.
+ */
+#define BTRFS_BALANCE_ITEM_DATA (1ULL << 0)
+#define BTRFS_BALANCE_ITEM_SYSTEM (1ULL << 1)
+#define BTRFS_BALANCE_ITEM_METADATA (1ULL << 2)
+#define BTRFS_BALANCE_ITEM_FORCE (1ULL << 3)
+#define BTRFS_BALANCE_ITEM_RESUME (1ULL << 4)
+
+#define BTRFS_BALANCE_ARGS_PROFILES (1ULL << 0)
+#define BTRFS_BALANCE_ARGS_USAGE (1ULL << 1)       /* usage: 0..N (one u64) */
+#define BTRFS_BALANCE_ARGS_DEVID (1ULL << 2)
+#define BTRFS_BALANCE_ARGS_DRANGE (1ULL << 3)
+#define BTRFS_BALANCE_ARGS_VRANGE (1ULL << 4)
+#define BTRFS_BALANCE_ARGS_LIMIT (1ULL << 5)       /* limit: one u64 */
+#define BTRFS_BALANCE_ARGS_LIMIT_RANGE (1ULL << 6)
+#define BTRFS_BALANCE_ARGS_STRIPES_RANGE (1ULL << 7)
+#define BTRFS_BALANCE_ARGS_CONVERT (1ULL << 8)
+#define BTRFS_BALANCE_ARGS_SOFT (1ULL << 9)
+#define BTRFS_BALANCE_ARGS_USAGE_RANGE (1ULL << 10)
+
+struct btrfs_disk_balance_args {
+	le64 profiles;
+	le32 usage_min;      /* with USAGE alone these two are one u64: usage */
+	le32 usage_max;
+	le64 devid;
+	le64 pstart, pend;   /* [pstart, pend) on devid */
+	le64 vstart, vend;   /* [vstart, vend) logical */
+	le64 target;         /* convert to; single is AVAIL_ALLOC_BIT_SINGLE */
+	le64 flags;          /* BTRFS_BALANCE_ARGS_* */
+	le32 limit_min;      /* with LIMIT alone these two are one u64: limit */
+	le32 limit_max;
+	le32 stripes_min, stripes_max;
+	le64 unused[6];
+} BTRFS_PACKED;
+
+struct btrfs_balance_item {
+	le64 flags;          /* BTRFS_BALANCE_ITEM_* */
+	struct btrfs_disk_balance_args data, meta, sys;
+	le64 unused[4];
+} BTRFS_PACKED;
+
 /* ROOT_REF (parent, ROOT_REF, child) and ROOT_BACKREF (child, ROOT_BACKREF, parent). */
 struct btrfs_root_ref {
 	le64 dirid;
@@ -652,6 +697,8 @@ struct btrfs_free_space_info {
 _Static_assert(sizeof(struct btrfs_disk_key) == 17, "disk_key");
 _Static_assert(sizeof(struct btrfs_header) == 101, "header");
 _Static_assert(sizeof(struct btrfs_item) == 25, "item");
+_Static_assert(sizeof(struct btrfs_disk_balance_args) == 136, "disk_balance_args");
+_Static_assert(sizeof(struct btrfs_balance_item) == 448, "balance_item");
 _Static_assert(sizeof(struct btrfs_key_ptr) == 33, "key_ptr");
 _Static_assert(sizeof(struct btrfs_dev_item) == 98, "dev_item");
 _Static_assert(sizeof(struct btrfs_root_backup) == 168, "root_backup");

@@ -8,6 +8,15 @@
  * chunk that ever existed (extent_state.logical_floor), so a balance never
  * visits what it made itself.
  *
+ * The balance item (root tree, BALANCE_OBJECTID, TEMPORARY_ITEM) records a
+ * balance while it runs, as the kernel's does: written (committed) before
+ * the first group moves, deleted when none is left, when it is cancelled or
+ * fails; a balance paused (its caller stopped stepping) or interrupted keeps
+ * it, so `butter balance resume` — or a kernel mount, which resumes a
+ * recorded balance unless mounted skip_balance — goes on with the same
+ * arguments. Device remove and shrinking move groups without one, as the
+ * kernel's do.
+ *
  * Conversion sets the profile forced on the kind's allocations for the
  * duration (extent_state.force_profile_*): copies then go only to groups of
  * the target profile, and new chunks get it. After a data conversion the
@@ -18,6 +27,9 @@
 #include <string.h>
 
 #include "ops/ops.h"
+
+static int put_balance_item(struct fs_write_state *w, struct butter_fs *fs,
+			    const struct butter_balance_args *args);
 
 static const struct butter_balance_filter *filter_for(const struct butter_balance_args *args,
 						      u64 flags)
@@ -258,8 +270,12 @@ static int next_group(struct butter_fs *fs, const struct butter_balance_args *ar
 	return found ? 0 : 1;
 }
 
+/*
+ * Move the next selected group below *cursor. @record: keep the balance item
+ * (a balance's own steps, not those of device remove or shrink).
+ */
 static int balance_one(struct butter_fs *fs, const struct butter_balance_args *args,
-		       uint64_t *cursor, struct butter_balance_stats *st)
+		       uint64_t *cursor, struct butter_balance_stats *st, int record)
 {
 	u64 *done = st->kind_groups;
 	struct fs_write_state *w;
@@ -275,8 +291,25 @@ static int balance_one(struct butter_fs *fs, const struct butter_balance_args *a
 		return fs_end_change(w, ret, 0);
 	ret = next_group(fs, args, *cursor, done, &start, &count);
 	st->left = count;
+	if (record && ret == 1 && st->considered) {
+		/* done: the record goes */
+		return fs_end_change(w, put_balance_item(w, fs, NULL) ?: 1, 1);
+	}
 	if (ret)
 		return fs_end_change(w, ret, 0);
+	if (record && !st->considered) {
+		struct butter_balance_args recorded, plain = *args;
+
+		if (!(args->flags & BUTTER_BALANCE_RESUME) && ops_balance_item(fs, &recorded) == 0) {
+			blog_err(&fs->log, "a balance is recorded (paused or interrupted): resume or "
+					   "cancel it first");
+			return fs_end_change(w, -EINPROGRESS, 0);
+		}
+		plain.flags &= ~BUTTER_BALANCE_RESUME;
+		ret = put_balance_item(w, fs, &plain);
+		if (ret)
+			return fs_end_change(w, ret, 1);
+	}
 	bg = extent_find_bg(&w->es, start);
 	flags = bg->flags;
 	st->considered++;
@@ -298,6 +331,13 @@ static int balance_one(struct butter_fs *fs, const struct butter_balance_args *a
 		st->left = count - 1;
 	}
 	*cursor = start;
+	if (ret && record && !w->txn.aborted) {
+		/* a failed balance ends, as the kernel's: its record goes */
+		int r = put_balance_item(w, fs, NULL);
+
+		if (r)
+			return fs_end_change(w, r, 1);
+	}
 	/* relocation committed or aborted itself: nothing is left to end */
 	return fs_end_change(w, ret, 0);
 }
@@ -307,11 +347,11 @@ int ops_balance_step(struct butter_fs *fs, const struct butter_balance_args *arg
 {
 	if (!fs->w)
 		return -EROFS;
-	return balance_one(fs, args, cursor, st);
+	return balance_one(fs, args, cursor, st, 1);
 }
 
-int ops_balance(struct butter_fs *fs, const struct butter_balance_args *args,
-		struct butter_balance_stats *st)
+static int balance_all(struct butter_fs *fs, const struct butter_balance_args *args,
+		       struct butter_balance_stats *st, int record)
 {
 	struct butter_balance_stats local;
 	u64 cursor = UINT64_MAX;
@@ -323,9 +363,209 @@ int ops_balance(struct butter_fs *fs, const struct butter_balance_args *args,
 		st = &local;
 	memset(st, 0, sizeof(*st));
 	do {
-		ret = balance_one(fs, args, &cursor, st);
+		ret = balance_one(fs, args, &cursor, st, record);
 	} while (ret == 0);
 	return ret == 1 ? 0 : ret;
+}
+
+int ops_balance(struct butter_fs *fs, const struct butter_balance_args *args,
+		struct butter_balance_stats *st)
+{
+	return balance_all(fs, args, st, 1);
+}
+
+/* ---- the balance item ---- */
+
+static void encode_filter(const struct butter_balance_filter *f, struct btrfs_disk_balance_args *d)
+{
+	u64 flags = 0;
+
+	memset(d, 0, sizeof(*d));
+	if (f->flags & BUTTER_BALANCE_F_PROFILES) {
+		flags |= BTRFS_BALANCE_ARGS_PROFILES;
+		put_le64(&d->profiles, f->profiles);
+	}
+	if (f->flags & BUTTER_BALANCE_F_USAGE) {
+		flags |= f->usage_min ? BTRFS_BALANCE_ARGS_USAGE_RANGE : BTRFS_BALANCE_ARGS_USAGE;
+		if (f->usage_min) {
+			put_le32(&d->usage_min, f->usage_min);
+			put_le32(&d->usage_max, f->usage_max);
+		} else {
+			put_le32(&d->usage_min, f->usage_max); /* the low half of the u64 */
+		}
+	}
+	if (f->flags & (BUTTER_BALANCE_F_DEVID | BUTTER_BALANCE_F_DRANGE)) {
+		flags |= BTRFS_BALANCE_ARGS_DEVID;
+		put_le64(&d->devid, f->devid);
+	}
+	if (f->flags & BUTTER_BALANCE_F_DRANGE) {
+		flags |= BTRFS_BALANCE_ARGS_DRANGE;
+		put_le64(&d->pstart, f->pstart);
+		put_le64(&d->pend, f->pend);
+	}
+	if (f->flags & BUTTER_BALANCE_F_VRANGE) {
+		flags |= BTRFS_BALANCE_ARGS_VRANGE;
+		put_le64(&d->vstart, f->vstart);
+		put_le64(&d->vend, f->vend);
+	}
+	if (f->flags & BUTTER_BALANCE_F_LIMIT) {
+		flags |= BTRFS_BALANCE_ARGS_LIMIT_RANGE;
+		put_le32(&d->limit_min, f->limit_min);
+		put_le32(&d->limit_max, f->limit_max);
+	}
+	if (f->flags & BUTTER_BALANCE_F_STRIPES) {
+		flags |= BTRFS_BALANCE_ARGS_STRIPES_RANGE;
+		put_le32(&d->stripes_min, f->stripes_min);
+		put_le32(&d->stripes_max, f->stripes_max);
+	}
+	if (f->flags & BUTTER_BALANCE_F_CONVERT) {
+		flags |= BTRFS_BALANCE_ARGS_CONVERT;
+		put_le64(&d->target, f->target ? f->target : BUTTER_PROFILE_SINGLE);
+	}
+	if (f->flags & BUTTER_BALANCE_F_SOFT)
+		flags |= BTRFS_BALANCE_ARGS_SOFT;
+	put_le64(&d->flags, flags);
+}
+
+static void decode_filter(const struct btrfs_disk_balance_args *d, struct butter_balance_filter *f)
+{
+	u64 flags = get_le64(&d->flags);
+
+	memset(f, 0, sizeof(*f));
+	if (flags & BTRFS_BALANCE_ARGS_PROFILES) {
+		f->flags |= BUTTER_BALANCE_F_PROFILES;
+		f->profiles = get_le64(&d->profiles);
+	}
+	if (flags & BTRFS_BALANCE_ARGS_USAGE_RANGE) {
+		f->flags |= BUTTER_BALANCE_F_USAGE;
+		f->usage_min = get_le32(&d->usage_min);
+		f->usage_max = get_le32(&d->usage_max);
+	} else if (flags & BTRFS_BALANCE_ARGS_USAGE) {
+		u64 usage = get_le32(&d->usage_min) | (u64)get_le32(&d->usage_max) << 32;
+
+		f->flags |= BUTTER_BALANCE_F_USAGE;
+		f->usage_max = usage > 101 ? 101 : (u32)usage;
+	}
+	if (flags & BTRFS_BALANCE_ARGS_DEVID) {
+		f->flags |= BUTTER_BALANCE_F_DEVID;
+		f->devid = get_le64(&d->devid);
+	}
+	if (flags & BTRFS_BALANCE_ARGS_DRANGE) {
+		f->flags |= BUTTER_BALANCE_F_DRANGE;
+		f->pstart = get_le64(&d->pstart);
+		f->pend = get_le64(&d->pend);
+	}
+	if (flags & BTRFS_BALANCE_ARGS_VRANGE) {
+		f->flags |= BUTTER_BALANCE_F_VRANGE;
+		f->vstart = get_le64(&d->vstart);
+		f->vend = get_le64(&d->vend);
+	}
+	if (flags & BTRFS_BALANCE_ARGS_LIMIT_RANGE) {
+		f->flags |= BUTTER_BALANCE_F_LIMIT;
+		f->limit_min = get_le32(&d->limit_min);
+		f->limit_max = get_le32(&d->limit_max);
+	} else if (flags & BTRFS_BALANCE_ARGS_LIMIT) {
+		u64 limit = get_le32(&d->limit_min) | (u64)get_le32(&d->limit_max) << 32;
+
+		f->flags |= BUTTER_BALANCE_F_LIMIT;
+		f->limit_max = limit > UINT32_MAX ? UINT32_MAX : (u32)limit;
+	}
+	if (flags & BTRFS_BALANCE_ARGS_STRIPES_RANGE) {
+		f->flags |= BUTTER_BALANCE_F_STRIPES;
+		f->stripes_min = get_le32(&d->stripes_min);
+		f->stripes_max = get_le32(&d->stripes_max);
+	}
+	if (flags & BTRFS_BALANCE_ARGS_CONVERT) {
+		f->flags |= BUTTER_BALANCE_F_CONVERT;
+		f->target = get_le64(&d->target);
+	}
+	if (flags & BTRFS_BALANCE_ARGS_SOFT)
+		f->flags |= BUTTER_BALANCE_F_SOFT;
+}
+
+static const struct btrfs_key balance_key = { BTRFS_BALANCE_OBJECTID, BTRFS_TEMPORARY_ITEM_KEY, 0 };
+
+int ops_balance_item(struct butter_fs *fs, struct butter_balance_args *out)
+{
+	struct btrfs_balance_item item;
+	u64 flags;
+	int ret;
+
+	ret = tree_lookup_item(&fs->cache, &fs->root_tree, &balance_key, &item, sizeof(item));
+	if (ret < 0)
+		return ret;
+	if ((size_t)ret < sizeof(item))
+		return BLOG_CORRUPT(&fs->log, "balance item: %d bytes", ret);
+	memset(out, 0, sizeof(*out));
+	flags = get_le64(&item.flags);
+	if (flags & BTRFS_BALANCE_ITEM_DATA)
+		out->flags |= BUTTER_BALANCE_DATA;
+	if (flags & BTRFS_BALANCE_ITEM_METADATA)
+		out->flags |= BUTTER_BALANCE_METADATA;
+	if (flags & BTRFS_BALANCE_ITEM_SYSTEM)
+		out->flags |= BUTTER_BALANCE_SYSTEM;
+	if (flags & BTRFS_BALANCE_ITEM_FORCE)
+		out->flags |= BUTTER_BALANCE_FORCE;
+	decode_filter(&item.data, &out->data);
+	decode_filter(&item.meta, &out->meta);
+	decode_filter(&item.sys, &out->sys);
+	return 0;
+}
+
+/* Write (@args) or delete (NULL) the balance item, committed. Under the write lock. */
+static int put_balance_item(struct fs_write_state *w, struct butter_fs *fs,
+			    const struct butter_balance_args *args)
+{
+	struct tree_path path;
+	int ret;
+
+	ret = txn_begin(&w->txn);
+	if (ret)
+		return ret;
+	tree_path_init(&path);
+	ret = tree_search_slot(&w->txn.tt, &fs->root_tree, &balance_key, &path, 0, 1);
+	if (ret == 0)
+		ret = tree_del_items(&w->txn.tt, &fs->root_tree, &path, 1);
+	else if (ret == 1)
+		ret = 0;
+	tree_path_release(&fs->cache, &path);
+	if (ret == 0 && args) {
+		struct btrfs_balance_item item;
+		u64 flags = 0;
+
+		memset(&item, 0, sizeof(item));
+		if (args->flags & BUTTER_BALANCE_DATA)
+			flags |= BTRFS_BALANCE_ITEM_DATA;
+		if (args->flags & BUTTER_BALANCE_METADATA)
+			flags |= BTRFS_BALANCE_ITEM_METADATA;
+		if (args->flags & BUTTER_BALANCE_SYSTEM)
+			flags |= BTRFS_BALANCE_ITEM_SYSTEM;
+		if (args->flags & BUTTER_BALANCE_FORCE)
+			flags |= BTRFS_BALANCE_ITEM_FORCE;
+		put_le64(&item.flags, flags);
+		encode_filter(&args->data, &item.data);
+		encode_filter(&args->meta, &item.meta);
+		encode_filter(&args->sys, &item.sys);
+		ret = tree_insert_item(&w->txn.tt, &fs->root_tree, &balance_key, &item, sizeof(item));
+	}
+	if (ret == 0)
+		ret = txn_commit(&w->txn);
+	return ret;
+}
+
+int ops_balance_cancel(struct butter_fs *fs)
+{
+	struct butter_balance_args args;
+	struct fs_write_state *w;
+	int ret = ops_balance_item(fs, &args);
+
+	if (ret)
+		return ret; /* -ENOENT: no balance recorded */
+	ret = fs_begin_change(fs, &w);
+	if (ret)
+		return ret;
+	ret = put_balance_item(w, fs, NULL);
+	return fs_end_change(w, ret, 1);
 }
 
 /* ---- device remove and shrink ---- */
@@ -360,7 +600,7 @@ static int evacuate(struct butter_fs *fs, u64 devid, u64 limit)
 	}
 	args.flags = BUTTER_BALANCE_DATA | BUTTER_BALANCE_METADATA | BUTTER_BALANCE_SYSTEM;
 	args.data = args.meta = args.sys = f;
-	return ops_balance(fs, &args, NULL);
+	return balance_all(fs, &args, NULL, 0);
 }
 
 int ops_device_remove(struct butter_fs *fs, uint64_t devid)

@@ -34,6 +34,8 @@ int ops_balance(struct butter_fs *fs, const struct butter_balance_args *args,
 	struct butter_balance_stats *st);
 int ops_balance_step(struct butter_fs *fs, const struct butter_balance_args *args,
 	uint64_t *cursor, struct butter_balance_stats *st);
+int ops_balance_item(struct butter_fs *fs, struct butter_balance_args *out);
+int ops_balance_cancel(struct butter_fs *fs);
 int ops_check(struct butter_fs *fs, struct butter_check_result *res);
 void ops_close(struct butter_fs *fs);
 int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid);

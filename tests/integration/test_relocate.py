@@ -395,3 +395,117 @@ def test_failed_disk_degraded_write_then_rebuild(fuse, butter, workdir):
             assert hashlib.sha256(f.read()).digest() == hashlib.sha256(data).digest()
     del got["written-degraded"]
     oracle.assert_tree(before[0], got, "the kernel after the rebuild", exclude=(".",))
+
+
+def many_groups(workdir, name):
+    """A 1 GiB image whose data fills several block groups (so a balance takes a while)."""
+    with kfs.kernel_fs(workdir, size=1 << 30, name=name) as fs:
+        for i in range(12):
+            write_file(os.path.join(fs.mnt, f"f{i}"), 16 << 20, 100 + i)
+            fs.sync()
+        tree = manifest.take(fs.mnt)
+        fs.release()
+        return fs.images[0], tree
+
+
+def balance_item(image):
+    """The balance item as btrfs-progs dumps it, or None."""
+    out = kfs.run(["btrfs", "inspect-internal", "dump-tree", "-t", "root", image]).stdout
+    m = re.search(r"key \(BALANCE TEMPORARY_ITEM 0\).*?(?=\n\titem|\Z)", out, re.S)
+    return m.group(0) if m else None
+
+
+def test_kernel_paused_balance_resumed_by_butter(kernel, butter, workdir):
+    img, tree = many_groups(workdir, "k")
+    with oracle.kernel_mount(img, mnt=os.path.join(workdir, "m"), opts=("rw",)) as mnt:
+        kfs.run(["btrfs", "balance", "start", "--bg", "-dconvert=dup", mnt])
+        r = kfs.run(["btrfs", "balance", "pause", mnt], check=False)
+        if r.returncode != 0:
+            pytest.skip(f"the kernel's balance ended before it could be paused: {r.stderr}")
+    assert balance_item(img), "the kernel left no balance item"
+    r = kfs.run([butter.path, "balance", "status", img], check=False)
+    assert r.returncode == 1 and "paused" in r.stdout and "convert=dup" in r.stdout, r.stdout
+    # a new balance is refused while one is recorded
+    r = kfs.run([butter.path, "balance", "start", "-dusage=50", img], check=False)
+    assert r.returncode != 0 and "resume or cancel" in r.stderr, r.stderr
+    r = kfs.run([butter.path, "balance", "resume", img], check=False, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert balance_item(img) is None
+    oracle.btrfs_check(img, strict=True)
+    with oracle.kernel_mount(img, mnt=os.path.join(workdir, "m2")) as mnt:
+        oracle.assert_tree(tree, mnt, "the kernel after butter resumed its balance",
+                           check_atime=False)
+        assert {(k, p) for (k, p) in space(mnt) if k == "Data"} == {("Data", "DUP")}
+
+
+def test_butter_paused_balance_resumed_by_the_kernel(fuse, butter, workdir):
+    from butter_it.fusemount import FuseMount
+
+    img, tree = many_groups(workdir, "b")
+    with FuseMount(butter.path, [img], os.path.join(workdir, "mnt")) as fm:
+        r = kfs.run([butter.path, "balance", "start", "--bg", "-dconvert=dup", fm.mnt])
+        assert "in the background" in r.stdout, r.stdout
+        r = kfs.run([butter.path, "balance", "pause", fm.mnt], check=False)
+        assert r.returncode == 0, r.stderr
+        deadline = 0
+        while True:
+            r = kfs.run([butter.path, "balance", "status", fm.mnt], check=False)
+            if "running" not in r.stdout or deadline > 300:
+                break
+            deadline += 1
+            import time
+            time.sleep(0.2)
+        assert r.returncode == 1 and "paused" in r.stdout, r.stdout
+        kfs.run([butter.path, "umount", fm.mnt], timeout=300)
+        fm.wait()
+    assert balance_item(img), "butter left no balance item"
+    oracle.btrfs_check(img, strict=True)
+    # the kernel resumes it at mount and finishes it
+    with oracle.kernel_mount(img, mnt=os.path.join(workdir, "k"), opts=("rw",)) as mnt:
+        for _ in range(600):
+            r = kfs.run(["btrfs", "balance", "status", mnt], check=False)
+            if "No balance found" in r.stdout:
+                break
+            import time
+            time.sleep(0.5)
+        assert "No balance found" in r.stdout, r.stdout
+        oracle.assert_tree(tree, mnt, "the kernel after it resumed butter's balance",
+                           check_atime=False)
+    assert balance_item(img) is None
+    oracle.btrfs_check(img, strict=True)
+    with oracle.kernel_mount(img, mnt=os.path.join(workdir, "k2")) as mnt:
+        assert {(k, p) for (k, p) in space(mnt) if k == "Data"} == {("Data", "DUP")}
+
+
+def test_mount_resumes_a_recorded_balance_unless_skip_balance(fuse, butter, workdir):
+    from butter_it.fusemount import FuseMount
+
+    img, tree = many_groups(workdir, "r")
+    with oracle.kernel_mount(img, mnt=os.path.join(workdir, "m"), opts=("rw",)) as mnt:
+        kfs.run(["btrfs", "balance", "start", "--bg", "-dconvert=dup", mnt])
+        r = kfs.run(["btrfs", "balance", "pause", mnt], check=False)
+        if r.returncode != 0:
+            pytest.skip(f"the kernel's balance ended before it could be paused: {r.stderr}")
+    with FuseMount(butter.path, [img], os.path.join(workdir, "mnt"),
+                   options=["skip_balance"]) as fm:
+        r = kfs.run([butter.path, "balance", "status", fm.mnt], check=False)
+        assert r.returncode == 1 and "paused" in r.stdout, r.stdout
+        kfs.run([butter.path, "umount", fm.mnt], timeout=300)
+        fm.wait()
+    assert balance_item(img)
+    with FuseMount(butter.path, [img], os.path.join(workdir, "mnt")) as fm:
+        import time
+        for _ in range(600):
+            r = kfs.run([butter.path, "balance", "status", fm.mnt], check=False)
+            if r.returncode == 0:
+                break
+            time.sleep(0.2)
+        assert "No balance found" in r.stdout, r.stdout
+        kfs.run([butter.path, "umount", fm.mnt], timeout=300)
+        fm.wait()
+    assert balance_item(img) is None
+    oracle.btrfs_check(img, strict=True)
+    with oracle.kernel_mount(img, mnt=os.path.join(workdir, "k")) as mnt:
+        oracle.assert_tree(tree, mnt, "the kernel after butter's mount resumed the balance",
+                           check_atime=False)
+        assert {(k, p) for (k, p) in space(mnt) if k == "Data"} == {("Data", "DUP")}
