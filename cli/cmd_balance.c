@@ -1,11 +1,11 @@
 /*
  * cmd_balance.c — the commands that move what is on disk, in btrfs-progs'
- * grammar: `butter balance start` (filters and conversion),
- * `butter device remove|delete`, `butter filesystem resize`. On an image
- * they open it read-write and call the library (butter_balance(),
- * butter_device_remove(), butter_device_resize()); on a directory inside a
- * live `butter mount` they ask the daemon through its control ioctls
- * (include/butter/control.h), one block group per call.
+ * grammar: `butter balance start|status|pause|cancel|resume` (filters and
+ * conversion), `butter device remove|delete`, `butter replace start`,
+ * `butter filesystem resize`. On an image they open it read-write and call
+ * the library (butter_balance(), butter_device_remove(), butter_replace(),
+ * butter_device_resize()); balance on a directory inside a live `butter
+ * mount` asks the daemon through BUTTER_IOC_BALANCE (control.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -725,4 +725,71 @@ int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv)
 bad:
 	free(args.devices);
 	return cli_usage_error(cmd, "bad size '%s'", argv[optind]);
+}
+
+int cmd_replace_start(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "force", no_argument, NULL, 'f' },
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	struct butter_replace_stats st;
+	struct butter_device_info di;
+	struct butter_fs *fs;
+	unsigned flags = 0;
+	uint64_t devid = 0;
+	char size[32];
+	int c, ret;
+
+	while ((c = cli_getopt(&args, argc, argv, ":hfrB", longopts)) != -1) {
+		if (c == 'f')
+			flags |= BUTTER_REPLACE_FORCE;
+		else if (c == 'r')
+			flags |= BUTTER_REPLACE_AVOID_SRC;
+	}
+	if (argc - optind != 3) {
+		free(args.devices);
+		return cli_usage_error(cmd, argc - optind < 3 ? "missing SRC, TARGET or IMAGE"
+							     : "too many arguments");
+	}
+	const char *src = argv[optind], *target = argv[optind + 1], *image = argv[optind + 2];
+
+	if (is_mount_path(image, &args)) {
+		free(args.devices);
+		cli_error("%s: replace on a live mount is not done yet; unmount, then replace on the "
+			  "image", image);
+		return CLI_EXIT_ERROR;
+	}
+	cli_open_flags |= BUTTER_OPEN_DEGRADED; /* a failed disk is what it is for */
+	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);
+	free(args.devices);
+	if (ret < 0)
+		return CLI_EXIT_ERROR;
+	if (strcmp(src, "missing") == 0) {
+		for (size_t k = 0; butter_get_device(fs, k, &di) == 0; k++)
+			if (!di.path)
+				devid = di.devid;
+	} else {
+		devid = devid_of(fs, src);
+	}
+	if (!devid) {
+		cli_error("%s: %s is not a device of this filesystem", image, src);
+		butter_close(fs);
+		return CLI_EXIT_ERROR;
+	}
+	memset(&st, 0, sizeof(st));
+	ret = butter_replace(fs, devid, target, flags, &st);
+	if (ret == 0)
+		ret = butter_sync(fs);
+	butter_close(fs);
+	if (ret < 0) {
+		cli_error("%s: replacing device %" PRIu64 " by %s: %s", image, devid, target,
+			  strerror(-ret));
+		return CLI_EXIT_ERROR;
+	}
+	printf("replaced device %" PRIu64 " (%s) by %s: %s copied\n", devid, src, target,
+	       cli_size(size, sizeof(size), st.bytes_written, false));
+	return cli_finish_stdout(CLI_EXIT_OK);
 }

@@ -173,6 +173,22 @@ static const struct cli_command commands[] = {
 		.usage = "An alias of `butter device remove`.\n",
 	},
 	{
+		.name = "replace start",
+		.main = cmd_replace_start,
+		.summary = "replace a device, copying only what is used on it",
+		.synopsis = "[-r] [-f] [--device DEV]... SRC TARGET IMAGE",
+		.usage = "As `btrfs replace start`: SRC (a devid, a member's path, or missing) is\n"
+			 "replaced by TARGET (an image file or block device at least as large as\n"
+			 "the part of SRC in use): only the used parts of SRC are copied, read\n"
+			 "through the checked paths (a bad or missing copy is read from the other\n"
+			 "copies or rebuilt from parity), to the same places on TARGET, which then\n"
+			 "takes SRC's devid; SRC's superblocks are wiped. On an image (a live mount:\n"
+			 "not yet).\n"
+			 "\n"
+			 "  -f, --force    overwrite a TARGET holding another btrfs filesystem\n"
+			 "  -r             accepted (reads follow the mirror order anyway)\n",
+	},
+	{
 		.name = "balance start",
 		.main = cmd_balance_start,
 		.summary = "move block groups elsewhere: compact, spread, convert profiles",

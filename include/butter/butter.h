@@ -659,6 +659,30 @@ int butter_balance_item(struct butter_fs *fs, struct butter_balance_args *out);
 int butter_balance_cancel(struct butter_fs *fs);
 
 /*
+ * Replace device @srcdevid (present, failing or missing) by the file or
+ * block device @target, as `btrfs replace start`: only the used parts of the
+ * old device are copied (read through the checked paths: a bad copy, or a
+ * missing device, is read from the other copies or rebuilt from parity) to
+ * the same places on @target, which then takes the old device's devid and
+ * uuid in one commit; the old device's superblocks are wiped. @target must
+ * be at least as large as the part of the old device in use. Refused:
+ * a member of this filesystem (-EEXIST), one of another unless
+ * BUTTER_REPLACE_FORCE (-EBUSY). An I/O error writing @target stops it with
+ * nothing changed. BUTTER_REPLACE_AVOID_SRC (-r) is accepted; reads follow
+ * the mirror order either way. @st (may be NULL) gets the bytes written.
+ */
+#define BUTTER_REPLACE_FORCE 0x1u
+#define BUTTER_REPLACE_AVOID_SRC 0x2u
+
+struct butter_replace_stats {
+	uint64_t devid;
+	uint64_t bytes_written;
+};
+
+int butter_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, unsigned flags,
+		   struct butter_replace_stats *st);
+
+/*
  * Remove device @devid from the filesystem: every group with a stripe on it
  * is moved to the other devices, then its item goes, the superblocks of the
  * remaining devices count one device less, and its own superblocks are wiped

@@ -440,6 +440,12 @@ int butter_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size)
 	LOCKED(fs, HOLD_EXCL, int, ops_device_resize(fs, devid, size));
 }
 
+int butter_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, unsigned flags,
+	struct butter_replace_stats *st)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_replace(fs, srcdevid, target, flags, st));
+}
+
 int butter_device_remove(struct butter_fs *fs, uint64_t devid)
 {
 	LOCKED(fs, HOLD_EXCL, int, ops_device_remove(fs, devid));

@@ -87,13 +87,74 @@ static int is_member(const struct btrfs_volumes *vol, const char *path)
 	return 0;
 }
 
+/*
+ * May @bdev (@path) become a device of @fs? Not one of another filesystem
+ * unless @force, not one of this one, not too small. 0 or -errno (logged).
+ */
+static int check_new_device(struct butter_fs *fs, struct blockdev *bdev, const char *path,
+			    int force)
+{
+	u8 fsid[BTRFS_FSID_SIZE];
+	int ret = has_btrfs(bdev, fsid);
+
+	if (ret == 1 && !memcmp(fsid, fs->vol.fsid, BTRFS_FSID_SIZE)) {
+		blog_err(&fs->log, "%s: already a device of this filesystem", path);
+		return -EEXIST;
+	}
+	if (ret == 1 && !force) {
+		blog_err(&fs->log, "%s: holds another btrfs filesystem (force to overwrite it)", path);
+		return -EBUSY;
+	}
+	if (ret >= 0 && bdev->size < MIN_DEVICE_BYTES) {
+		blog_err(&fs->log, "%s: %llu bytes; a device needs at least %llu", path,
+			 (unsigned long long)bdev->size, (unsigned long long)MIN_DEVICE_BYTES);
+		return -ENOSPC;
+	}
+	return ret < 0 ? ret : 0;
+}
+
+int ops_prepare_new_device(struct butter_fs *fs, struct blockdev *bdev, const char *path,
+			   int force)
+{
+	int ret = check_new_device(fs, bdev, path, force);
+
+	return ret ? ret : wipe(bdev);
+}
+
+int ops_reopen_path_swap(struct butter_fs *fs, const char *old_path, const char *new_path)
+{
+	char *copy = strdup(new_path), **paths;
+	size_t i;
+
+	if (!copy)
+		return -ENOMEM;
+	if (!fs->reopen.paths) {
+		free(copy); /* no reopen record: nothing to keep true */
+		return 0;
+	}
+	for (i = 0; old_path && i < fs->reopen.npaths; i++) {
+		if (strcmp(fs->reopen.paths[i], old_path) == 0) {
+			free(fs->reopen.paths[i]);
+			fs->reopen.paths[i] = copy;
+			return 0;
+		}
+	}
+	paths = realloc(fs->reopen.paths, (fs->reopen.npaths + 1) * sizeof(*paths));
+	if (!paths) {
+		free(copy);
+		return -ENOMEM;
+	}
+	fs->reopen.paths = paths;
+	paths[fs->reopen.npaths++] = copy;
+	return 0;
+}
+
 int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid)
 {
 	struct btrfs_volumes *vol = &fs->vol;
 	struct fs_write_state *w = NULL;
 	struct btrfs_device *dev;
 	struct blockdev *bdev;
-	u8 fsid[BTRFS_FSID_SIZE];
 	u64 id = 0;
 	size_t i;
 	int ret;
@@ -111,20 +172,7 @@ int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint6
 		blog_err(&fs->log, "%s: cannot open: %s", path, strerror(-ret));
 		return ret;
 	}
-	ret = has_btrfs(bdev, fsid);
-	if (ret == 1 && !memcmp(fsid, vol->fsid, BTRFS_FSID_SIZE)) {
-		blog_err(&fs->log, "%s: already a device of this filesystem", path);
-		ret = -EEXIST;
-	} else if (ret == 1 && !(flags & BUTTER_DEVICE_ADD_FORCE)) {
-		blog_err(&fs->log, "%s: holds another btrfs filesystem (force to overwrite it)", path);
-		ret = -EBUSY;
-	} else if (ret >= 0 && bdev->size < MIN_DEVICE_BYTES) {
-		blog_err(&fs->log, "%s: %llu bytes; a device needs at least %llu", path,
-			 (unsigned long long)bdev->size, (unsigned long long)MIN_DEVICE_BYTES);
-		ret = -ENOSPC;
-	} else if (ret >= 0) {
-		ret = 0;
-	}
+	ret = check_new_device(fs, bdev, path, flags & BUTTER_DEVICE_ADD_FORCE);
 	if (ret) {
 		blockdev_close(bdev);
 		return ret;

@@ -40,6 +40,8 @@ int ops_check(struct butter_fs *fs, struct butter_check_result *res);
 void ops_close(struct butter_fs *fs);
 int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid);
 int ops_device_remove(struct butter_fs *fs, uint64_t devid);
+int ops_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, unsigned flags,
+	struct butter_replace_stats *st);
 int ops_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size);
 int ops_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
 	struct butter_device_stats *out);
@@ -73,5 +75,16 @@ int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want);
  * (warning if that fails), close it, forget its path for reopens, free it.
  */
 void ops_retire_device(struct butter_fs *fs, struct btrfs_device *dev);
+
+/*
+ * A device about to join @fs (device.c): refuse one of this filesystem, one
+ * of another unless @force, one too small; then wipe its first MiB and
+ * superblock places. 0 or -errno (logged).
+ */
+int ops_prepare_new_device(struct butter_fs *fs, struct blockdev *bdev, const char *path,
+			   int force);
+
+/* The reopen record names @new_path where it named @old_path (NULL: adds it). */
+int ops_reopen_path_swap(struct butter_fs *fs, const char *old_path, const char *new_path);
 
 #endif
