@@ -245,9 +245,13 @@ static int copy_raid56(struct replace *r, const struct chunk_map *map, const str
 			if (row == last)
 				continue;
 			last = row;
-			ret = -EIO;
-			for (mirror = 1; ret && mirror <= copies; mirror++)
-				ret = volumes_read(&fs->vol, logical, mem, row_bytes, mirror);
+			/* each data block alone: a rebuild from parity is one block's */
+			for (k = 0, ret = 0; k < ndata && ret == 0; k++) {
+				ret = -EIO;
+				for (mirror = 1; ret && mirror <= copies; mirror++)
+					ret = volumes_read(&fs->vol, logical + k * sl, blocks[k], sl,
+							   mirror);
+			}
 			if (ret) {
 				blog_err(&fs->log, "replace: stripe row at logical %llu cannot be read "
 						   "or rebuilt", (unsigned long long)logical);

@@ -509,3 +509,76 @@ def test_mount_resumes_a_recorded_balance_unless_skip_balance(fuse, butter, work
         oracle.assert_tree(tree, mnt, "the kernel after butter's mount resumed the balance",
                            check_atime=False)
         assert {(k, p) for (k, p) in space(mnt) if k == "Data"} == {("Data", "DUP")}
+
+
+REPLACE_CASES = [
+    # name, devices, mkfs profile args, the old device missing
+    ("raid1", 2, ["-d", "raid1", "-m", "raid1"], False),
+    ("raid1-missing", 2, ["-d", "raid1", "-m", "raid1"], True),
+    ("raid10", 4, ["-d", "raid10", "-m", "raid10"], False),
+    ("raid5-missing", 3, ["-d", "raid5", "-m", "raid1"], True),
+    ("raid6", 4, ["-d", "raid6", "-m", "raid1c3"], False),
+]
+
+
+@pytest.mark.parametrize("name,ndev,mkfs,missing", REPLACE_CASES, ids=[c[0] for c in REPLACE_CASES])
+def test_replace(kernel, butter, workdir, name, ndev, mkfs, missing):
+    """Replace device 2 by a new image: only what is used is copied, the new device takes
+    devid 2, and the kernel finds every copy on it good (scrub) and the same tree."""
+    with kfs.kernel_fs(workdir, ndevices=ndev, size=512 << 20, mkfs_args=mkfs) as fs:
+        age(fs.mnt)
+        fs.release()
+        images = list(fs.images)
+    before = observe(*images, mnt=os.path.join(workdir, "look"))
+    used = sum(before[2].values())  # data, metadata and system bytes, one copy each
+    src = next(i for i in images if int(kfs.super_fields(i)["dev_item.devid"]) == 2)
+    first = next(i for i in images if int(kfs.super_fields(i)["dev_item.devid"]) == 1)
+    others = [i for i in images if i not in (src, first)]
+    new = os.path.join(workdir, "new.img")
+    with open(new, "wb") as f:
+        f.truncate(600 << 20)
+    if missing:
+        os.unlink(src)
+    argv = [butter.path, "replace", "start"]
+    for extra in ([] if missing else [src]) + others:
+        argv += ["--device", extra]
+    r = kfs.run(argv + ["missing" if missing else "2", new, first], check=False, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = re.search(r"([\d.]+)(KiB|MiB|GiB) copied", r.stdout)
+    copied = float(m.group(1)) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m.group(2)]
+    if "raid5" not in name and "raid6" not in name:
+        # the old device held at most one copy of everything: no more is written
+        assert copied <= used * 1.05 + (1 << 20), (copied, used)
+    assert int(kfs.super_fields(new)["dev_item.devid"]) == 2
+    if not missing:
+        with open(src, "rb") as f:
+            f.seek(65536 + 64)
+            assert f.read(8) != b"_BHRfS_M", "the old device still looks like a member"
+    members = [first, new] + others
+    oracle.btrfs_check(*members, strict=True)
+    with oracle.kernel_mount(*members, mnt=os.path.join(workdir, "k"), opts=("rw",)) as mnt:
+        oracle.assert_tree(before[0], mnt, "the kernel after the replace", check_atime=False)
+        r = kfs.run(["btrfs", "scrub", "start", "-B", "-d", mnt], check=False, timeout=900)
+        assert r.returncode == 0 and "no errors found" in r.stdout, r.stdout + r.stderr
+
+
+def test_replace_refusals(kernel, butter, workdir):
+    with kfs.kernel_fs(workdir, ndevices=2, size=512 << 20,
+                       mkfs_args=["-d", "raid1", "-m", "raid1"]) as fs:
+        fs.release()
+        a, b = fs.images
+    small = os.path.join(workdir, "small.img")
+    with open(small, "wb") as f:
+        f.truncate(100 << 20)
+    r = kfs.run([butter.path, "replace", "start", "--device", b, "2", small, a], check=False)
+    assert r.returncode != 0 and "bytes" in r.stderr, r.stderr
+    other = kfs.make_image(os.path.join(workdir, "other.img"), 600 << 20)
+    r = kfs.run([butter.path, "replace", "start", "--device", b, "2", other, a], check=False)
+    assert r.returncode != 0 and "another btrfs" in r.stderr, r.stderr
+    r = kfs.run([butter.path, "replace", "start", "--device", b, "2", b, a], check=False)
+    assert r.returncode != 0 and "already" in r.stderr, r.stderr
+    oracle.btrfs_check(a, b, strict=True)
+    r = kfs.run([butter.path, "replace", "start", "-f", "--device", b, "2", other, a],
+                check=False, timeout=600)
+    assert r.returncode == 0, r.stderr
+    oracle.btrfs_check(a, other, strict=True)
