@@ -527,9 +527,19 @@ def test_replace(kernel, butter, workdir, name, ndev, mkfs, missing):
     devid 2, and the kernel finds every copy on it good (scrub) and the same tree."""
     with kfs.kernel_fs(workdir, ndevices=ndev, size=512 << 20, mkfs_args=mkfs) as fs:
         age(fs.mnt)
-        fs.release()
+        big = kfs.fiemap(os.path.join(fs.mnt, "big"))[0]
+        fs.umount()
+        cmap = fs.chunk_map()
+        fs.detach()
         images = list(fs.images)
     before = observe(*images, mnt=os.path.join(workdir, "look"))
+    devids = {int(kfs.super_fields(i)["dev_item.devid"]): i for i in images}
+    if not missing:
+        # a failing disk: a stretch of the old device's copy of "big" is garbage; the
+        # replace must read it from the other copy (or parity), never copy the garbage
+        hits = [(d, p) for d, p in cmap.locate(big[1] + (1 << 20)) if d == 2]
+        if hits:
+            kfs.flip_bytes(devids[2], hits[0][1], 65536)
     used = sum(before[2].values())  # data, metadata and system bytes, one copy each
     src = next(i for i in images if int(kfs.super_fields(i)["dev_item.devid"]) == 2)
     first = next(i for i in images if int(kfs.super_fields(i)["dev_item.devid"]) == 1)
