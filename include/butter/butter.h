@@ -692,6 +692,19 @@ int butter_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, 
  */
 int butter_device_remove(struct butter_fs *fs, uint64_t devid);
 
+/*
+ * butter_device_remove() and butter_device_resize() one block group per call,
+ * for a front end that serves other calls in between: *cursor is UINT64_MAX
+ * to start; each call moves one group off the device (or past the new size)
+ * and returns 0, until the last one, which removes the device (sets the
+ * size) and returns 1; or a negative errno. Between calls new chunks avoid
+ * the device (the space past the size); a failure gives it back.
+ */
+int butter_device_remove_step(struct butter_fs *fs, uint64_t devid, uint64_t *cursor,
+			      struct butter_balance_stats *st);
+int butter_device_resize_step(struct butter_fs *fs, uint64_t devid, uint64_t size,
+			      uint64_t *cursor, struct butter_balance_stats *st);
+
 /* ---- check ---------------------------------------------------------------- */
 /*
  * A read-only consistency check (lib/ops/check.c says what it covers): every

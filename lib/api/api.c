@@ -451,6 +451,18 @@ int butter_device_remove(struct butter_fs *fs, uint64_t devid)
 	LOCKED(fs, HOLD_EXCL, int, ops_device_remove(fs, devid));
 }
 
+int butter_device_remove_step(struct butter_fs *fs, uint64_t devid, uint64_t *cursor,
+	struct butter_balance_stats *st)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_device_remove_step(fs, devid, cursor, st));
+}
+
+int butter_device_resize_step(struct butter_fs *fs, uint64_t devid, uint64_t size,
+	uint64_t *cursor, struct butter_balance_stats *st)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_device_resize_step(fs, devid, size, cursor, st));
+}
+
 int butter_balance(struct butter_fs *fs, const struct butter_balance_args *args,
 	struct butter_balance_stats *st)
 {

@@ -580,16 +580,12 @@ static struct dev_space *find_devspace(struct extent_state *es, u64 devid)
 	return NULL;
 }
 
-/*
- * Move every group with a stripe on @devid whose stripe ends past @limit
- * (0: every one) elsewhere. New chunks must already avoid that space.
- */
-static int evacuate(struct butter_fs *fs, u64 devid, u64 limit)
+/* The devices' filter args for the groups with a stripe on @devid past @limit (0: any). */
+static void evacuation_args(u64 devid, u64 limit, struct butter_balance_args *args)
 {
-	struct butter_balance_args args;
 	struct butter_balance_filter f;
 
-	memset(&args, 0, sizeof(args));
+	memset(args, 0, sizeof(*args));
 	memset(&f, 0, sizeof(f));
 	f.flags = BUTTER_BALANCE_F_DEVID;
 	f.devid = devid;
@@ -598,23 +594,19 @@ static int evacuate(struct butter_fs *fs, u64 devid, u64 limit)
 		f.pstart = limit;
 		f.pend = UINT64_MAX;
 	}
-	args.flags = BUTTER_BALANCE_DATA | BUTTER_BALANCE_METADATA | BUTTER_BALANCE_SYSTEM;
-	args.data = args.meta = args.sys = f;
-	return balance_all(fs, &args, NULL, 0);
+	args->flags = BUTTER_BALANCE_DATA | BUTTER_BALANCE_METADATA | BUTTER_BALANCE_SYSTEM;
+	args->data = args->meta = args->sys = f;
 }
 
-int ops_device_remove(struct butter_fs *fs, uint64_t devid)
+/* May device @devid go? -EINVAL (logged) when the profiles need it, -ENODEV if unknown. */
+static int check_remove(struct butter_fs *fs, u64 devid)
 {
-	struct fs_write_state *w;
 	struct btrfs_volumes *vol = &fs->vol;
 	struct btrfs_device *dev = NULL;
 	struct dev_space *ds;
 	size_t i;
 	u32 remaining;
-	int ret;
 
-	if (!fs->w)
-		return -EROFS;
 	for (i = 0; i < vol->ndevs; i++)
 		if (vol->devs[i]->devid == devid)
 			dev = vol->devs[i];
@@ -641,12 +633,17 @@ int ops_device_remove(struct butter_fs *fs, uint64_t devid)
 			return -EINVAL;
 		}
 	}
-	ds->no_alloc = 1;
-	ret = evacuate(fs, devid, 0);
-	if (ret) {
-		ds->no_alloc = 0;
-		return ret;
-	}
+	return 0;
+}
+
+/* The device holds no chunk any more: take it out (its items, the count, its superblocks). */
+static int finish_remove(struct butter_fs *fs, u64 devid)
+{
+	struct btrfs_volumes *vol = &fs->vol;
+	struct fs_write_state *w;
+	struct btrfs_device *dev;
+	int ret;
+
 	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
@@ -669,42 +666,124 @@ int ops_device_remove(struct butter_fs *fs, uint64_t devid)
 	return fs_end_change(w, ret, 1);
 }
 
-/*
- * Shrink device @devid to @want bytes: new chunks avoid the space past it,
- * the groups with a stripe there move. Returns 0 with that space kept out of
- * allocation (the caller sets the size), or the error with it given back.
- */
-int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want)
+int ops_device_remove_step(struct butter_fs *fs, uint64_t devid, uint64_t *cursor,
+			   struct butter_balance_stats *st)
 {
-	struct extent_state *es = &fs->w->es;
-	struct dev_space *ds = find_devspace(es, devid);
-	struct btrfs_device *dev = NULL;
-	struct range_set kept;
-	size_t i;
-	int ret = 0;
+	struct butter_balance_args args;
+	struct dev_space *ds;
+	int ret;
 
+	if (!fs->w)
+		return -EROFS;
+	if (*cursor == UINT64_MAX) {
+		ret = check_remove(fs, devid);
+		if (ret)
+			return ret;
+		find_devspace(&fs->w->es, devid)->no_alloc = 1; /* from now on, nothing new there */
+	}
+	ds = find_devspace(&fs->w->es, devid);
+	if (!ds)
+		return -ENODEV;
+	evacuation_args(devid, 0, &args);
+	ret = balance_one(fs, &args, cursor, st, 0);
+	if (ret < 0) {
+		ds->no_alloc = 0;
+		return ret;
+	}
+	if (ret == 0)
+		return 0;
+	ret = finish_remove(fs, devid);
+	if (ret)
+		ds->no_alloc = 0;
+	return ret ? ret : 1;
+}
+
+int ops_device_remove(struct butter_fs *fs, uint64_t devid)
+{
+	struct butter_balance_stats st;
+	u64 cursor = UINT64_MAX;
+	int ret;
+
+	memset(&st, 0, sizeof(st));
+	do {
+		ret = ops_device_remove_step(fs, devid, &cursor, &st);
+	} while (ret == 0);
+	return ret == 1 ? 0 : ret;
+}
+
+/*
+ * Give back to the allocator the space of device @devid in [from, to) that no
+ * chunk uses (a shrink that did not happen).
+ */
+static int unreserve(struct butter_fs *fs, u64 devid, u64 from, u64 to)
+{
+	struct dev_space *ds = find_devspace(&fs->w->es, devid);
+	struct range_set keep;
+	size_t i;
+	int ret;
+
+	if (!ds || from >= to)
+		return 0;
+	range_set_init(&keep);
+	ret = range_add(&keep, from, to);
+	for (i = 0; i < fs->vol.nchunks && ret == 0; i++) {
+		const struct chunk_map *map = fs->vol.chunks[i];
+		u32 k, ndata = map->type & BTRFS_BLOCK_GROUP_RAID0    ? map->num_stripes
+			       : map->type & BTRFS_BLOCK_GROUP_RAID10 ? map->num_stripes / map->sub_stripes
+								      : chunk_data_stripes(map);
+
+		for (k = 0; k < map->num_stripes && ret == 0; k++)
+			if (map->stripes[k].devid == devid)
+				ret = range_remove(&keep, map->stripes[k].physical,
+						   map->stripes[k].physical + map->length / ndata);
+	}
+	for (i = 0; i < keep.n && ret == 0; i++)
+		ret = range_add(&ds->free, keep.r[i].start, keep.r[i].end);
+	range_set_free(&keep);
+	return ret;
+}
+
+int ops_shrink_step(struct butter_fs *fs, u64 devid, u64 want, uint64_t *cursor,
+		    struct butter_balance_stats *st)
+{
+	struct butter_balance_args args;
+	struct btrfs_device *dev = NULL;
+	struct dev_space *ds;
+	size_t i;
+	int ret;
+
+	if (!fs->w)
+		return -EROFS;
 	for (i = 0; i < fs->vol.ndevs; i++)
 		if (fs->vol.devs[i]->devid == devid)
 			dev = fs->vol.devs[i];
+	ds = find_devspace(&fs->w->es, devid);
 	if (!ds || !dev || !dev->bdev)
 		return -ENODEV;
 	if (want >= dev->total_bytes)
-		return 0;
-	/* no new chunk past the new end while the old ones move; remember what was free there */
-	range_set_init(&kept);
-	for (i = 0; i < ds->free.n && ret == 0; i++) {
-		u64 a = ds->free.r[i].start, b = ds->free.r[i].end;
-
-		if (b > want)
-			ret = range_add(&kept, a > want ? a : want, b);
-	}
-	if (ret == 0)
+		return 1;
+	/* no new chunk past the new end while the old ones move */
+	if (*cursor == UINT64_MAX) {
 		ret = range_remove(&ds->free, want, dev->total_bytes);
-	if (ret == 0)
-		ret = evacuate(fs, devid, want);
-	if (ret && fs->w && (ds = find_devspace(&fs->w->es, devid)) != NULL)
-		for (i = 0; i < kept.n; i++)
-			range_add(&ds->free, kept.r[i].start, kept.r[i].end);
-	range_set_free(&kept);
+		if (ret)
+			return ret;
+	}
+	evacuation_args(devid, want, &args);
+	ret = balance_one(fs, &args, cursor, st, 0);
+	if (ret < 0 && fs->w)
+		unreserve(fs, devid, want, dev->total_bytes);
 	return ret;
+}
+
+int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want)
+{
+	struct butter_balance_stats st;
+	u64 cursor = UINT64_MAX;
+	int ret;
+
+	memset(&st, 0, sizeof(st));
+	do {
+		ret = ops_shrink_step(fs, devid, want, &cursor, &st);
+	} while (ret == 0);
+	return ret == 1 ? 0 : ret;
 }

@@ -40,6 +40,10 @@ int ops_check(struct butter_fs *fs, struct butter_check_result *res);
 void ops_close(struct butter_fs *fs);
 int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid);
 int ops_device_remove(struct butter_fs *fs, uint64_t devid);
+int ops_device_remove_step(struct butter_fs *fs, uint64_t devid, uint64_t *cursor,
+	struct butter_balance_stats *st);
+int ops_device_resize_step(struct butter_fs *fs, uint64_t devid, uint64_t size, uint64_t *cursor,
+	struct butter_balance_stats *st);
 int ops_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, unsigned flags,
 	struct butter_replace_stats *st);
 int ops_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size);
@@ -69,6 +73,14 @@ int ops_relocate_group_locked(struct butter_fs *fs, struct fs_write_state *w, u6
  * 0 (the space stays out of allocation), or the error with it given back.
  */
 int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want);
+
+/*
+ * The same one block group per call (a mount's daemon steps it): *cursor is
+ * UINT64_MAX to start; 0 after a group, 1 when none is left, or -errno (the
+ * space given back).
+ */
+int ops_shrink_step(struct butter_fs *fs, u64 devid, u64 want, uint64_t *cursor,
+		    struct butter_balance_stats *st);
 
 /*
  * A device taken out of the filesystem (device.c): wipe its superblocks

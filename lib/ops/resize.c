@@ -12,6 +12,18 @@
 
 #include "ops/ops.h"
 
+int ops_device_resize_step(struct butter_fs *fs, uint64_t devid, uint64_t size, uint64_t *cursor,
+			   struct butter_balance_stats *st)
+{
+	int ret = ops_shrink_step(fs, devid, size & ~((u64)fs->vol.sectorsize - 1), cursor, st);
+
+	if (ret == 1) {
+		ret = ops_device_resize(fs, devid, &size);
+		return ret ? ret : 1;
+	}
+	return ret;
+}
+
 int ops_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size)
 {
 	struct fs_write_state *w;
