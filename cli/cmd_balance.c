@@ -216,6 +216,94 @@ static const char *balance_errstr(int err)
 }
 
 /*
+ * Wait for the daemon's job on the mount at @path to end; print what it did.
+ * Exit status: 1 when it failed, was paused or cancelled.
+ */
+static int mount_wait(const char *path, const char *what, struct butter_ioc_balance *io)
+{
+	int ret;
+
+	for (;;) {
+		ret = ctl_balance(path, BUTTER_BALANCE_CMD_STATUS, NULL, io);
+		if (ret < 0) {
+			cli_error("%s: %s status: %s", path, what, ret == -1 ? "no mount" : strerror(-ret));
+			return CLI_EXIT_ERROR;
+		}
+		if (!(io->state & BUTTER_BALANCE_STATE_RUNNING))
+			break;
+		usleep(200 * 1000);
+	}
+	print_stats(path, &io->stats);
+	if (io->error) {
+		cli_error("%s: %s: %s (the mount's log says more)", path, what, strerror(-io->error));
+		return CLI_EXIT_ERROR;
+	}
+	if (io->state & (BUTTER_BALANCE_STATE_PAUSED | BUTTER_BALANCE_STATE_CANCELED)) {
+		cli_error("%s: %s %s by user", path, what,
+			  io->state & BUTTER_BALANCE_STATE_PAUSED ? "paused" : "canceled");
+		return CLI_EXIT_ERROR;
+	}
+	return cli_finish_stdout(CLI_EXIT_OK);
+}
+
+/*
+ * Device work on the mount at @path (BUTTER_IOC_DEVICE), waited for. Exit status.
+ */
+static int mount_device(const char *path, const struct butter_ioc_device *dev, const char *what)
+{
+	struct butter_ioc_balance io;
+	int fd = ctl_open(path, NULL), ret = 0;
+
+	if (fd < 0)
+		return CLI_EXIT_ERROR;
+	if (ioctl(fd, BUTTER_IOC_DEVICE, dev) < 0)
+		ret = -errno;
+	close(fd);
+	if (ret) {
+		cli_error("%s: %s: %s", path, what, ret == -EINPROGRESS
+				? "a balance or other device work runs on this mount; wait for it"
+				: strerror(-ret));
+		return CLI_EXIT_ERROR;
+	}
+	return mount_wait(path, what, &io);
+}
+
+/* The devid on the mount at @path of @spec (a number, missing, or a member's path); 0 if none. */
+static uint64_t mount_devid_of(const char *path, const char *spec)
+{
+	struct butter_ioc_dev_stats s;
+	struct stat a, b;
+	uint64_t id, found = 0;
+	int fd;
+
+	if (parse_u64(spec, &id) == 0)
+		return id;
+	if (strcmp(spec, "missing") && stat(spec, &a) < 0)
+		return 0;
+	fd = ctl_open(path, NULL);
+	if (fd < 0)
+		return 0;
+	for (uint64_t idx = 0;; idx++) {
+		memset(&s, 0, sizeof(s));
+		s.idx = idx;
+		if (ioctl(fd, BUTTER_IOC_DEV_STATS, &s) < 0)
+			break;
+		if (!strcmp(spec, "missing")) {
+			if (!s.path[0])
+				found = s.devid;
+			continue;
+		}
+		if (!s.path[0] || stat(s.path, &b) < 0)
+			continue;
+		if (S_ISBLK(a.st_mode) ? S_ISBLK(b.st_mode) && a.st_rdev == b.st_rdev
+				       : a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+			found = s.devid;
+	}
+	close(fd);
+	return found;
+}
+
+/*
  * Start (or resume) the daemon's balance on the mount at @path; unless
  * @background, wait for it to end and print what it did. Exit status.
  */
@@ -236,27 +324,7 @@ static int mount_balance(const char *path, uint32_t cmd, const struct butter_bal
 		       cmd == BUTTER_BALANCE_CMD_RESUME ? "resumed" : "started", path);
 		return cli_finish_stdout(CLI_EXIT_OK);
 	}
-	for (;;) {
-		ret = ctl_balance(path, BUTTER_BALANCE_CMD_STATUS, NULL, &io);
-		if (ret < 0) {
-			cli_error("%s: balance status: %s", path, ret == -1 ? "no mount" : strerror(-ret));
-			return CLI_EXIT_ERROR;
-		}
-		if (!(io.state & BUTTER_BALANCE_STATE_RUNNING))
-			break;
-		usleep(200 * 1000);
-	}
-	print_stats(path, &io.stats);
-	if (io.error) {
-		cli_error("%s: balance: %s", path, strerror(-io.error));
-		return CLI_EXIT_ERROR;
-	}
-	if (io.state & (BUTTER_BALANCE_STATE_PAUSED | BUTTER_BALANCE_STATE_CANCELED)) {
-		cli_error("%s: balance %s by user", path,
-			  io.state & BUTTER_BALANCE_STATE_PAUSED ? "paused" : "canceled");
-		return CLI_EXIT_ERROR;
-	}
-	return cli_finish_stdout(CLI_EXIT_OK);
+	return mount_wait(path, "balance", &io);
 }
 
 static bool is_mount_path(const char *path, const struct cli_args *args)
@@ -573,6 +641,24 @@ int cmd_device_remove(const struct cli_command *cmd, int argc, char **argv)
 	}
 	const char *image = argv[argc - 1];
 
+	if (is_mount_path(image, &args)) {
+		free(args.devices);
+		for (i = optind; i < argc - 1; i++) {
+			struct butter_ioc_device dev;
+
+			memset(&dev, 0, sizeof(dev));
+			dev.cmd = BUTTER_DEVICE_CMD_REMOVE;
+			dev.devid = mount_devid_of(image, argv[i]);
+			if (!dev.devid) {
+				cli_error("%s: %s is not a device of this filesystem", image, argv[i]);
+				return CLI_EXIT_ERROR;
+			}
+			if (mount_device(image, &dev, "device remove") != CLI_EXIT_OK)
+				return CLI_EXIT_ERROR;
+			printf("removed device %" PRIu64 " (%s)\n", dev.devid, argv[i]);
+		}
+		return cli_finish_stdout(CLI_EXIT_OK);
+	}
 	cli_open_flags |= BUTTER_OPEN_DEGRADED; /* "missing" is the point of it */
 	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);
 	free(args.devices);
@@ -678,6 +764,54 @@ int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv)
 		if (cli_parse_size(spec, &amount) < 0)
 			goto bad;
 	}
+	if (is_mount_path(image, &args)) {
+		struct butter_ioc_device dev;
+		struct butter_ioc_fs_info info;
+		struct butter_ioc_dev_stats ds;
+		int fd = ctl_open(image, NULL);
+
+		free(args.devices);
+		if (fd < 0)
+			return CLI_EXIT_ERROR;
+		memset(&info, 0, sizeof(info));
+		memset(&ds, 0, sizeof(ds));
+		ret = ioctl(fd, BUTTER_IOC_FS_INFO, &info);
+		for (uint64_t idx = 0; ret == 0; idx++) {
+			ds.idx = idx;
+			ret = ioctl(fd, BUTTER_IOC_DEV_STATS, &ds);
+			if (ret == 0 && ds.devid == devid)
+				break;
+		}
+		close(fd);
+		if (ret < 0 || !ds.path[0]) {
+			cli_error("%s: no device %" PRIu64 " to resize", image, devid);
+			return CLI_EXIT_ERROR;
+		}
+		if (max) {
+			size = device_size(ds.path);
+		} else if (sign && info.num_devices != 1) {
+			cli_error("%s: give an absolute size on a mount of several devices", image);
+			return CLI_EXIT_USAGE;
+		} else if (sign > 0) {
+			size = info.total_bytes + amount;
+		} else if (sign < 0) {
+			size = amount < info.total_bytes ? info.total_bytes - amount : 0;
+		} else {
+			size = amount;
+		}
+		if (!size) {
+			cli_error("%s: resize of device %" PRIu64 " to nothing", image, devid);
+			return CLI_EXIT_USAGE;
+		}
+		memset(&dev, 0, sizeof(dev));
+		dev.cmd = BUTTER_DEVICE_CMD_RESIZE;
+		dev.devid = devid;
+		dev.size = size;
+		ret = mount_device(image, &dev, "resize");
+		if (ret == CLI_EXIT_OK)
+			printf("resized device %" PRIu64 " to %" PRIu64 " bytes\n", devid, size);
+		return ret;
+	}
 	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);
 	free(args.devices);
 	if (ret < 0)
@@ -757,10 +891,27 @@ int cmd_replace_start(const struct cli_command *cmd, int argc, char **argv)
 	const char *src = argv[optind], *target = argv[optind + 1], *image = argv[optind + 2];
 
 	if (is_mount_path(image, &args)) {
+		struct butter_ioc_device dev;
+		char *abs = realpath(target, NULL);
+
 		free(args.devices);
-		cli_error("%s: replace on a live mount is not done yet; unmount, then replace on the "
-			  "image", image);
-		return CLI_EXIT_ERROR;
+		memset(&dev, 0, sizeof(dev));
+		dev.cmd = BUTTER_DEVICE_CMD_REPLACE;
+		dev.flags = flags;
+		dev.devid = mount_devid_of(image, src);
+		if (!abs || strlen(abs) >= sizeof(dev.path) || !dev.devid) {
+			cli_error("%s: %s", image, !abs ? "the new device cannot be found"
+					  : !dev.devid ? "the old device is not one of this filesystem"
+						       : "the new device's path is too long");
+			free(abs);
+			return CLI_EXIT_ERROR;
+		}
+		strcpy(dev.path, abs);
+		free(abs);
+		ret = mount_device(image, &dev, "replace");
+		if (ret == CLI_EXIT_OK)
+			printf("replaced device %" PRIu64 " (%s) by %s\n", dev.devid, src, target);
+		return ret;
 	}
 	cli_open_flags |= BUTTER_OPEN_DEGRADED; /* a failed disk is what it is for */
 	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);

@@ -1,8 +1,10 @@
 /*
- * balance.c — the daemon's balance (BUTTER_IOC_BALANCE): a thread that moves
- * one block group per butter_balance_step() call, so every other request is
- * served between groups, and that outlives the command that started it; the
- * commands ask for its status, pause or cancel it. A mount resumes a balance
+ * balance.c — the daemon's balance (BUTTER_IOC_BALANCE) and device work
+ * (BUTTER_IOC_DEVICE: remove, resize, replace): a thread that moves one
+ * block group per library step (butter_balance_step(), _device_remove_step(),
+ * _device_resize_step()), so every other request is served between groups,
+ * and that outlives the command that started it; the commands ask for its
+ * status, pause or cancel it. A replace is one library call. A mount resumes a balance
  * recorded on disk by itself (unless -o skip_balance), as the kernel does.
  *
  * Locking: struct balancer's fields are protected by its mutex, which is
@@ -18,8 +20,14 @@
 
 #include "daemon.h"
 
+enum job { JOB_BALANCE, JOB_REMOVE, JOB_RESIZE, JOB_REPLACE };
+
 struct balancer {
 	pthread_mutex_t lock;
+	enum job job;
+	uint64_t devid, size;             /* REMOVE, RESIZE, REPLACE */
+	unsigned replace_flags;
+	char *path;                       /* REPLACE */
 	pthread_t thread;
 	bool joinable;                    /* a thread was started and not joined */
 	bool running;
@@ -55,9 +63,31 @@ static void *balance_main(void *arg)
 		pthread_mutex_unlock(&b->lock);
 		if (pause || cancel)
 			break;
-		ret = butter_balance_step(d->fs, &args, &cursor, &st);
+		switch (b->job) {
+		case JOB_BALANCE:
+			ret = butter_balance_step(d->fs, &args, &cursor, &st);
+			break;
+		case JOB_REMOVE:
+			ret = butter_device_remove_step(d->fs, b->devid, &cursor, &st);
+			break;
+		case JOB_RESIZE:
+			ret = butter_device_resize_step(d->fs, b->devid, b->size, &cursor, &st);
+			break;
+		case JOB_REPLACE: {
+			struct butter_replace_stats rs;
+
+			ret = butter_replace(d->fs, b->devid, b->path, b->replace_flags, &rs);
+			st.bytes = ret == 0 ? rs.bytes_written : 0;
+			ret = ret ? ret : 1;
+			break;
+		}
+		}
 		if (ret)
 			break;
+	}
+	if (cancel && b->job != JOB_BALANCE) {
+		cancel = false; /* device work: stopping is all a cancel means */
+		pause = true;
 	}
 	if (cancel) {
 		ret = butter_balance_cancel(d->fs);
@@ -67,7 +97,8 @@ static void *balance_main(void *arg)
 	if (ret < 0)
 		daemon_log(d, BUTTER_LOG_ERROR, "balance stopped: %s", strerror(-ret));
 	else
-		daemon_log(d, BUTTER_LOG_INFO, "balance %s: %llu block groups moved",
+		daemon_log(d, BUTTER_LOG_INFO, "%s %s: %llu block groups moved",
+			   b->job == JOB_BALANCE ? "balance" : "device work",
 			   cancel ? "cancelled" : pause ? "paused" : "finished",
 			   (unsigned long long)st.groups);
 	pthread_mutex_lock(&b->lock);
@@ -98,18 +129,40 @@ static struct balancer *balancer_of(struct daemon *d)
 	return b;
 }
 
-/* Start the thread on @args (a resume: the recorded balance's). Lock not held. */
-static int start(struct balancer *b, const struct butter_balance_args *args, bool resume)
+/*
+ * Start the thread on @args (a resume: the recorded balance's), or, @io not
+ * NULL, on that device work. Lock not held.
+ */
+static int start(struct balancer *b, const struct butter_balance_args *args, bool resume,
+		 const struct butter_ioc_device *io)
 {
-	struct butter_balance_args want = *args;
+	struct butter_balance_args want;
 	int ret;
 
+	memset(&want, 0, sizeof(want));
+	if (args)
+		want = *args;
 	if (resume)
 		want.flags |= BUTTER_BALANCE_RESUME;
 	pthread_mutex_lock(&b->lock);
 	if (b->running) {
 		pthread_mutex_unlock(&b->lock);
 		return -EINPROGRESS;
+	}
+	free(b->path);
+	b->path = NULL;
+	b->job = JOB_BALANCE;
+	if (io) {
+		b->job = io->cmd == BUTTER_DEVICE_CMD_REMOVE   ? JOB_REMOVE
+			 : io->cmd == BUTTER_DEVICE_CMD_RESIZE ? JOB_RESIZE
+							       : JOB_REPLACE;
+		b->devid = io->devid;
+		b->size = io->size;
+		b->replace_flags = io->flags;
+		if (b->job == JOB_REPLACE && !(b->path = strdup(io->path))) {
+			pthread_mutex_unlock(&b->lock);
+			return -ENOMEM;
+		}
 	}
 	if (b->joinable) {
 		pthread_join(b->thread, NULL); /* the last one has ended */
@@ -152,12 +205,12 @@ int balancer_ioctl(struct daemon *d, struct butter_ioc_balance *io)
 			ret = -EINPROGRESS;
 		}
 		if (ret == 0)
-			ret = start(b, &io->args, false);
+			ret = start(b, &io->args, false, NULL);
 		break;
 	case BUTTER_BALANCE_CMD_RESUME:
 		if (d->readonly)
 			return -EROFS;
-		ret = have_record ? start(b, &recorded, true) : -ENOENT;
+		ret = have_record ? start(b, &recorded, true, NULL) : -ENOENT;
 		break;
 	case BUTTER_BALANCE_CMD_PAUSE:
 	case BUTTER_BALANCE_CMD_CANCEL:
@@ -192,6 +245,21 @@ int balancer_ioctl(struct daemon *d, struct butter_ioc_balance *io)
 	return ret;
 }
 
+int balancer_device_ioctl(struct daemon *d, const struct butter_ioc_device *io)
+{
+	struct balancer *b = balancer_of(d);
+
+	if (!b)
+		return -ENOMEM;
+	if (d->readonly)
+		return -EROFS;
+	if (io->cmd < BUTTER_DEVICE_CMD_REMOVE || io->cmd > BUTTER_DEVICE_CMD_REPLACE ||
+	    (io->cmd == BUTTER_DEVICE_CMD_REPLACE &&
+	     (!io->path[0] || strnlen(io->path, sizeof(io->path)) == sizeof(io->path))))
+		return -EINVAL;
+	return start(b, NULL, false, io);
+}
+
 void balancer_resume_at_mount(struct daemon *d)
 {
 	struct butter_balance_args recorded;
@@ -206,7 +274,7 @@ void balancer_resume_at_mount(struct daemon *d)
 		return;
 	}
 	b = balancer_of(d);
-	ret = b ? start(b, &recorded, true) : -ENOMEM;
+	ret = b ? start(b, &recorded, true, NULL) : -ENOMEM;
 	daemon_log(d, ret ? BUTTER_LOG_ERROR : BUTTER_LOG_INFO, "resuming the recorded balance%s%s",
 		   ret ? ": " : "", ret ? strerror(-ret) : "");
 }
@@ -228,5 +296,6 @@ void balancer_stop(struct daemon *d)
 	if (b->joinable)
 		pthread_join(b->thread, NULL);
 	pthread_mutex_destroy(&b->lock);
+	free(b->path);
 	free(b);
 }

@@ -197,6 +197,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_ioc_remount remount;
 		struct butter_ioc_dev_stats dev_stats;
 		struct butter_ioc_balance balance;
+		struct butter_ioc_device device;
 	} u;
 	size_t size = _IOC_SIZE(cmd), out = 0;
 	int ret = 0, inval = 0;
@@ -318,6 +319,9 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 	case BUTTER_IOC_BALANCE:
 		ret = balancer_ioctl(d, &u.balance);
 		out = sizeof(u.balance);
+		break;
+	case BUTTER_IOC_DEVICE:
+		ret = balancer_device_ioctl(d, &u.device);
 		break;
 	default:
 		fuse_reply_err(req, ENOTTY);

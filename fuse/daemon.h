@@ -82,7 +82,9 @@ int butter_remount_main(const struct mount_opts *o);
  * pausing it (the record stays for the next mount) and joining its thread.
  */
 struct butter_ioc_balance;
+struct butter_ioc_device;
 int balancer_ioctl(struct daemon *d, struct butter_ioc_balance *io);
+int balancer_device_ioctl(struct daemon *d, const struct butter_ioc_device *io);
 void balancer_resume_at_mount(struct daemon *d);
 void balancer_stop(struct daemon *d);
 

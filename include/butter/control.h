@@ -29,6 +29,8 @@
  *                             mount in one tree log sync
  *   BUTTER_IOC_BALANCE        start, resume, pause or cancel the daemon's
  *                             balance, or ask how it goes
+ *   BUTTER_IOC_DEVICE         device remove, resize or replace, run by the
+ *                             same thread
  * Errors come back as errno of the ioctl(2) call, as the library's.
  * A snapshot or subvolume change commits first, so it sees every write
  * made before the call.
@@ -218,5 +220,30 @@ struct butter_ioc_balance {
 };
 
 #define BUTTER_IOC_BALANCE _IOWR(BUTTER_IOC_MAGIC, 16, struct butter_ioc_balance)
+
+/*
+ * BUTTER_IOC_DEVICE: device work on a live mount, run by the same thread as
+ * the balance (one job at a time: EINPROGRESS while another runs), and
+ * followed the same way (BUTTER_IOC_BALANCE STATUS; PAUSE and CANCEL stop
+ * remove and resize after their current block group):
+ *   REMOVE   move every group off device @devid, then drop it
+ *   RESIZE   device @devid to @size bytes (a shrink moves the groups past it)
+ *   REPLACE  device @devid by @path (butter_replace: the copy holds the
+ *            mount; it is one call)
+ */
+#define BUTTER_DEVICE_CMD_REMOVE 1u
+#define BUTTER_DEVICE_CMD_RESIZE 2u
+#define BUTTER_DEVICE_CMD_REPLACE 3u
+#define BUTTER_IOC_DEVICE_PATH_MAX 1024
+
+struct butter_ioc_device {
+	uint32_t cmd;                       /* in: BUTTER_DEVICE_CMD_* */
+	uint32_t flags;                     /* in: REPLACE: BUTTER_REPLACE_* */
+	uint64_t devid;                     /* in */
+	uint64_t size;                      /* in: RESIZE */
+	char path[BUTTER_IOC_DEVICE_PATH_MAX]; /* in: REPLACE's new device */
+};
+
+#define BUTTER_IOC_DEVICE _IOW(BUTTER_IOC_MAGIC, 17, struct butter_ioc_device)
 
 #endif

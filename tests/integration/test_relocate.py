@@ -592,3 +592,70 @@ def test_replace_refusals(kernel, butter, workdir):
                 check=False, timeout=600)
     assert r.returncode == 0, r.stderr
     oracle.btrfs_check(a, other, strict=True)
+
+
+def test_device_work_on_a_live_mount(fuse, butter, workdir):
+    """On a live mount: add a device, remove another (one block group at a time, the mount
+    serving reads between), replace one, shrink and grow; every read right throughout, the
+    kernel agrees at the end."""
+    import threading
+
+    from butter_it.fusemount import FuseMount
+
+    with kfs.kernel_fs(workdir, ndevices=2, size=512 << 20,
+                       mkfs_args=["-d", "raid1", "-m", "raid1"]) as fs:
+        age(fs.mnt)
+        fs.release()
+        a, b = fs.images
+    if int(kfs.super_fields(a)["dev_item.devid"]) != 1:
+        a, b = b, a
+    before = observe(a, b, mnt=os.path.join(workdir, "look"))
+    want = {}
+    with oracle.kernel_mount(a, b, mnt=os.path.join(workdir, "k0")) as m:
+        want = {q: kfs.file_sha256(os.path.join(m, q)) for q in ("big", "frag", "sv/inner")}
+    c, d = os.path.join(workdir, "c.img"), os.path.join(workdir, "d.img")
+    for img in (c, d):
+        with open(img, "wb") as f:
+            f.truncate(600 << 20)
+    errors = []
+    stop = threading.Event()
+    with FuseMount(butter.path, [a, b], os.path.join(workdir, "mnt")) as fm:
+        mnt = fm.mnt
+
+        def reader():
+            while not stop.is_set():
+                for q, digest in want.items():
+                    if kfs.file_sha256(os.path.join(mnt, q)) != digest:
+                        errors.append(q)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        try:
+            kfs.run([butter.path, "device", "add", "--device", b, a, c], check=False)  # refused: mounted
+            r = kfs.run([butter.path, "device", "remove", "2", mnt], check=False, timeout=900)
+            assert r.returncode != 0 and "Invalid argument" in r.stderr, r.stdout + r.stderr
+            assert "raid1 needs 2" in fm.log_text(), fm.log_text()[-2000:]
+            r = kfs.run([butter.path, "replace", "start", "2", d, mnt], check=False, timeout=900)
+            assert r.returncode == 0, r.stdout + r.stderr
+            r = kfs.run([butter.path, "filesystem", "resize", "2:max", mnt], check=False)
+            assert r.returncode == 0 and str(600 << 20) in r.stdout, r.stdout + r.stderr
+            r = kfs.run([butter.path, "filesystem", "resize", "1:360M", mnt], check=False,
+                        timeout=900)
+            assert r.returncode == 0, r.stdout + r.stderr
+        finally:
+            stop.set()
+            t.join()
+        assert not errors, errors[:5]
+        kfs.run([butter.path, "umount", mnt], timeout=300)
+        fm.wait()
+    oracle.btrfs_check(a, d, strict=True)
+    assert int(kfs.super_fields(d)["dev_item.devid"]) == 2
+    for logical, kind, length, stripes in chunks(a, d):
+        for devid, physical in stripes:
+            if devid == 1:
+                assert physical + length <= 360 << 20, (logical, kind, stripes)
+    with oracle.kernel_mount(a, d, mnt=os.path.join(workdir, "k1"), opts=("rw",)) as m:
+        oracle.assert_tree(before[0], m, "the kernel after device work on butter's mount",
+                           check_atime=False)
+        r = kfs.run(["btrfs", "scrub", "start", "-B", m], check=False, timeout=900)
+        assert r.returncode == 0 and "no errors found" in r.stdout, r.stdout + r.stderr
