@@ -644,14 +644,9 @@ static int finish_remove(struct butter_fs *fs, u64 devid)
 	struct btrfs_device *dev;
 	int ret;
 
-	ret = fs_begin_change(fs, &w);
+	ret = ops_begin_alone(fs, &w);
 	if (ret)
 		return ret;
-	ret = txn_commit(&w->txn);
-	if (ret == 0)
-		ret = txn_begin(&w->txn);
-	if (ret)
-		return fs_end_change(w, ret, 0);
 	ret = chunk_remove_device(&w->es, &w->txn.tt, devid);
 	if (ret)
 		return fs_end_change(w, ret, 1);

@@ -68,7 +68,7 @@ static int wipe(struct blockdev *bdev)
 }
 
 /* Is @path (by inode, or by device number for block devices) a present member of @vol? */
-static int is_member(const struct btrfs_volumes *vol, const char *path)
+int ops_is_member(const struct btrfs_volumes *vol, const char *path)
 {
 	struct stat st, mst;
 	size_t i;
@@ -111,6 +111,18 @@ static int check_new_device(struct butter_fs *fs, struct blockdev *bdev, const c
 		return -ENOSPC;
 	}
 	return ret < 0 ? ret : 0;
+}
+
+int ops_begin_alone(struct butter_fs *fs, struct fs_write_state **wp)
+{
+	int ret = fs_begin_change(fs, wp);
+
+	if (ret)
+		return ret;
+	ret = txn_commit(&(*wp)->txn);
+	if (ret == 0)
+		ret = txn_begin(&(*wp)->txn);
+	return ret ? fs_end_change(*wp, ret, 0) : 0;
 }
 
 int ops_prepare_new_device(struct butter_fs *fs, struct blockdev *bdev, const char *path,
@@ -163,7 +175,7 @@ int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint6
 		return -EINVAL;
 	if (!fs->w)
 		return -EROFS;
-	if (is_member(vol, path)) { /* before the open: our own claim would refuse it */
+	if (ops_is_member(vol, path)) { /* before the open: our own claim would refuse it */
 		blog_err(&fs->log, "%s: already a device of this filesystem", path);
 		return -EEXIST;
 	}

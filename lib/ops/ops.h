@@ -96,6 +96,16 @@ void ops_retire_device(struct butter_fs *fs, struct btrfs_device *dev);
 int ops_prepare_new_device(struct butter_fs *fs, struct blockdev *bdev, const char *path,
 			   int force);
 
+/* Is @path (by inode, or device number for block devices) a present member of @vol? */
+int ops_is_member(const struct btrfs_volumes *vol, const char *path);
+
+/*
+ * fs_begin_change() for a change that wants a transaction of its own: what
+ * runs is committed first. 0 with the write lock held (end with
+ * fs_end_change()), or -errno with nothing held.
+ */
+int ops_begin_alone(struct butter_fs *fs, struct fs_write_state **wp);
+
 /* The reopen record names @new_path where it named @old_path (NULL: adds it). */
 int ops_reopen_path_swap(struct butter_fs *fs, const char *old_path, const char *new_path);
 

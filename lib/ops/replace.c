@@ -32,7 +32,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ops/ops.h"
 #include "volumes/raid56.h"
@@ -270,25 +269,6 @@ static int copy_raid56(struct replace *r, const struct chunk_map *map, const str
 	return ret;
 }
 
-/* Is @path (by inode, or device number) already a present member? */
-static int is_member(const struct btrfs_volumes *vol, const char *path)
-{
-	struct stat st, mst;
-
-	if (stat(path, &st) < 0)
-		return 0;
-	for (size_t i = 0; i < vol->ndevs; i++) {
-		const struct btrfs_device *dev = vol->devs[i];
-
-		if (!dev->bdev || !dev->path || stat(dev->path, &mst) < 0)
-			continue;
-		if (S_ISBLK(st.st_mode) ? S_ISBLK(mst.st_mode) && st.st_rdev == mst.st_rdev
-					: st.st_dev == mst.st_dev && st.st_ino == mst.st_ino)
-			return 1;
-	}
-	return 0;
-}
-
 int ops_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, unsigned flags,
 		struct butter_replace_stats *st)
 {
@@ -310,7 +290,7 @@ int ops_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, uns
 			r.src = vol->devs[i];
 	if (!r.src)
 		return -ENODEV;
-	if (is_member(vol, target)) {
+	if (ops_is_member(vol, target)) {
 		blog_err(&fs->log, "%s: already a device of this filesystem", target);
 		return -EEXIST;
 	}

@@ -44,14 +44,9 @@ int ops_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size)
 				return ret;
 		}
 	}
-	ret = fs_begin_change(fs, &w);
+	ret = ops_begin_alone(fs, &w);
 	if (ret)
 		return ret;
-	ret = txn_commit(&w->txn);
-	if (ret == 0)
-		ret = txn_begin(&w->txn);
-	if (ret)
-		return fs_end_change(w, ret, 0);
 	ret = chunk_resize_device(&w->es, &w->txn.tt, devid, &want);
 	if (ret == -ENOSPC || ret == -EFBIG || ret == -ENODEV)
 		return fs_end_change(w, ret, 0); /* refused before any change */
