@@ -659,3 +659,56 @@ def test_device_work_on_a_live_mount(fuse, butter, workdir):
                            check_atime=False)
         r = kfs.run(["btrfs", "scrub", "start", "-B", m], check=False, timeout=900)
         assert r.returncode == 0 and "no errors found" in r.stdout, r.stdout + r.stderr
+
+
+def test_profile_conversion_chain(kernel, butter, workdir):
+    """Four devices, data and metadata converted through every family of profiles (raid5
+    and raid6 included) and back; after each step btrfs check is clean and the kernel sees
+    the same tree, the same sharing and only the profiles asked for."""
+    with kfs.kernel_fs(workdir, ndevices=4, size=512 << 20,
+                       mkfs_args=["-d", "single", "-m", "dup"]) as fs:
+        age(fs.mnt)
+        fs.release()
+        images = list(fs.images)
+    first = next(i for i in images if int(kfs.super_fields(i)["dev_item.devid"]) == 1)
+    rest = [i for i in images if i != first]
+    before = observe(first, *rest, mnt=os.path.join(workdir, "look"))
+    steps = [("raid1", "raid1c3", "RAID1", "RAID1C3"), ("raid5", "raid1c4", "RAID5", "RAID1C4"),
+             ("raid6", "raid10", "RAID6", "RAID10"), ("raid10", "raid1", "RAID10", "RAID1"),
+             ("raid0", "raid6", "RAID0", "RAID6"), ("single", "dup", "single", "DUP")]
+    for data, meta, dname, mname in steps:
+        r = balance(butter, first, f"-dconvert={data}", f"-mconvert={meta}", "-f", devices=rest)
+        assert "block groups moved" in r.stdout, r.stdout
+        oracle.btrfs_check(first, *rest, strict=True)
+        assert_same_fs(before, first, *rest, mnt=os.path.join(workdir, "mnt"),
+                       profiles={"Data": dname, "Metadata": mname, "System": mname})
+
+
+def test_replace_target_failing(kernel, butter, workdir):
+    """The new device fails in the middle of the copy (its file lives on a 40 MiB tmpfs:
+    writes past that fail): the replace stops saying so, and the filesystem is as it was,
+    the old device in place."""
+    with kfs.kernel_fs(workdir, ndevices=2, size=512 << 20,
+                       mkfs_args=["-d", "raid1", "-m", "raid1"]) as fs:
+        age(fs.mnt)
+        fs.release()
+        a, b = fs.images
+    if int(kfs.super_fields(a)["dev_item.devid"]) != 1:
+        a, b = b, a
+    before = observe(a, b, mnt=os.path.join(workdir, "look"))
+    small = os.path.join(workdir, "small")
+    os.makedirs(small)
+    kfs.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", small])
+    try:
+        target = os.path.join(small, "target.img")
+        with open(target, "wb") as f:
+            f.truncate(600 << 20)
+        r = kfs.run([butter.path, "replace", "start", "--device", b, "2", target, a],
+                    check=False, timeout=600)
+    finally:
+        kfs.run(["umount", small], check=False)
+    assert r.returncode != 0 and "new device" in r.stderr and "stays in place" in r.stderr, \
+        r.stdout + r.stderr
+    assert int(kfs.super_fields(b)["dev_item.devid"]) == 2
+    oracle.btrfs_check(a, b, strict=True)
+    assert_same_fs(before, a, b, mnt=os.path.join(workdir, "mnt"))
