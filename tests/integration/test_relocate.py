@@ -286,6 +286,18 @@ def test_device_remove(kernel, butter, workdir):
     r = kfs.run(argv + ["--device", others[1], others[0]], check=False, timeout=900)
     assert r.returncode != 0 and "raid1" in r.stderr, r.stdout + r.stderr
     oracle.btrfs_check(*others, strict=True)
+    # the kernel goes on from butter's result: it replaces a device and balances
+    new = os.path.join(workdir, "new.img")
+    with open(new, "wb") as f:
+        f.truncate(512 << 20)
+    third = next(i for i in others if int(kfs.super_fields(i)["dev_item.devid"]) == 3)
+    with kfs.attached([new]) as (loop,):
+        with oracle.kernel_mount(*others, mnt=os.path.join(workdir, "k"), opts=("rw",)) as mnt:
+            kfs.run(["btrfs", "replace", "start", "-B", "3", loop, mnt], timeout=900)
+            kfs.run(["btrfs", "balance", "start", "--full-balance", mnt], timeout=900)
+    survivors = [i for i in others if i != third] + [new]
+    oracle.btrfs_check(*survivors, strict=True)
+    assert_same_fs(before, *survivors, mnt=os.path.join(workdir, "mnt2"))
 
 
 def test_balance_on_a_live_mount(fuse, butter, workdir, aged):
