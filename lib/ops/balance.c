@@ -289,22 +289,26 @@ static int balance_one(struct butter_fs *fs, const struct butter_balance_args *a
 	ret = check_args(fs, args);
 	if (ret)
 		return fs_end_change(w, ret, 0);
+	if (record && !st->considered && !(args->flags & BUTTER_BALANCE_RESUME)) {
+		struct butter_balance_args recorded;
+
+		if (ops_balance_item(fs, &recorded) == 0) {
+			blog_err(&fs->log, "a balance is recorded (paused or interrupted): resume or "
+					   "cancel it first");
+			return fs_end_change(w, -EINPROGRESS, 0);
+		}
+	}
 	ret = next_group(fs, args, *cursor, done, &start, &count);
 	st->left = count;
-	if (record && ret == 1 && st->considered) {
-		/* done: the record goes */
+	if (record && ret == 1) {
+		/* done (a resume may find nothing left): the record goes */
 		return fs_end_change(w, put_balance_item(w, fs, NULL) ?: 1, 1);
 	}
 	if (ret)
 		return fs_end_change(w, ret, 0);
 	if (record && !st->considered) {
-		struct butter_balance_args recorded, plain = *args;
+		struct butter_balance_args plain = *args;
 
-		if (!(args->flags & BUTTER_BALANCE_RESUME) && ops_balance_item(fs, &recorded) == 0) {
-			blog_err(&fs->log, "a balance is recorded (paused or interrupted): resume or "
-					   "cancel it first");
-			return fs_end_change(w, -EINPROGRESS, 0);
-		}
 		plain.flags &= ~BUTTER_BALANCE_RESUME;
 		ret = put_balance_item(w, fs, &plain);
 		if (ret)
@@ -516,9 +520,12 @@ int ops_balance_item(struct butter_fs *fs, struct butter_balance_args *out)
 static int put_balance_item(struct fs_write_state *w, struct butter_fs *fs,
 			    const struct butter_balance_args *args)
 {
+	struct butter_balance_args now;
 	struct tree_path path;
 	int ret;
 
+	if (!args && ops_balance_item(fs, &now) == -ENOENT)
+		return 0; /* nothing to delete: no commit */
 	ret = txn_begin(&w->txn);
 	if (ret)
 		return ret;
