@@ -13,8 +13,8 @@
 #             kernel (`btrfs balance start --full-balance`, mounted); seconds, the ratio
 #             butter/kernel, and data used before and after on each (sharing kept: 1.00).
 #   shrink    a 4 GiB image holding 500 MiB: `butter filesystem resize` down to the smallest
-#             size it accepts (from the used bytes up in 32 MiB steps), the time of the last
-#             (successful) one, the size reached, and btrfs check's verdict.
+#             size it accepts (from the used bytes up in 32 MiB steps), the time of all the
+#             tries together, the size reached, and btrfs check's verdict.
 #
 # Page caches are dropped before every timed step. Usage: sudo bench/relocate.sh [--keep]
 # Environment: BENCH_DIR (default /tmp/butter-relocate-bench), BUTTER (a butter binary
@@ -99,6 +99,7 @@ mkfs.btrfs -q -f -d raid1 -m raid1 "$A" "$B" >/dev/null
 attach "$A" "$B"
 mount "${LOOPS[0]}" "$MNT"
 fill "$MNT" "$DATA_MIB" 1
+btrfs filesystem sync "$MNT"
 used=$(btrfs filesystem df --raw "$MNT" | awk -F'used=' '/^(Data|Metadata|System)/ {s += $2} END {print s}')
 umount "$MNT"
 detach
@@ -151,6 +152,7 @@ for s in 1 2 3 4 5; do
 	fill "$MNT" $((BAL_MIB / 10)) $((10 + s))
 	for f in "$MNT"/f2-*; do cp --reflink=always "$f" "$f.r$s"; break; done
 done
+btrfs filesystem sync "$MNT"
 before=$(data_used "$MNT")
 umount "$MNT"
 detach
@@ -191,23 +193,26 @@ mkfs.btrfs -q -f "$S" >/dev/null
 attach "$S"
 mount "${LOOPS[0]}" "$MNT"
 fill "$MNT" 500 3
+btrfs filesystem sync "$MNT"
 used=$(btrfs filesystem df --raw "$MNT" | awk -F'used=' '/^(Data|Metadata|System)/ {s += $2} END {print s}')
 umount "$MNT"
 detach
+# from just above the used bytes up in 32 MiB steps; a refused try may already have moved
+# groups (each committed), so the time is that of every try together
 size=$(( (used / (32 << 20) + 1) * (32 << 20) ))
 tries=0
+drop
+t0=$(now)
 while :; do
 	tries=$((tries + 1))
-	drop
-	t0=$(now)
 	if "$BUTTER" filesystem resize "$size" "$S" >"$LOGS/shrink.log" 2>&1; then
-		t1=$(now)
 		break
 	fi
 	size=$((size + (32 << 20)))
 	((size < (4 << 30))) || die "no shrink succeeded"
 done
+t1=$(now)
 truncate -s "$size" "$S"
 btrfs check --readonly "$S" >"$LOGS/check-shrink.log" 2>&1 && scheck=clean || scheck=ERRORS
-printf "  %-22s %8s s  4 GiB -> %s MiB (%s bytes used; %d tries)  btrfs check: %s\n" \
-	"butter resize" "$(secs "$t0" "$t1")" "$((size >> 20))" "$used" "$tries" "$scheck"
+printf "  %-22s %8s s  4 GiB -> %s MiB (%s MiB used; %d tries)  btrfs check: %s\n" \
+	"butter resize" "$(secs "$t0" "$t1")" "$((size >> 20))" "$((used >> 20))" "$tries" "$scheck"

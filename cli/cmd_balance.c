@@ -734,8 +734,9 @@ int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv)
 	bool max = false;
 	size_t i;
 
-	while ((c = cli_getopt(&args, argc, argv, ":h", longopts)) != -1)
-		;
+	while ((c = cli_getopt(&args, argc, argv, ":hv", longopts)) != -1)
+		if (c == 'v')
+			cli_log_level = BUTTER_LOG_INFO;
 	if (argc - optind != 2) {
 		free(args.devices);
 		return cli_usage_error(cmd, argc - optind < 2 ? "missing SIZE or IMAGE"

@@ -468,6 +468,7 @@ int chunk_resize_device(struct extent_state *es, struct tree_trans *t, u64 devid
 	if (ret)
 		return ret;
 	dev->total_bytes = want;
+	ds->limit = 0;
 	btrfs_set_super_total_bytes(&vol->super, btrfs_super_total_bytes(&vol->super) - old + want);
 	ret = update_dev_item(es, t, dev);
 	if (ret == 0)
@@ -520,6 +521,8 @@ u64 chunk_max_size(const struct extent_state *es, u64 want)
 
 	if (cap < (16ULL << 20))
 		cap = 16ULL << 20;
+	if (es->chunk_cap && cap > es->chunk_cap)
+		cap = es->chunk_cap;
 	return want < cap ? want : cap;
 }
 
@@ -673,9 +676,15 @@ int chunk_release_devspace(struct extent_state *es, const struct chunk_freed *fr
 	for (i = 0; i < n; i++) {
 		struct dev_space *ds = devspace(es, freed[i].devid);
 
+		u64 end = freed[i].physical + freed[i].length;
+
 		if (!ds)
 			continue; /* the device itself went away */
-		ret = range_add(&ds->free, freed[i].physical, freed[i].physical + freed[i].length);
+		if (ds->limit && end > ds->limit)
+			end = ds->limit; /* a shrink keeps what lies past its new end out */
+		if (end <= freed[i].physical)
+			continue;
+		ret = range_add(&ds->free, freed[i].physical, end);
 		if (ret)
 			return ret;
 	}

@@ -67,6 +67,7 @@ struct dev_space {
 	u64 devid;
 	struct range_set free;       /* unallocated physical ranges */
 	int no_alloc;                /* being removed: new chunks avoid it */
+	u64 limit;                   /* being shrunk to this size: space past it stays out (0: none) */
 };
 
 struct extent_state {
@@ -106,6 +107,8 @@ struct extent_state {
 	 * for single), 0: none. The allocator then skips groups of other profiles.
 	 */
 	u64 force_profile_data, force_profile_meta, force_profile_sys;
+	/* While a shrink compacts: no new chunk larger than this (0: no cap). */
+	u64 chunk_cap;
 };
 
 /* One reference of an extent as the extent tree holds it (inline or keyed). */

@@ -726,6 +726,7 @@ static int unreserve(struct butter_fs *fs, u64 devid, u64 from, u64 to)
 
 	if (!ds || from >= to)
 		return 0;
+	ds->limit = 0;
 	range_set_init(&keep);
 	ret = range_add(&keep, from, to);
 	for (i = 0; i < fs->vol.nchunks && ret == 0; i++) {
@@ -769,6 +770,7 @@ int ops_shrink_step(struct butter_fs *fs, u64 devid, u64 want, uint64_t *cursor,
 		ret = range_remove(&ds->free, want, dev->total_bytes);
 		if (ret)
 			return ret;
+		ds->limit = want;
 	}
 	evacuation_args(devid, want, &args);
 	ret = balance_one(fs, &args, cursor, st, 0);
@@ -777,7 +779,7 @@ int ops_shrink_step(struct butter_fs *fs, u64 devid, u64 want, uint64_t *cursor,
 	return ret;
 }
 
-int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want)
+static int shrink_all(struct butter_fs *fs, u64 devid, u64 want)
 {
 	struct butter_balance_stats st;
 	u64 cursor = UINT64_MAX;
@@ -788,4 +790,70 @@ int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want)
 		ret = ops_shrink_step(fs, devid, want, &cursor, &st);
 	} while (ret == 0);
 	return ret == 1 ? 0 : ret;
+}
+
+/*
+ * Move the half-empty groups of the kinds in @kinds (BUTTER_BALANCE_*) into
+ * chunks sized to their content, the space past the new end of @devid kept
+ * out of allocation.
+ */
+static int compact(struct butter_fs *fs, unsigned kinds)
+{
+	struct butter_balance_args args;
+
+	memset(&args, 0, sizeof(args));
+	args.flags = kinds;
+	args.data.flags = BUTTER_BALANCE_F_USAGE;
+	args.data.usage_max = 50;
+	args.meta = args.sys = args.data;
+	return balance_all(fs, &args, NULL, 0);
+}
+
+int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want)
+{
+	struct btrfs_device *dev = NULL;
+	struct dev_space *ds;
+	size_t i;
+	int ret;
+
+	for (i = 0; i < fs->vol.ndevs; i++)
+		if (fs->vol.devs[i]->devid == devid)
+			dev = fs->vol.devs[i];
+	ds = find_devspace(&fs->w->es, devid);
+	if (!dev || !ds || !dev->bdev)
+		return -ENODEV;
+	if (want >= dev->total_bytes)
+		return 0;
+	/*
+	 * Half-empty tree block groups first (a big metadata chunk that holds
+	 * little is common): in chunks sized to their content below the new
+	 * end, they leave room for what lies past it. Then the groups past the
+	 * end; if those find no room, the half-empty data groups are compacted
+	 * too and the move tried once more.
+	 */
+	/* new chunks small while it runs, so that they fit the room that stays */
+	fs->w->es.chunk_cap = want / 16 > (32ULL << 20) ? want / 16 : 32ULL << 20;
+	ret = range_remove(&ds->free, want, dev->total_bytes);
+	ds->limit = want;
+	if (ret == 0)
+		ret = compact(fs, BUTTER_BALANCE_METADATA | BUTTER_BALANCE_SYSTEM);
+	if (ret == -ENOSPC)
+		ret = 0; /* best effort: what could not be compacted may still fit */
+	if (ret == 0)
+		ret = shrink_all(fs, devid, want);
+	if (ret == -ENOSPC && fs->w) {
+		blog_info(&fs->log, "shrinking device %llu: compacting half-empty data groups",
+			  (unsigned long long)devid);
+		ret = range_remove(&ds->free, want, dev->total_bytes);
+		ds->limit = want;
+		if (ret == 0)
+			ret = compact(fs, BUTTER_BALANCE_DATA);
+		if (ret == 0 || ret == -ENOSPC)
+			ret = shrink_all(fs, devid, want);
+	}
+	if (fs->w)
+		fs->w->es.chunk_cap = 0;
+	if (ret && fs->w)
+		unreserve(fs, devid, want, dev->total_bytes);
+	return ret;
 }

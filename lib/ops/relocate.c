@@ -306,37 +306,64 @@ static u64 profile_for(struct reloc *rc, u64 type)
 }
 
 /*
+ * The size to ask of a chunk that receives about @need bytes of @type: no
+ * more than that (rounded up to 16 MiB) and no more than a chunk of its kind
+ * would be. Right-sized chunks keep a balance compact and let a shrink fit
+ * what it moves into the space that stays.
+ */
+static u64 chunk_size_for(const struct reloc *rc, u64 type, u64 need)
+{
+	u64 most = chunk_max_size(rc->es, type == BTRFS_BLOCK_GROUP_DATA     ? (1ULL << 30)
+					  : type == BTRFS_BLOCK_GROUP_SYSTEM ? (32ULL << 20)
+									     : (256ULL << 20));
+	u64 want = (need + (16ULL << 20) - 1) / (16ULL << 20) * (16ULL << 20);
+
+	if (want < (16ULL << 20))
+		want = 16ULL << 20;
+	return want < most ? want : most;
+}
+
+/*
  * Allocate @len bytes of @type outside the group being emptied, adding a
  * chunk when no group has room.
  */
 static int reloc_alloc(struct reloc *rc, u64 type, u64 len, u64 *logical)
 {
-	u64 want, chunk, flags;
-	int ret = extent_alloc(rc->es, type, len, logical);
+	u64 want, chunk, flags, least;
+	int ret = extent_alloc(rc->es, type, len, logical), tries;
 
 	if (ret != -ENOSPC)
 		return ret;
-	want = type == BTRFS_BLOCK_GROUP_DATA	  ? (1ULL << 30)
-	       : type == BTRFS_BLOCK_GROUP_SYSTEM ? (32ULL << 20)
-						  : (256ULL << 20);
-	want = chunk_max_size(rc->es, want);
-	if (want < len)
-		want = len;
 	flags = type | profile_for(rc, type);
 	if (rc->es->mixed && type != BTRFS_BLOCK_GROUP_SYSTEM)
 		flags |= BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA;
-	for (;;) {
-		ret = chunk_create(rc->es, flags, want, &chunk);
-		if (ret != -ENOSPC || want <= len || want <= (1ULL << 20))
+	/*
+	 * A chunk of what the group still holds, but room for @len in one piece
+	 * even when a superblock copy's stripe cuts the chunk in two: twice it
+	 * and a MiB. A chunk too fragmented still is followed by a bigger one.
+	 */
+	least = 2 * len + (1ULL << 20);
+	want = chunk_size_for(rc, type, rc->bg->used > least ? rc->bg->used : least);
+	if (want < least)
+		want = least;
+	for (tries = 0; tries < 3 && ret == -ENOSPC; tries++, want *= 2) {
+		u64 size = want;
+
+		for (;;) {
+			ret = chunk_create(rc->es, flags, size, &chunk);
+			if (ret != -ENOSPC || size <= len || size <= (1ULL << 20))
+				break;
+			size /= 2;
+			if (size < len)
+				size = len;
+		}
+		if (ret == 0)
+			ret = chunk_insert_items(rc->es, rc->t, chunk);
+		if (ret == 0)
+			ret = extent_alloc(rc->es, type, len, logical);
+		else
 			break;
-		want /= 2;
-		if (want < len)
-			want = len;
 	}
-	if (ret == 0)
-		ret = chunk_insert_items(rc->es, rc->t, chunk);
-	if (ret == 0)
-		ret = extent_alloc(rc->es, type, len, logical);
 	if (ret == -ENOSPC)
 		blog_err(&rc->fs->log, "relocation: no room for %llu bytes of %s outside block group "
 				       "%llu, and no new %s chunk fits",
@@ -390,20 +417,21 @@ static int ensure_room(struct reloc *rc)
 		/* the group's content, and for tree blocks room for the trees' own churn */
 		need = (rc->bg->flags & type) ? rc->bg->used : 0;
 		if (type != BTRFS_BLOCK_GROUP_DATA)
-			need += need + (type == BTRFS_BLOCK_GROUP_SYSTEM ? (1ULL << 20) : (16ULL << 20));
+			need += need + (type == BTRFS_BLOCK_GROUP_SYSTEM ? (1ULL << 20) : (4ULL << 20));
 		if (free >= need)
 			continue;
-		want = chunk_max_size(rc->es, type == BTRFS_BLOCK_GROUP_DATA	 ? (1ULL << 30)
-					      : type == BTRFS_BLOCK_GROUP_SYSTEM ? (32ULL << 20)
-										 : (256ULL << 20));
+		want = chunk_size_for(rc, type, need - free);
 		flags = type | profile_for(rc, type);
 		if (rc->es->mixed && type != BTRFS_BLOCK_GROUP_SYSTEM)
 			flags |= BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA;
 		for (;;) {
+			/* smaller and smaller, down to what is needed (whole MiB) */
+			u64 least = (need - free + (1ULL << 20) - 1) & ~((1ULL << 20) - 1);
+
 			ret = chunk_create(rc->es, flags, want, &chunk);
-			if (ret != -ENOSPC || want <= (1ULL << 20) || want / 2 < need - free)
+			if (ret != -ENOSPC || want <= least)
 				break;
-			want /= 2;
+			want = want / 2 > least ? want / 2 : least;
 		}
 		if (ret == -ENOSPC)
 			blog_err(&rc->fs->log, "relocation: block group %llu holds %llu bytes; the other "
