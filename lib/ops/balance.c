@@ -793,18 +793,18 @@ static int shrink_all(struct butter_fs *fs, u64 devid, u64 want)
 }
 
 /*
- * Move the half-empty groups of the kinds in @kinds (BUTTER_BALANCE_*) into
- * chunks sized to their content, the space past the new end of @devid kept
- * out of allocation.
+ * Move the groups of the kinds in @kinds (BUTTER_BALANCE_*) used below
+ * @usage_max percent into chunks sized to their content (first fit from the
+ * device's start), the space past the new end kept out of allocation.
  */
-static int compact(struct butter_fs *fs, unsigned kinds)
+static int compact(struct butter_fs *fs, unsigned kinds, u32 usage_max)
 {
 	struct butter_balance_args args;
 
 	memset(&args, 0, sizeof(args));
 	args.flags = kinds;
 	args.data.flags = BUTTER_BALANCE_F_USAGE;
-	args.data.usage_max = 50;
+	args.data.usage_max = usage_max;
 	args.meta = args.sys = args.data;
 	return balance_all(fs, &args, NULL, 0);
 }
@@ -836,7 +836,7 @@ int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want)
 	ret = range_remove(&ds->free, want, dev->total_bytes);
 	ds->limit = want;
 	if (ret == 0)
-		ret = compact(fs, BUTTER_BALANCE_METADATA | BUTTER_BALANCE_SYSTEM);
+		ret = compact(fs, BUTTER_BALANCE_METADATA | BUTTER_BALANCE_SYSTEM, 50);
 	if (ret == -ENOSPC)
 		ret = 0; /* best effort: what could not be compacted may still fit */
 	if (ret == 0)
@@ -847,7 +847,7 @@ int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want)
 		ret = range_remove(&ds->free, want, dev->total_bytes);
 		ds->limit = want;
 		if (ret == 0)
-			ret = compact(fs, BUTTER_BALANCE_DATA);
+			ret = compact(fs, BUTTER_BALANCE_DATA, 50);
 		if (ret == 0 || ret == -ENOSPC)
 			ret = shrink_all(fs, devid, want);
 	}
