@@ -8,7 +8,9 @@
 #    prefilled image; fallocate and clone (the full profile, its reference on
 #    kernel btrfs); snapshots and their deletion; compression (zlib, lzo, zstd
 #    in turn) over the mix and the overwrites; raid1 over 2 devices, raid5 and
-#    raid6 over 3; butter's replay of a kernel-made tree log), butter-workload
+#    raid6 over 3; butter's replay of a kernel-made tree log; a balance that
+#    converts profiles, a full balance under snapshots, and a shrink that moves
+#    block groups, each after a mix workload), butter-workload
 #    runs OPS operations (default 400; fewer for the heavier ones) with the
 #    recorder under it, then crashreplay replays every cut point (prefixes,
 #    torn writes, reorders between flushes) and checks each with butter, btrfs
@@ -248,6 +250,13 @@ for seed in $(seq 1 "$seeds"); do
 		--max-file $((1 << 20)) --compress cycle
 	crash_case compress-overwrite $((128 << 20)) 16384 "$seed" $((ops / 8)) 4 \
 		--profile overwrite --max-file $((2 << 20)) --compress cycle
+	# relocation: a workload, then a balance (conversion; full under snapshots) or a shrink
+	crash_case balance-convert $((256 << 20)) 16384 "$seed" "$ops" 20 --profile mix \
+		--max-file $((1 << 20)) --balance convert
+	crash_case balance-snapshots $((256 << 20)) 16384 "$seed" $((ops / 2)) 10 --profile snapshot \
+		--max-file $((1 << 18)) --balance full
+	crash_case shrink $((256 << 20)) 16384 "$seed" "$ops" 20 --profile mix \
+		--max-file $((1 << 20)) --balance shrink
 	raid_case raid1 2 --degraded "$seed" $((ops / 2))
 	raid_case raid5 3 --degraded-commits "$seed" $((ops / 2))
 	raid_case raid6 3 --degraded "$seed" $((ops / 2))

@@ -182,8 +182,9 @@ static const struct cli_command commands[] = {
 			 "the part of SRC in use): only the used parts of SRC are copied, read\n"
 			 "through the checked paths (a bad or missing copy is read from the other\n"
 			 "copies or rebuilt from parity), to the same places on TARGET, which then\n"
-			 "takes SRC's devid; SRC's superblocks are wiped. On an image (a live mount:\n"
-			 "not yet).\n"
+			 "takes SRC's devid; SRC's superblocks are wiped. On an image, or a\n"
+			 "directory inside a live `butter mount` (its daemon copies; requests wait\n"
+			 "while it does).\n"
 			 "\n"
 			 "  -f, --force    overwrite a TARGET holding another btrfs filesystem\n"
 			 "  -r             accepted (reads follow the mirror order anyway)\n",

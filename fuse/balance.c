@@ -188,10 +188,21 @@ int balancer_ioctl(struct daemon *d, struct butter_ioc_balance *io)
 	struct balancer *b = balancer_of(d);
 	struct butter_balance_args recorded;
 	int have_record, ret = 0;
+	bool busy;
 
 	if (!b)
 		return -ENOMEM;
-	have_record = butter_balance_item(d->fs, &recorded) == 0;
+	/*
+	 * The record is read only when nothing runs: a running job may hold the
+	 * library's lock for long (a replace's copy), and status or cancel must
+	 * answer at once. A running balance is recorded by definition.
+	 */
+	pthread_mutex_lock(&b->lock);
+	have_record = b->running && b->job == JOB_BALANCE;
+	busy = b->running;
+	pthread_mutex_unlock(&b->lock);
+	if (!busy)
+		have_record = butter_balance_item(d->fs, &recorded) == 0;
 	switch (io->cmd) {
 	case BUTTER_BALANCE_CMD_START:
 		if (d->readonly)

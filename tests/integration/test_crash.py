@@ -422,6 +422,8 @@ RELOCATION_CASES = [
      3, 300, 20),
     ("snapshot-full", ["--profile", "snapshot", "--max-file", str(1 << 18), "--balance", "full"],
      3, 100, 10),
+    ("mix-shrink", ["--profile", "mix", "--max-file", str(1 << 20), "--balance", "shrink"],
+     3, 300, 20),
 ]
 
 
@@ -430,13 +432,14 @@ RELOCATION_CASES = [
                          ids=[c[0] for c in RELOCATION_CASES])
 def test_crash_relocation(kernel, workdir, name, args, seed, ops, sync_every):
     """A workload, then a balance that moves every block group (converting profiles, or
-    with snapshots sharing the trees): each cut is the tree of the last commit, clean,
-    and a read-write open of it goes on from there. About 900 states, 50 s each."""
+    with snapshots sharing the trees), or a shrink that moves the last chunk's groups:
+    each cut is the tree of the last commit, clean, and a read-write open of it goes on
+    from there. About 900 states, 50 s each."""
     start = os.path.join(workdir, "start.img")
     make_image(start, 256 << 20)
     log, manifest, out, _ = run_recorded(workdir, [start], args, seed, ops * SCALE, sync_every)
     m = re.search(r"^balance (\d+) groups (\d+) extents (\d+) blocks$", out, re.M)
-    assert m and int(m.group(1)) >= 3 and int(m.group(3)) > 0, out
+    assert m and int(m.group(1)) >= (1 if "shrink" in name else 3) and int(m.group(3)) > 0, out
     s = replay_states(workdir, log, manifest, [start], ["--rw-check", "60"])
     assert s["states"] >= 300 and s["checked"] == s["states"], s
     assert s["rw_opened"] >= 50 and s["rw_agreed"] == s["rw_opened"], s

@@ -48,7 +48,9 @@
  *   --balance WHAT    after the operations and their final sync, move block groups
  *                     (butter_balance): "full" (every group), "convert" (data to
  *                     dup, metadata and system to single, forced), "back" (data to
- *                     single, metadata and system to dup). Relocation changes no
+ *                     single, metadata and system to dup), or "shrink" (device 1 to
+ *                     8 MiB less than the end of its last chunk, which moves that
+ *                     chunk's groups: butter_device_resize). Relocation changes no
  *                     file: every generation it commits holds the tree of the one
  *                     before (written to the manifest ahead, for as many commits as
  *                     it may make), then a final sync and its durable line
@@ -802,7 +804,7 @@ static int run_balance(struct butter_fs *fs, const char *what, uint64_t *gen)
 		args.data.flags = args.meta.flags = args.sys.flags = BUTTER_BALANCE_F_CONVERT;
 		args.data.target = to_dup ? (1ULL << 5) : BUTTER_PROFILE_SINGLE;
 		args.meta.target = args.sys.target = to_dup ? BUTTER_PROFILE_SINGLE : (1ULL << 5);
-	} else if (strcmp(what, "full")) {
+	} else if (strcmp(what, "full") && strcmp(what, "shrink")) {
 		return -EINVAL;
 	}
 	for (k = 0; butter_get_space(fs, k, &sp) == 0; k++)
@@ -814,7 +816,23 @@ static int run_balance(struct butter_fs *fs, const char *what, uint64_t *gen)
 			manifest_block(*gen + k, &t);
 		treelist_free(&t);
 	}
-	ret = butter_balance(fs, &args, &st);
+	memset(&st, 0, sizeof(st));
+	if (!strcmp(what, "shrink")) {
+		struct butter_device_info di;
+		uint64_t size = 0;
+
+		/* size 0: as small as the chunks allow without moving one (their end) */
+		ret = butter_get_device(fs, 0, &di);
+		if (ret == 0)
+			ret = butter_device_resize(fs, di.devid, &size);
+		if (ret == 0 && size > (24ULL << 20)) {
+			size -= 8ULL << 20;
+			ret = butter_device_resize(fs, di.devid, &size);
+		}
+		st.groups = st.tree_blocks = 1; /* not counted by the resize; it moved some */
+	} else {
+		ret = butter_balance(fs, &args, &st);
+	}
 	if (ret)
 		return ret;
 	printf("balance %llu groups %llu extents %llu blocks\n", (unsigned long long)st.groups,
@@ -831,7 +849,7 @@ static int usage(const char *argv0)
 			"       [--profile full|mix|overwrite|fill|snapshot] [--max-file BYTES] "
 			"[--enospc-ok]\n"
 			"       [--compress zlib|lzo|zstd|seed|cycle] [--log-replay]\n"
-			"       [--balance full|convert|back]\n"
+			"       [--balance full|convert|back|shrink]\n"
 			"       IMAGE REFDIR SEED OPS [SYNC_EVERY]\n", argv0);
 	return 2;
 }
