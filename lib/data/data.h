@@ -45,6 +45,15 @@ int data_read_logical(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, int n
  */
 int data_lookup_csums(struct butter_fs *fs, u64 logical, u32 nsectors, u8 *csums, u8 *have);
 
+/*
+ * Read the stored bytes of [logical, logical + len) (sector-aligned) for a
+ * copy of them elsewhere (relocation, replace): sectors with a checksum are
+ * verified, and read from another copy when bad; sectors without one
+ * (prealloc, nodatasum) are read as they are. Their checksums go to @csums
+ * and @have (one entry per sector, as data_lookup_csums()) for the copy's.
+ */
+int data_read_stored(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, u8 *csums, u8 *have);
+
 /* ---- write.c ---- */
 
 /* Remove file data in [start, end) of @ino, dropping extent references. */

@@ -559,3 +559,18 @@ int data_seek(struct butter_fs *fs, butter_ino_t ino, uint64_t off, int whence, 
 	*result = pos < size ? pos : size;
 	return 0;
 }
+
+int data_read_stored(struct butter_fs *fs, u64 logical, u64 len, u8 *buf, u8 *csums, u8 *have)
+{
+	u32 ss = fs->vol.sectorsize, n = (u32)(len / ss), a, b;
+	int ret = data_lookup_csums(fs, logical, n, csums, have);
+
+	/* runs of sectors with and without checksums: verified reads and raw ones */
+	for (a = 0; ret == 0 && a < n; a = b) {
+		for (b = a + 1; b < n && have[b] == have[a]; b++)
+			;
+		ret = data_read_logical(fs, logical + (u64)a * ss, (u64)(b - a) * ss,
+					buf + (size_t)a * ss, !have[a], NULL);
+	}
+	return ret;
+}

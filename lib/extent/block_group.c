@@ -104,22 +104,6 @@ int extent_add_block_group(struct extent_state *es, u64 start, u64 length, u64 f
 	return 0;
 }
 
-/* Per-device length of one stripe of @map (kernel: stripe_size). */
-static u64 stripe_size(const struct chunk_map *map)
-{
-	u64 t = map->type;
-
-	if (t & BTRFS_BLOCK_GROUP_RAID0)
-		return map->length / map->num_stripes;
-	if (t & BTRFS_BLOCK_GROUP_RAID10)
-		return map->length * map->sub_stripes / map->num_stripes;
-	if (t & BTRFS_BLOCK_GROUP_RAID5)
-		return map->length / (map->num_stripes - 1);
-	if (t & BTRFS_BLOCK_GROUP_RAID6)
-		return map->length / (map->num_stripes - 2);
-	return map->length;
-}
-
 int extent_exclude_super_stripes(struct extent_state *es, struct block_group *bg)
 {
 	const struct chunk_map *map = volumes_find_chunk(es->vol, bg->start);
@@ -131,7 +115,7 @@ int extent_exclude_super_stripes(struct extent_state *es, struct block_group *bg
 				    (unsigned long long)bg->start);
 	for (mirror = 0; mirror < BTRFS_SUPER_MIRROR_MAX; mirror++) {
 		u64 physical = btrfs_sb_offset(mirror);
-		u64 io_stripe = BTRFS_STRIPE_LEN, ssize = stripe_size(map);
+		u64 io_stripe = BTRFS_STRIPE_LEN, ssize = chunk_stripe_size(map);
 
 		if (map->type & BTRFS_BLOCK_GROUP_RAID56_MASK)
 			io_stripe = BTRFS_STRIPE_LEN * chunk_data_stripes(map);

@@ -348,7 +348,7 @@ int chunk_insert_items(struct extent_state *es, struct tree_trans *t, u64 logica
 	struct btrfs_super_block *sb = &vol->super;
 	struct btrfs_chunk *chunk;
 	struct btrfs_key key;
-	u32 size, i, data_stripes;
+	u32 size, i;
 	u64 stripe_size;
 	int ret;
 
@@ -358,10 +358,7 @@ int chunk_insert_items(struct extent_state *es, struct tree_trans *t, u64 logica
 	chunk = calloc(1, size);
 	if (!chunk)
 		return -ENOMEM;
-	data_stripes = map->type & BTRFS_BLOCK_GROUP_RAID0    ? map->num_stripes
-		       : map->type & BTRFS_BLOCK_GROUP_RAID10 ? map->num_stripes / map->sub_stripes
-							      : chunk_data_stripes(map);
-	stripe_size = map->length / data_stripes;
+	stripe_size = chunk_stripe_size(map);
 	btrfs_set_chunk_length(chunk, map->length);
 	btrfs_set_chunk_owner(chunk, BTRFS_EXTENT_TREE_OBJECTID);
 	btrfs_set_chunk_stripe_len(chunk, map->stripe_len);
@@ -433,13 +430,10 @@ int chunk_resize_device(struct extent_state *es, struct tree_trans *t, u64 devid
 	/* the end of the last chunk stripe on the device */
 	for (i = 0; i < vol->nchunks; i++) {
 		const struct chunk_map *map = vol->chunks[i];
-		u32 s, data_stripes = map->type & BTRFS_BLOCK_GROUP_RAID0 ? map->num_stripes
-				      : map->type & BTRFS_BLOCK_GROUP_RAID10
-					      ? map->num_stripes / map->sub_stripes
-					      : chunk_data_stripes(map);
+		u32 s;
 
 		for (s = 0; s < map->num_stripes; s++) {
-			u64 end = map->stripes[s].physical + map->length / data_stripes;
+			u64 end = map->stripes[s].physical + chunk_stripe_size(map);
 
 			if (map->stripes[s].devid == devid && end > last_end)
 				last_end = end;
@@ -584,7 +578,7 @@ int chunk_remove(struct extent_state *es, struct tree_trans *t, u64 logical,
 	struct block_group *bg = extent_find_bg(es, logical);
 	struct btrfs_key key;
 	u64 stripe_size, type, length;
-	u32 i, data_stripes;
+	u32 i;
 	size_t k;
 	int ret;
 
@@ -595,10 +589,7 @@ int chunk_remove(struct extent_state *es, struct tree_trans *t, u64 logical,
 				    (unsigned long long)logical, (unsigned long long)bg->used);
 	type = map->type;
 	length = map->length;
-	data_stripes = map->type & BTRFS_BLOCK_GROUP_RAID0    ? map->num_stripes
-		       : map->type & BTRFS_BLOCK_GROUP_RAID10 ? map->num_stripes / map->sub_stripes
-							      : chunk_data_stripes(map);
-	stripe_size = map->length / data_stripes;
+	stripe_size = chunk_stripe_size(map);
 
 	/* the block group: item, free space tree entries, the in-memory group */
 	key.objectid = logical;

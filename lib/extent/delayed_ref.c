@@ -660,6 +660,70 @@ out:
 	return ret;
 }
 
+int extent_list_range(struct extent_state *es, u64 start, u64 end, struct extent_span **out,
+		      size_t *n)
+{
+	struct btrfs_key key = { start, 0, 0 };
+	struct tree_path path;
+	size_t cap = 0;
+	int ret;
+
+	*out = NULL;
+	*n = 0;
+	tree_path_init(&path);
+	ret = tree_search_forward(es->cache, es->extent_root, &key, &path);
+	while (ret == 0) {
+		struct extent_span sp;
+
+		path_key(&path, &key);
+		if (key.objectid >= end)
+			break;
+		sp.bytenr = key.objectid;
+		if (key.type == BTRFS_METADATA_ITEM_KEY) {
+			sp.num_bytes = es->vol->nodesize;
+			sp.level = (int)key.offset;
+		} else if (key.type == BTRFS_EXTENT_ITEM_KEY) {
+			u32 size;
+			const struct btrfs_extent_item *ei = (const void *)path_item(&path, &size);
+			const struct btrfs_tree_block_info *info = (const void *)(ei + 1);
+
+			sp.num_bytes = key.offset;
+			if (size >= sizeof(*ei) && (btrfs_extent_flags(ei) & BTRFS_EXTENT_FLAG_DATA))
+				sp.level = -1;
+			else if (size >= sizeof(*ei) + sizeof(*info))
+				sp.level = info->level;
+			else {
+				ret = BLOG_CORRUPT(es->log, "extent item %llu: short",
+						   (unsigned long long)key.objectid);
+				break;
+			}
+		} else {
+			ret = tree_next_item(es->cache, &path);
+			continue;
+		}
+		if (*n == cap) {
+			struct extent_span *grown = realloc(*out, (cap ? cap * 2 : 64) * sizeof(*grown));
+
+			if (!grown) {
+				ret = -ENOMEM;
+				break;
+			}
+			*out = grown;
+			cap = cap ? cap * 2 : 64;
+		}
+		(*out)[(*n)++] = sp;
+		ret = tree_next_item(es->cache, &path);
+	}
+	tree_path_release(es->cache, &path);
+	if (ret < 0) {
+		free(*out);
+		*out = NULL;
+		*n = 0;
+		return ret;
+	}
+	return 0;
+}
+
 void extent_refs_free(struct extent_refs *refs)
 {
 	free(refs->r);

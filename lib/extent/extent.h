@@ -170,6 +170,20 @@ void extent_refs_free(struct extent_refs *refs);
 /* The profile bits new @type (DATA, METADATA, SYSTEM) allocations must use: forced, else 0 (any). */
 u64 extent_forced_profile(const struct extent_state *es, u64 type);
 
+/* An extent item as a range: what extent_list_range() gives. */
+struct extent_span {
+	u64 bytenr, num_bytes;
+	int level;           /* tree block level; -1 for data */
+};
+
+/*
+ * Every extent item (data and tree blocks) starting in [start, end) of the
+ * extent tree as it is now, in order, into *out (*n entries; free() it).
+ * 0, or -EUCLEAN for a short item, -ENOMEM.
+ */
+int extent_list_range(struct extent_state *es, u64 start, u64 end, struct extent_span **out,
+		      size_t *n);
+
 /* Queue a reference change; merged and applied by extent_run_delayed_refs(). */
 int extent_queue_ref(struct extent_state *es, const struct delayed_ref *ref);
 

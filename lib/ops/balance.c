@@ -94,11 +94,7 @@ static int passes(struct butter_fs *fs, const struct block_group *bg,
 				hit = 1;
 				continue;
 			}
-			ssize = map->type & BTRFS_BLOCK_GROUP_RAID0
-					? map->length / map->num_stripes
-				: map->type & BTRFS_BLOCK_GROUP_RAID10
-					? map->length * map->sub_stripes / map->num_stripes
-					: map->length / chunk_data_stripes(map);
+			ssize = chunk_stripe_size(map);
 			hit = s->physical < f->pend && s->physical + ssize > f->pstart;
 		}
 		if (!hit)
@@ -731,14 +727,12 @@ static int unreserve(struct butter_fs *fs, u64 devid, u64 from, u64 to)
 	ret = range_add(&keep, from, to);
 	for (i = 0; i < fs->vol.nchunks && ret == 0; i++) {
 		const struct chunk_map *map = fs->vol.chunks[i];
-		u32 k, ndata = map->type & BTRFS_BLOCK_GROUP_RAID0    ? map->num_stripes
-			       : map->type & BTRFS_BLOCK_GROUP_RAID10 ? map->num_stripes / map->sub_stripes
-								      : chunk_data_stripes(map);
+		u32 k;
 
 		for (k = 0; k < map->num_stripes && ret == 0; k++)
 			if (map->stripes[k].devid == devid)
 				ret = range_remove(&keep, map->stripes[k].physical,
-						   map->stripes[k].physical + map->length / ndata);
+						   map->stripes[k].physical + chunk_stripe_size(map));
 	}
 	for (i = 0; i < keep.n && ret == 0; i++)
 		ret = range_add(&ds->free, keep.r[i].start, keep.r[i].end);

@@ -822,18 +822,10 @@ static int copy_data_extent(struct reloc *rc, const struct extent_refs *refs)
 		goto fail;
 	for (off = 0; off < len; off += RELOC_COPY_PIECE) {
 		u64 piece = len - off < RELOC_COPY_PIECE ? len - off : RELOC_COPY_PIECE;
-		u32 first = (u32)(off / ss), n = (u32)(piece / ss), a, b;
+		u32 first = (u32)(off / ss);
 
-		ret = data_lookup_csums(fs, refs->bytenr + off, n, md->csums + (size_t)first * cs,
-					md->have + first);
-		/* runs of sectors with and without checksums: verified reads and raw ones */
-		for (a = 0; ret == 0 && a < n; a = b) {
-			for (b = a + 1; b < n && md->have[first + b] == md->have[first + a]; b++)
-				;
-			ret = data_read_logical(fs, refs->bytenr + off + (u64)a * ss,
-						(u64)(b - a) * ss, buf + (size_t)a * ss,
-						!md->have[first + a], NULL);
-		}
+		ret = data_read_stored(fs, refs->bytenr + off, piece, buf,
+				       md->csums + (size_t)first * cs, md->have + first);
 		if (ret == 0)
 			ret = volumes_write(&fs->vol, new_logical + off, buf, piece);
 		if (ret) {
@@ -1048,78 +1040,6 @@ static int cmp_leaf(const void *pa, const void *pb)
 
 /* ---- one group ---- */
 
-struct found_extent {
-	u64 bytenr;
-	int level;       /* -1: data */
-};
-
-/* The extents the group holds now (committed extent tree). */
-static int scan_group(struct reloc *rc, struct found_extent **out, size_t *n)
-{
-	struct node_cache *cache = &rc->fs->cache;
-	struct btrfs_key key = { rc->start, 0, 0 };
-	struct tree_path path;
-	int ret;
-
-	*out = NULL;
-	*n = 0;
-	tree_path_init(&path);
-	ret = tree_search_forward(cache, rc->es->extent_root, &key, &path);
-	while (ret == 0) {
-		struct found_extent *f;
-		int level;
-
-		path_key(&path, &key);
-		if (key.objectid >= rc->end)
-			break;
-		if (key.type == BTRFS_METADATA_ITEM_KEY) {
-			level = (int)key.offset;
-		} else if (key.type == BTRFS_EXTENT_ITEM_KEY) {
-			u32 size;
-			const struct btrfs_extent_item *ei = (const void *)path_item(&path, &size);
-
-			if (size < sizeof(*ei)) {
-				ret = BLOG_CORRUPT(&rc->fs->log, "extent item %llu: short",
-						   (unsigned long long)key.objectid);
-				break;
-			}
-			if (btrfs_extent_flags(ei) & BTRFS_EXTENT_FLAG_DATA) {
-				level = -1;
-			} else {
-				const struct btrfs_tree_block_info *info = (const void *)(ei + 1);
-
-				if (size < sizeof(*ei) + sizeof(*info)) {
-					ret = BLOG_CORRUPT(&rc->fs->log, "extent item %llu: short",
-							   (unsigned long long)key.objectid);
-					break;
-				}
-				level = info->level;
-			}
-		} else {
-			ret = tree_next_item(cache, &path);
-			continue;
-		}
-		f = realloc(*out, (*n + 1) * sizeof(*f));
-		if (!f) {
-			ret = -ENOMEM;
-			break;
-		}
-		*out = f;
-		f[*n].bytenr = key.objectid;
-		f[*n].level = level;
-		(*n)++;
-		ret = tree_next_item(cache, &path);
-	}
-	tree_path_release(cache, &path);
-	if (ret < 0) {
-		free(*out);
-		*out = NULL;
-		*n = 0;
-		return ret;
-	}
-	return 0;
-}
-
 /*
  * One pass: move what the group holds (data up to RELOC_BATCH_BYTES) in the
  * running transaction. *left: extents seen. *changed_trees: a failure from
@@ -1127,12 +1047,13 @@ static int scan_group(struct reloc *rc, struct found_extent **out, size_t *n)
  */
 static int reloc_pass(struct reloc *rc, size_t *left, int *changed_trees)
 {
-	struct found_extent *found;
+	struct extent_span *found;
 	u64 batch = 0;
 	size_t n, i, j;
 	int ret;
 
-	ret = scan_group(rc, &found, &n);
+	/* the extents the group holds now (the committed extent tree) */
+	ret = extent_list_range(rc->es, rc->start, rc->end, &found, &n);
 	if (ret)
 		return ret;
 	*left = n;

@@ -64,68 +64,38 @@ static int put(struct replace *r, const void *buf, u64 len, u64 physical)
 	return 0;
 }
 
-/* The extents of chunk @map, merged where they touch (data and tree blocks kept apart). */
+/* The extents of chunk @map, data extents merged where they touch. */
 static int used_ranges(struct butter_fs *fs, const struct chunk_map *map, struct used_range **out,
 		       size_t *n)
 {
-	struct extent_state *es = &fs->w->es;
-	struct btrfs_key key = { map->logical, 0, 0 };
-	struct tree_path path;
+	struct extent_span *sp;
+	size_t nsp, i;
 	int ret;
 
 	*out = NULL;
 	*n = 0;
-	tree_path_init(&path);
-	ret = tree_search_forward(&fs->cache, es->extent_root, &key, &path);
-	while (ret == 0) {
-		struct used_range *u;
-		u64 len;
-		int is_data;
+	ret = extent_list_range(&fs->w->es, map->logical, map->logical + map->length, &sp, &nsp);
+	if (ret)
+		return ret;
+	*out = malloc((nsp ? nsp : 1) * sizeof(**out));
+	if (!*out) {
+		free(sp);
+		return -ENOMEM;
+	}
+	for (i = 0; i < nsp; i++) {
+		struct used_range *last = *n ? &(*out)[*n - 1] : NULL;
+		int is_data = sp[i].level < 0;
 
-		path_key(&path, &key);
-		if (key.objectid >= map->logical + map->length)
-			break;
-		if (key.type == BTRFS_METADATA_ITEM_KEY) {
-			len = fs->vol.nodesize;
-			is_data = 0;
-		} else if (key.type == BTRFS_EXTENT_ITEM_KEY) {
-			u32 size;
-			const struct btrfs_extent_item *ei = (const void *)path_item(&path, &size);
-
-			if (size < sizeof(*ei)) {
-				ret = BLOG_CORRUPT(&fs->log, "extent item %llu: short",
-						   (unsigned long long)key.objectid);
-				break;
-			}
-			len = key.offset;
-			is_data = !!(btrfs_extent_flags(ei) & BTRFS_EXTENT_FLAG_DATA);
-		} else {
-			ret = tree_next_item(&fs->cache, &path);
+		if (last && is_data && last->is_data && last->start + last->len == sp[i].bytenr) {
+			last->len += sp[i].num_bytes;
 			continue;
 		}
-		if (*n && (*out)[*n - 1].is_data == is_data &&
-		    (*out)[*n - 1].start + (*out)[*n - 1].len == key.objectid && is_data) {
-			(*out)[*n - 1].len += len;
-		} else {
-			u = realloc(*out, (*n + 1) * sizeof(*u));
-			if (!u) {
-				ret = -ENOMEM;
-				break;
-			}
-			*out = u;
-			u[*n].start = key.objectid;
-			u[*n].len = len;
-			u[*n].is_data = is_data;
-			(*n)++;
-		}
-		ret = tree_next_item(&fs->cache, &path);
+		(*out)[*n].start = sp[i].bytenr;
+		(*out)[*n].len = sp[i].num_bytes;
+		(*out)[*n].is_data = is_data;
+		(*n)++;
 	}
-	tree_path_release(&fs->cache, &path);
-	if (ret < 0) {
-		free(*out);
-		*out = NULL;
-		return ret;
-	}
+	free(sp);
 	return 0;
 }
 
@@ -150,18 +120,11 @@ static int read_checked(struct butter_fs *fs, const struct used_range *u, u64 lo
 		return 0;
 	}
 	{
-		u32 nsect = (u32)(len / ss), a, b;
+		u32 nsect = (u32)(len / ss);
 		u8 *csums = malloc((size_t)nsect * fs->vol.csum_size), *have = malloc(nsect);
-		int ret = csums && have ? 0 : -ENOMEM;
+		int ret = csums && have ? data_read_stored(fs, logical, len, buf, csums, have)
+				       : -ENOMEM;
 
-		if (ret == 0)
-			ret = data_lookup_csums(fs, logical, nsect, csums, have);
-		for (a = 0; ret == 0 && a < nsect; a = b) {
-			for (b = a + 1; b < nsect && have[b] == have[a]; b++)
-				;
-			ret = data_read_logical(fs, logical + (u64)a * ss, (u64)(b - a) * ss,
-						buf + (size_t)a * ss, !have[a], NULL);
-		}
 		free(csums);
 		free(have);
 		return ret;

@@ -46,6 +46,15 @@ u32 chunk_data_stripes(const struct chunk_map *map)
 	return np ? map->num_stripes - np : 1;
 }
 
+u64 chunk_stripe_size(const struct chunk_map *map)
+{
+	if (map->type & BTRFS_BLOCK_GROUP_RAID0)
+		return map->length / map->num_stripes;
+	if (map->type & BTRFS_BLOCK_GROUP_RAID10)
+		return map->length * map->sub_stripes / map->num_stripes;
+	return map->length / chunk_data_stripes(map);
+}
+
 /* How many stripes of a chunk may be missing while every byte stays readable. */
 static u32 chunk_tolerance(const struct chunk_map *map)
 {

@@ -201,6 +201,9 @@ int chunk_map_position(const struct chunk_map *map, u64 offset, int mirror, u32 
 /* Number of data stripes in one full stripe row (RAID5/6) or 1 otherwise. */
 u32 chunk_data_stripes(const struct chunk_map *map);
 
+/* Bytes one stripe of @map takes on its device (the length of each dev extent). */
+u64 chunk_stripe_size(const struct chunk_map *map);
+
 /* ---- repair (repair.c): scrub writes one copy, checks RAID5/6 parity ---- */
 
 /*
