@@ -173,6 +173,7 @@ int cmd_check(const struct cli_command *cmd, int argc, char **argv);
 int cmd_balance_start(const struct cli_command *cmd, int argc, char **argv);
 int cmd_balance_ctl(const struct cli_command *cmd, int argc, char **argv);
 int cmd_replace_start(const struct cli_command *cmd, int argc, char **argv);
+int cmd_replace_ctl(const struct cli_command *cmd, int argc, char **argv);
 int cmd_device_remove(const struct cli_command *cmd, int argc, char **argv);
 int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv);
 

@@ -1,7 +1,7 @@
 /*
  * cmd_balance.c — the commands that move what is on disk, in btrfs-progs'
  * grammar: `butter balance start|status|pause|cancel|resume` (filters and
- * conversion), `butter device remove|delete`, `butter replace start`,
+ * conversion), `butter device remove|delete`, `butter replace start|status|cancel`,
  * `butter filesystem resize`. On an image they open it read-write and call
  * the library (butter_balance(), butter_device_remove(), butter_replace(),
  * butter_device_resize()); balance on a directory inside a live `butter
@@ -179,6 +179,11 @@ static void print_stats(const char *what, const struct butter_balance_stats *st)
 {
 	char size[32];
 
+	if (!strcmp(what, "replace")) {
+		printf("%s: %" PRIu64 " chunk%s copied, %s written\n", what, st->groups,
+		       st->groups == 1 ? "" : "s", cli_size(size, sizeof(size), st->bytes, false));
+		return;
+	}
 	printf("%s: %" PRIu64 " block group%s moved (%" PRIu64 " data extents, %" PRIu64
 	       " tree blocks, %s of data)\n",
 	       what, st->groups, st->groups == 1 ? "" : "s", st->data_extents, st->tree_blocks,
@@ -247,9 +252,11 @@ static int mount_wait(const char *path, const char *what, struct butter_ioc_bala
 }
 
 /*
- * Device work on the mount at @path (BUTTER_IOC_DEVICE), waited for. Exit status.
+ * Device work on the mount at @path (BUTTER_IOC_DEVICE), waited for unless
+ * @background. Exit status.
  */
-static int mount_device(const char *path, const struct butter_ioc_device *dev, const char *what)
+static int mount_device(const char *path, const struct butter_ioc_device *dev, const char *what,
+			bool background)
 {
 	struct butter_ioc_balance io;
 	int fd = ctl_open(path, NULL), ret = 0;
@@ -265,6 +272,8 @@ static int mount_device(const char *path, const struct butter_ioc_device *dev, c
 				: strerror(-ret));
 		return CLI_EXIT_ERROR;
 	}
+	if (background)
+		return cli_finish_stdout(CLI_EXIT_OK);
 	return mount_wait(path, what, &io);
 }
 
@@ -531,6 +540,13 @@ int cmd_balance_ctl(const struct cli_command *cmd, int argc, char **argv)
 		}
 		if (c2 != BUTTER_BALANCE_CMD_STATUS)
 			return cli_finish_stdout(CLI_EXIT_OK);
+		if ((io.state & BUTTER_BALANCE_STATE_RUNNING) && io.job != 0 &&
+		    !(io.state & BUTTER_BALANCE_STATE_RECORDED)) {
+			printf("No balance found on '%s' (a device %s runs)\n", path,
+			       io.job == BUTTER_DEVICE_CMD_REPLACE ? "replace"
+			       : io.job == BUTTER_DEVICE_CMD_REMOVE ? "remove" : "resize");
+			return cli_finish_stdout(CLI_EXIT_OK);
+		}
 		if (!(io.state & (BUTTER_BALANCE_STATE_RUNNING | BUTTER_BALANCE_STATE_RECORDED))) {
 			printf("No balance found on '%s'\n", path);
 			return cli_finish_stdout(CLI_EXIT_OK);
@@ -653,7 +669,7 @@ int cmd_device_remove(const struct cli_command *cmd, int argc, char **argv)
 				cli_error("%s: %s is not a device of this filesystem", image, argv[i]);
 				return CLI_EXIT_ERROR;
 			}
-			if (mount_device(image, &dev, "device remove") != CLI_EXIT_OK)
+			if (mount_device(image, &dev, "device remove", false) != CLI_EXIT_OK)
 				return CLI_EXIT_ERROR;
 			printf("removed device %" PRIu64 " (%s)\n", dev.devid, argv[i]);
 		}
@@ -808,7 +824,7 @@ int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv)
 		dev.cmd = BUTTER_DEVICE_CMD_RESIZE;
 		dev.devid = devid;
 		dev.size = size;
-		ret = mount_device(image, &dev, "resize");
+		ret = mount_device(image, &dev, "resize", false);
 		if (ret == CLI_EXIT_OK)
 			printf("resized device %" PRIu64 " to %" PRIu64 " bytes\n", devid, size);
 		return ret;
@@ -875,6 +891,7 @@ int cmd_replace_start(const struct cli_command *cmd, int argc, char **argv)
 	struct butter_fs *fs;
 	unsigned flags = 0;
 	uint64_t devid = 0;
+	bool foreground = false;
 	char size[32];
 	int c, ret;
 
@@ -883,6 +900,8 @@ int cmd_replace_start(const struct cli_command *cmd, int argc, char **argv)
 			flags |= BUTTER_REPLACE_FORCE;
 		else if (c == 'r')
 			flags |= BUTTER_REPLACE_AVOID_SRC;
+		else if (c == 'B')
+			foreground = true;
 	}
 	if (argc - optind != 3) {
 		free(args.devices);
@@ -909,9 +928,12 @@ int cmd_replace_start(const struct cli_command *cmd, int argc, char **argv)
 		}
 		strcpy(dev.path, abs);
 		free(abs);
-		ret = mount_device(image, &dev, "replace");
-		if (ret == CLI_EXIT_OK)
+		ret = mount_device(image, &dev, "replace", !foreground);
+		if (ret == CLI_EXIT_OK && foreground)
 			printf("replaced device %" PRIu64 " (%s) by %s\n", dev.devid, src, target);
+		else if (ret == CLI_EXIT_OK)
+			printf("replace of device %" PRIu64 " (%s) by %s started: `butter replace status "
+			       "%s` follows it\n", dev.devid, src, target, image);
 		return ret;
 	}
 	cli_open_flags |= BUTTER_OPEN_DEGRADED; /* a failed disk is what it is for */
@@ -944,4 +966,98 @@ int cmd_replace_start(const struct cli_command *cmd, int argc, char **argv)
 	printf("replaced device %" PRIu64 " (%s) by %s: %s copied\n", devid, src, target,
 	       cli_size(size, sizeof(size), st.bytes_written, false));
 	return cli_finish_stdout(CLI_EXIT_OK);
+}
+
+/*
+ * `butter replace status [-1] PATH` and `butter replace cancel PATH`: the
+ * replace a live mount runs (BUTTER_IOC_BALANCE STATUS and CANCEL; the
+ * daemon's one job). An image has none running: an offline replace runs to
+ * its end inside `replace start`, and nothing of it is recorded on disk.
+ */
+int cmd_replace_ctl(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ 0 },
+	};
+	const char *what = strchr(cmd->name, ' ') + 1;
+	struct cli_args args = { .cmd = cmd };
+	struct butter_ioc_balance io;
+	bool once = false, replacing;
+	char size[32];
+	int c, ret;
+
+	while ((c = cli_getopt(&args, argc, argv, ":h1", longopts)) != -1)
+		if (c == '1')
+			once = true;
+	if (argc - optind != 1) {
+		free(args.devices);
+		return cli_usage_error(cmd, argc - optind < 1 ? "missing PATH" : "too many arguments");
+	}
+	const char *path = argv[optind];
+
+	if (!is_mount_path(path, &args)) {
+		free(args.devices);
+		if (!strcmp(what, "status")) {
+			printf("Never started (an offline replace runs to its end in `replace start`)\n");
+			return cli_finish_stdout(CLI_EXIT_OK);
+		}
+		cli_error("%s: no replace runs on an image; cancel is for a live mount", path);
+		return CLI_EXIT_ERROR;
+	}
+	free(args.devices);
+	for (;;) {
+		ret = ctl_balance(path, BUTTER_BALANCE_CMD_STATUS, NULL, &io);
+		if (ret == -1)
+			return CLI_EXIT_ERROR;
+		if (ret < 0) {
+			cli_error("%s: replace %s: %s", path, what, strerror(-ret));
+			return CLI_EXIT_ERROR;
+		}
+		replacing = io.job == BUTTER_DEVICE_CMD_REPLACE;
+		if (!strcmp(what, "cancel"))
+			break;
+		if (!replacing) {
+			printf("Never started\n");
+			return cli_finish_stdout(CLI_EXIT_OK);
+		}
+		if (!(io.state & BUTTER_BALANCE_STATE_RUNNING)) {
+			printf("%s after copying %" PRIu64 " chunks, %s written%s%s\n",
+			       io.error ? "Failed" : io.state & BUTTER_BALANCE_STATE_CANCELED
+					 ? "Canceled" : "Finished",
+			       io.stats.groups, cli_size(size, sizeof(size), io.stats.bytes, false),
+			       io.error ? ": " : "", io.error ? strerror(-io.error) : "");
+			return cli_finish_stdout(io.error ? CLI_EXIT_ERROR : CLI_EXIT_OK);
+		}
+		printf("%.1f%% done (%" PRIu64 " of %" PRIu64 " chunks), %s written\n",
+		       io.stats.groups + io.stats.left
+			       ? 100.0 * (double)io.stats.groups / (double)(io.stats.groups + io.stats.left)
+			       : 0.0,
+		       io.stats.groups, io.stats.groups + io.stats.left,
+		       cli_size(size, sizeof(size), io.stats.bytes, false));
+		if (once)
+			return cli_finish_stdout(CLI_EXIT_OK);
+		fflush(stdout);
+		sleep(1);
+	}
+	if (!replacing || !(io.state & BUTTER_BALANCE_STATE_RUNNING)) {
+		cli_error("%s: no replace is running", path);
+		return CLI_EXIT_ERROR;
+	}
+	ret = ctl_balance(path, BUTTER_BALANCE_CMD_CANCEL, NULL, &io);
+	if (ret < 0) {
+		cli_error("%s: replace cancel: %s", path, ret == -1 ? "no mount" : strerror(-ret));
+		return CLI_EXIT_ERROR;
+	}
+	do {
+		usleep(100 * 1000);
+		ret = ctl_balance(path, BUTTER_BALANCE_CMD_STATUS, NULL, &io);
+	} while (ret == 0 && (io.state & BUTTER_BALANCE_STATE_RUNNING));
+	if (ret == 0 && !(io.state & BUTTER_BALANCE_STATE_CANCELED)) {
+		cli_error("%s: the replace %s before the cancel took effect", path,
+			  io.error ? "failed" : "finished");
+		return CLI_EXIT_ERROR;
+	}
+	printf("replace canceled after %" PRIu64 " chunks; the old device stays\n", io.stats.groups);
+	return cli_finish_stdout(ret ? CLI_EXIT_ERROR : CLI_EXIT_OK);
 }

@@ -176,18 +176,42 @@ static const struct cli_command commands[] = {
 		.name = "replace start",
 		.main = cmd_replace_start,
 		.summary = "replace a device, copying only what is used on it",
-		.synopsis = "[-r] [-f] [--device DEV]... SRC TARGET IMAGE",
+		.synopsis = "[-r] [-f] [-B] [--device DEV]... SRC TARGET IMAGE|PATH",
 		.usage = "As `btrfs replace start`: SRC (a devid, a member's path, or missing) is\n"
 			 "replaced by TARGET (an image file or block device at least as large as\n"
 			 "the part of SRC in use): only the used parts of SRC are copied, read\n"
 			 "through the checked paths (a bad or missing copy is read from the other\n"
 			 "copies or rebuilt from parity), to the same places on TARGET, which then\n"
-			 "takes SRC's devid; SRC's superblocks are wiped. On an image, or a\n"
-			 "directory inside a live `butter mount` (its daemon copies; requests wait\n"
-			 "while it does).\n"
+			 "takes SRC's devid; SRC's superblocks are wiped. On an image (it runs to\n"
+			 "its end), or a directory inside a live `butter mount`: its daemon copies\n"
+			 "a piece at a time while the mount serves every request (writes meanwhile\n"
+			 "reach both devices), in the background as btrfs does unless -B;\n"
+			 "`butter replace status|cancel PATH` follow it. Nothing of a running\n"
+			 "replace is recorded: after an unmount or crash the old device is in\n"
+			 "place, and the replace is started again.\n"
 			 "\n"
+			 "  -B             on a mount, wait for the replace to end\n"
 			 "  -f, --force    overwrite a TARGET holding another btrfs filesystem\n"
 			 "  -r             accepted (reads follow the mirror order anyway)\n",
+	},
+	{
+		.name = "replace status",
+		.main = cmd_replace_ctl,
+		.summary = "progress of the replace a mount runs",
+		.synopsis = "[-1] PATH",
+		.usage = "As `btrfs replace status`: the running (or last) replace of the live\n"
+			 "`butter mount` holding PATH, printed every second until it ends.\n"
+			 "\n"
+			 "  -1             print once and return\n",
+	},
+	{
+		.name = "replace cancel",
+		.main = cmd_replace_ctl,
+		.summary = "stop the replace a mount runs; the old device stays",
+		.synopsis = "PATH",
+		.usage = "As `btrfs replace cancel`: the replace of the live `butter mount` holding\n"
+			 "PATH stops after its current piece; the old device stays in place and\n"
+			 "the new one belongs to nothing.\n",
 	},
 	{
 		.name = "balance start",

@@ -4,8 +4,11 @@
  * block group per library step (butter_balance_step(), _device_remove_step(),
  * _device_resize_step()), so every other request is served between groups,
  * and that outlives the command that started it; the commands ask for its
- * status, pause or cancel it. A replace is one library call. A mount resumes a balance
- * recorded on disk by itself (unless -o skip_balance), as the kernel does.
+ * status, pause or cancel it. A replace goes the same way, one piece per step
+ * (butter_replace_step(): writes meanwhile reach both devices); pausing it
+ * cancels it, since nothing of it is recorded (the old device stays, and the
+ * replace starts again when asked). A mount resumes a balance recorded on
+ * disk by itself (unless -o skip_balance), as the kernel does.
  *
  * Locking: struct balancer's fields are protected by its mutex, which is
  * never held across a library call. The thread is joined at unmount
@@ -50,6 +53,9 @@ static void *balance_main(void *arg)
 	int ret = 0;
 	bool pause, cancel;
 
+	if (b->job == JOB_REPLACE)
+		ret = butter_replace_start(d->fs, b->devid, b->path, b->replace_flags);
+
 	pthread_mutex_lock(&b->lock);
 	args = b->args;
 	st = b->stats;
@@ -61,7 +67,7 @@ static void *balance_main(void *arg)
 		cancel = b->cancel_req;
 		b->stats = st;
 		pthread_mutex_unlock(&b->lock);
-		if (pause || cancel)
+		if (pause || cancel || ret)
 			break;
 		switch (b->job) {
 		case JOB_BALANCE:
@@ -76,20 +82,25 @@ static void *balance_main(void *arg)
 		case JOB_REPLACE: {
 			struct butter_replace_stats rs;
 
-			ret = butter_replace(d->fs, b->devid, b->path, b->replace_flags, &rs);
-			st.bytes = ret == 0 ? rs.bytes_written : 0;
-			ret = ret ? ret : 1;
+			memset(&rs, 0, sizeof(rs));
+			ret = butter_replace_step(d->fs, &rs);
+			st.bytes = rs.bytes_written;
+			st.groups = rs.chunks_done;
+			st.left = rs.chunks_total - rs.chunks_done;
 			break;
 		}
 		}
 		if (ret)
 			break;
 	}
-	if (cancel && b->job != JOB_BALANCE) {
+	if ((cancel || pause) && b->job == JOB_REPLACE && butter_replace_cancel(d->fs) == 0) {
+		cancel = true; /* nothing of a replace is recorded: stopping it is a cancel */
+		pause = false;
+	} else if (cancel && b->job != JOB_BALANCE) {
 		cancel = false; /* device work: stopping is all a cancel means */
 		pause = true;
 	}
-	if (cancel) {
+	if (cancel && b->job == JOB_BALANCE) {
 		ret = butter_balance_cancel(d->fs);
 		if (ret == -ENOENT)
 			ret = 0;
@@ -97,10 +108,12 @@ static void *balance_main(void *arg)
 	if (ret < 0)
 		daemon_log(d, BUTTER_LOG_ERROR, "balance stopped: %s", strerror(-ret));
 	else
-		daemon_log(d, BUTTER_LOG_INFO, "%s %s: %llu block groups moved",
-			   b->job == JOB_BALANCE ? "balance" : "device work",
+		daemon_log(d, BUTTER_LOG_INFO, "%s %s: %llu block groups %s",
+			   b->job == JOB_BALANCE   ? "balance"
+			   : b->job == JOB_REPLACE ? "replace"
+						   : "device work",
 			   cancel ? "cancelled" : pause ? "paused" : "finished",
-			   (unsigned long long)st.groups);
+			   (unsigned long long)st.groups, b->job == JOB_REPLACE ? "copied" : "moved");
 	pthread_mutex_lock(&b->lock);
 	b->stats = st;
 	b->running = false;
@@ -249,6 +262,10 @@ int balancer_ioctl(struct daemon *d, struct butter_ioc_balance *io)
 		    (b->cancel_req ? BUTTER_BALANCE_STATE_CANCEL_REQ : 0) |
 		    (have_record ? BUTTER_BALANCE_STATE_RECORDED : 0) | (b->running ? 0 : b->ended);
 	io->error = b->running ? 0 : b->error;
+	io->job = b->job == JOB_BALANCE ? 0
+		  : b->job == JOB_REMOVE ? BUTTER_DEVICE_CMD_REMOVE
+		  : b->job == JOB_RESIZE ? BUTTER_DEVICE_CMD_RESIZE
+					 : BUTTER_DEVICE_CMD_REPLACE;
 	io->stats = b->stats;
 	if (io->cmd == BUTTER_BALANCE_CMD_STATUS)
 		io->args = b->running || !have_record ? b->args : recorded;

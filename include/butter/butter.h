@@ -669,18 +669,36 @@ int butter_balance_cancel(struct butter_fs *fs);
  * a member of this filesystem (-EEXIST), one of another unless
  * BUTTER_REPLACE_FORCE (-EBUSY). An I/O error writing @target stops it with
  * nothing changed. BUTTER_REPLACE_AVOID_SRC (-r) is accepted; reads follow
- * the mirror order either way. @st (may be NULL) gets the bytes written.
+ * the mirror order either way. @st (may be NULL) gets the counts.
+ *
+ * In steps, for a front end that serves other calls meanwhile:
+ * butter_replace_start() checks, opens and wipes @target; from then on every
+ * write to the old device reaches @target as well. Each butter_replace_step()
+ * copies the next piece (at most 256 MiB of a chunk) and returns 0, until the
+ * last one, which swaps the devices and returns 1; or a negative errno (the
+ * replace is over, the old device stays). butter_replace_cancel() stops it
+ * (the old device stays); butter_replace_status() reports the running one
+ * (-ENOENT: none). Closing the handle cancels a running replace. While it
+ * runs, removing or resizing the old device is -EBUSY, a second replace
+ * -EINPROGRESS. Nothing of a running replace is recorded on disk: after a
+ * crash the old device is in place and the replace starts again.
  */
 #define BUTTER_REPLACE_FORCE 0x1u
 #define BUTTER_REPLACE_AVOID_SRC 0x2u
 
 struct butter_replace_stats {
 	uint64_t devid;
-	uint64_t bytes_written;
+	uint64_t bytes_written;         /* to the new device, by the copy */
+	uint64_t chunks_done, chunks_total;
 };
 
 int butter_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, unsigned flags,
 		   struct butter_replace_stats *st);
+int butter_replace_start(struct butter_fs *fs, uint64_t srcdevid, const char *target,
+			 unsigned flags);
+int butter_replace_step(struct butter_fs *fs, struct butter_replace_stats *st);
+int butter_replace_cancel(struct butter_fs *fs);
+int butter_replace_status(struct butter_fs *fs, struct butter_replace_stats *st);
 
 /*
  * Remove device @devid from the filesystem: every group with a stripe on it

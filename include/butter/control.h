@@ -214,7 +214,7 @@ struct butter_ioc_balance {
 	uint32_t cmd;                       /* in: BUTTER_BALANCE_CMD_* */
 	uint32_t state;                     /* out: BUTTER_BALANCE_STATE_* */
 	int32_t error;                      /* out: how the last balance ended (0 or -errno) */
-	uint32_t reserved;
+	uint32_t job;                       /* out: 0 balance, else BUTTER_DEVICE_CMD_* */
 	struct butter_balance_args args;    /* in (START); out (STATUS) */
 	struct butter_balance_stats stats;  /* out: the running or last balance's counts */
 };
@@ -228,8 +228,10 @@ struct butter_ioc_balance {
  * remove and resize after their current block group):
  *   REMOVE   move every group off device @devid, then drop it
  *   RESIZE   device @devid to @size bytes (a shrink moves the groups past it)
- *   REPLACE  device @devid by @path (butter_replace: the copy holds the
- *            mount; it is one call)
+ *   REPLACE  device @devid by @path, a piece at a time (butter_replace_step;
+ *            writes meanwhile reach both devices); STATUS reports it with
+ *            groups = chunks copied, left = chunks to copy, bytes = bytes
+ *            written; PAUSE and CANCEL both cancel it (the old device stays)
  */
 #define BUTTER_DEVICE_CMD_REMOVE 1u
 #define BUTTER_DEVICE_CMD_RESIZE 2u

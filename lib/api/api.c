@@ -446,6 +446,27 @@ int butter_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, 
 	LOCKED(fs, HOLD_EXCL, int, ops_replace(fs, srcdevid, target, flags, st));
 }
 
+int butter_replace_start(struct butter_fs *fs, uint64_t srcdevid, const char *target,
+	unsigned flags)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_replace_start(fs, srcdevid, target, flags));
+}
+
+int butter_replace_step(struct butter_fs *fs, struct butter_replace_stats *st)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_replace_step(fs, st));
+}
+
+int butter_replace_cancel(struct butter_fs *fs)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_replace_cancel(fs));
+}
+
+int butter_replace_status(struct butter_fs *fs, struct butter_replace_stats *st)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_replace_status(fs, st));
+}
+
 int butter_device_remove(struct butter_fs *fs, uint64_t devid)
 {
 	LOCKED(fs, HOLD_EXCL, int, ops_device_remove(fs, devid));

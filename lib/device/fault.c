@@ -18,6 +18,9 @@
  *               multiple of 512) and fails
  *   vanish      every operation of any kind fails from then on (N counts all
  *               operations: reads, writes and flushes)
+ *   slow-read   every matching read waits `ms` milliseconds (default 10), then
+ *               succeeds: a slow disk, so that long work (a replace's copy)
+ *               can be watched and cancelled while it runs
  *
  *   KEY         applies to
  *   dev=D       only the device with index D in the open order (0 = the first
@@ -28,6 +31,7 @@
  *   err=E       the error returned: EIO (default), ENOSPC, ENXIO, EROFS, or
  *               a number
  *   bytes=B     torn: how much of the write reaches the disk
+ *   ms=N        slow-read: the wait of each read
  *   when=PATH   the rule sleeps (fires on nothing, counts nothing) while no
  *               file PATH exists: a test creates PATH to make a device fail
  *               at a moment of its choosing, e.g. mid-mount (PATH holds no
@@ -49,7 +53,7 @@
 
 #include "device/device.h"
 
-enum fault_kind { FAULT_READ, FAULT_WRITE, FAULT_FLUSH, FAULT_TORN, FAULT_VANISH };
+enum fault_kind { FAULT_READ, FAULT_WRITE, FAULT_FLUSH, FAULT_TORN, FAULT_VANISH, FAULT_SLOW };
 
 struct fault_rule {
 	enum fault_kind kind;
@@ -59,6 +63,7 @@ struct fault_rule {
 	uint64_t len;     /* 0: to the end */
 	int err;          /* positive errno */
 	uint64_t bytes;   /* torn: bytes written; UINT64_MAX: half */
+	uint64_t ms;      /* slow-read: the wait */
 	uint64_t count;   /* matching operations seen so far (while awake) */
 	char when[256];   /* when=PATH: awake only while PATH exists; "" always */
 };
@@ -133,6 +138,7 @@ static int parse_rule(const char *s, size_t n, struct fault_rule *r)
 	r->dev = -1;
 	r->err = EIO;
 	r->bytes = UINT64_MAX;
+	r->ms = 10;
 	comma = memchr(s, ',', n);
 	if (!comma)
 		comma = end;
@@ -148,6 +154,8 @@ static int parse_rule(const char *s, size_t n, struct fault_rule *r)
 		r->kind = FAULT_TORN;
 	else if (word_is(s, wl, "vanish"))
 		r->kind = FAULT_VANISH;
+	else if (word_is(s, wl, "slow-read"))
+		r->kind = FAULT_SLOW;
 	else
 		return -EINVAL;
 	if (eq && parse_number(eq + 1, (size_t)(comma - eq - 1), &r->after))
@@ -188,6 +196,8 @@ static int parse_rule(const char *s, size_t n, struct fault_rule *r)
 			r->len = v;
 		else if (word_is(p, wl, "bytes") && r->kind == FAULT_TORN)
 			r->bytes = v;
+		else if (word_is(p, wl, "ms") && r->kind == FAULT_SLOW && v <= 60000)
+			r->ms = v;
 		else
 			return -EINVAL;
 	}
@@ -295,13 +305,34 @@ static int fires(struct fault_priv *fp, enum fault_kind kind, uint64_t offset, s
 	return err;
 }
 
+/* The wait slow-read rules put on a read of @len bytes at @offset, in milliseconds. */
+static uint64_t slowness(struct fault_priv *fp, uint64_t offset, size_t len)
+{
+	uint64_t ms = 0;
+
+	pthread_mutex_lock(&fp->lock);
+	for (size_t i = 0; i < fp->nrules; i++) {
+		struct fault_rule *r = &fp->rules[i];
+
+		if (r->kind == FAULT_SLOW && overlaps(r, offset, len) && awake(r) &&
+		    r->count++ >= r->after)
+			ms += r->ms;
+	}
+	pthread_mutex_unlock(&fp->lock);
+	return ms;
+}
+
 static int fault_read(struct blockdev *dev, void *buf, size_t len, uint64_t offset)
 {
 	struct fault_priv *fp = dev->priv;
 	int err = fires(fp, FAULT_READ, offset, len);
+	uint64_t ms;
 
 	if (err)
 		return -err;
+	ms = slowness(fp, offset, len);
+	if (ms)
+		usleep((useconds_t)(ms * 1000));
 	return blockdev_read(fp->inner, buf, len, offset);
 }
 

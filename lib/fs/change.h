@@ -40,6 +40,7 @@ struct fs_write_state {
 	/* lib/subvol/qgroup.c: objectid 0 unless quotas are on; quota_marked: INCONSISTENT is set */
 	struct tree_root quota_tree;
 	int quota_marked;
+	struct ops_replace_state *replace; /* lib/ops/replace.c: the running replace, or NULL */
 };
 
 struct dir_update {

@@ -616,6 +616,11 @@ static int check_remove(struct butter_fs *fs, u64 devid)
 	ds = find_devspace(&fs->w->es, devid);
 	if (!dev || !ds)
 		return -ENODEV;
+	if (ops_replace_running(fs, devid)) {
+		blog_err(&fs->log, "devid %llu is being replaced: cancel the replace first",
+			 (unsigned long long)devid);
+		return -EBUSY;
+	}
 	if (vol->ndevs <= 1) {
 		blog_err(&fs->log, "device %llu is the filesystem's only device",
 			 (unsigned long long)devid);
@@ -757,6 +762,11 @@ int ops_shrink_step(struct butter_fs *fs, u64 devid, u64 want, uint64_t *cursor,
 	ds = find_devspace(&fs->w->es, devid);
 	if (!ds || !dev || !dev->bdev)
 		return -ENODEV;
+	if (ops_replace_running(fs, devid)) {
+		blog_err(&fs->log, "devid %llu is being replaced: cancel the replace first",
+			 (unsigned long long)devid);
+		return -EBUSY;
+	}
 	if (want >= dev->total_bytes)
 		return 1;
 	/* no new chunk past the new end while the old ones move */

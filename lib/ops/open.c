@@ -161,6 +161,7 @@ static void close_write(struct butter_fs *fs, int commit)
 
 	if (!w)
 		return;
+	ops_replace_abandon(fs);
 	if (commit) {
 		if (w->open_files)
 			ns_orphan_free_open(fs);

@@ -46,6 +46,10 @@ int ops_device_resize_step(struct butter_fs *fs, uint64_t devid, uint64_t size, 
 	struct butter_balance_stats *st);
 int ops_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, unsigned flags,
 	struct butter_replace_stats *st);
+int ops_replace_start(struct butter_fs *fs, uint64_t srcdevid, const char *target, unsigned flags);
+int ops_replace_step(struct butter_fs *fs, struct butter_replace_stats *st);
+int ops_replace_cancel(struct butter_fs *fs);
+int ops_replace_status(struct butter_fs *fs, struct butter_replace_stats *st);
 int ops_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size);
 int ops_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
 	struct butter_device_stats *out);
@@ -81,6 +85,11 @@ int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want);
  */
 int ops_shrink_step(struct butter_fs *fs, u64 devid, u64 want, uint64_t *cursor,
 		    struct butter_balance_stats *st);
+
+/* Is a replace running (replace.c) of device @devid (0: of any)? */
+int ops_replace_running(const struct butter_fs *fs, u64 devid);
+/* Closing the write side: a running replace stops, the old device stays. */
+void ops_replace_abandon(struct butter_fs *fs);
 
 /*
  * A device taken out of the filesystem (device.c): wipe its superblocks

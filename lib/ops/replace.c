@@ -22,12 +22,25 @@
  * there falls back to the other copies (or parity); a missing old device is
  * never read.
  *
+ * In steps, so that a mount serves requests meanwhile: ops_replace_start()
+ * opens and wipes the new device and from then on every write to the old
+ * device reaches the new one too, at the same place (btrfs_device.
+ * replace_target, lib/volumes); each ops_replace_step() commits (so the
+ * extent tree lists everything written so far) and copies the used extents
+ * of at most STEP_BYTES of the next chunk; the last step swaps. A place the
+ * copy has passed therefore stays equal on both devices whatever is written
+ * later, and one it has not reached is copied with its newest content.
+ * Chunks made after the start hold only what was written since, all of it
+ * mirrored: the copy stops at the chunks that existed at the start.
+ * ops_replace_cancel() stops mirroring and closes the new device. A failed
+ * write to the new device (copy or mirror) stops the replace with a message
+ * and changes nothing else.
+ *
  * Crash safety: until the swap the new device is a wiped disk that belongs to
- * nothing (a crash leaves the filesystem as it was). The swap is one commit:
- * the superblocks of every device, the new one's with the old devid and uuid.
- * After it the old device's superblocks are wiped (ops_retire_device()). The
- * copy runs under the library's exclusive lock and commits nothing, so no
- * write can reach the old device behind it.
+ * nothing (no superblock is written to it: a crash leaves the filesystem as
+ * it was, with the old device). The swap is one commit: the superblocks of
+ * every device, the new one's with the old devid and uuid. After it the old
+ * device's superblocks are wiped (ops_retire_device()).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -41,15 +54,23 @@ struct used_range {
 	int is_data;
 };
 
-struct replace {
+/* The running replace of a handle (fs_write_state.replace). */
+struct ops_replace_state {
 	struct butter_fs *fs;
 	struct btrfs_device *src;
 	struct blockdev *dst;
+	char *target;
+	u64 cursor;       /* logical: the copy goes on from here */
+	u64 end;          /* chunks at or past it were made after the start */
 	u64 bytes_written;
+	u64 chunks_done, chunks_total;
 };
 
+/* Logical bytes of a chunk one step copies at most (extents starting in them). */
+#define STEP_BYTES (256ULL << 20)
+
 /* Write @len bytes of @buf to the new device at @physical. */
-static int put(struct replace *r, const void *buf, u64 len, u64 physical)
+static int put(struct ops_replace_state *r, const void *buf, u64 len, u64 physical)
 {
 	int ret = blockdev_write(r->dst, buf, len, physical);
 
@@ -64,8 +85,8 @@ static int put(struct replace *r, const void *buf, u64 len, u64 physical)
 	return 0;
 }
 
-/* The extents of chunk @map, data extents merged where they touch. */
-static int used_ranges(struct butter_fs *fs, const struct chunk_map *map, struct used_range **out,
+/* The extents starting in [@start, @end), data extents merged where they touch. */
+static int used_ranges(struct butter_fs *fs, u64 start, u64 end, struct used_range **out,
 		       size_t *n)
 {
 	struct extent_span *sp;
@@ -74,7 +95,7 @@ static int used_ranges(struct butter_fs *fs, const struct chunk_map *map, struct
 
 	*out = NULL;
 	*n = 0;
-	ret = extent_list_range(&fs->w->es, map->logical, map->logical + map->length, &sp, &nsp);
+	ret = extent_list_range(&fs->w->es, start, end, &sp, &nsp);
 	if (ret)
 		return ret;
 	*out = malloc((nsp ? nsp : 1) * sizeof(**out));
@@ -134,7 +155,7 @@ static int read_checked(struct butter_fs *fs, const struct used_range *u, u64 lo
 #define PIECE (4ULL << 20)
 
 /* Mirrored and striped profiles: copy the old device's pieces of every extent. */
-static int copy_mirrored(struct replace *r, const struct chunk_map *map,
+static int copy_mirrored(struct ops_replace_state *r, const struct chunk_map *map,
 			 const struct used_range *u, size_t n)
 {
 	struct butter_fs *fs = r->fs;
@@ -183,7 +204,7 @@ static int copy_mirrored(struct replace *r, const struct chunk_map *map,
 }
 
 /* RAID5/6: every row an extent touches, the old device's block of it. */
-static int copy_raid56(struct replace *r, const struct chunk_map *map, const struct used_range *u,
+static int copy_raid56(struct ops_replace_state *r, const struct chunk_map *map, const struct used_range *u,
 		       size_t n)
 {
 	struct butter_fs *fs = r->fs;
@@ -232,92 +253,174 @@ static int copy_raid56(struct replace *r, const struct chunk_map *map, const str
 	return ret;
 }
 
-int ops_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, unsigned flags,
-		struct butter_replace_stats *st)
+/* Does chunk @map have a stripe on device @devid? */
+static int on_device(const struct chunk_map *map, u64 devid)
+{
+	for (u32 k = 0; k < map->num_stripes; k++)
+		if (map->stripes[k].devid == devid)
+			return 1;
+	return 0;
+}
+
+/* The first chunk at or past @logical, below @end, with a stripe on @devid; NULL if none. */
+static const struct chunk_map *next_chunk(const struct btrfs_volumes *vol, u64 logical, u64 end,
+					  u64 devid)
+{
+	const struct chunk_map *best = NULL;
+
+	for (size_t i = 0; i < vol->nchunks; i++) {
+		const struct chunk_map *map = vol->chunks[i];
+
+		if (map->logical + map->length <= logical || map->logical >= end ||
+		    !on_device(map, devid))
+			continue;
+		if (!best || map->logical < best->logical)
+			best = map;
+	}
+	return best;
+}
+
+static void stats_of(const struct ops_replace_state *r, struct butter_replace_stats *st)
+{
+	if (!st)
+		return;
+	memset(st, 0, sizeof(*st));
+	st->devid = r->src->devid;
+	st->bytes_written = r->bytes_written;
+	st->chunks_done = r->chunks_done;
+	st->chunks_total = r->chunks_total;
+}
+
+/* Stop mirroring, close the new device, forget the replace. */
+static void drop_state(struct butter_fs *fs)
+{
+	struct ops_replace_state *r = fs->w ? fs->w->replace : NULL;
+
+	if (!r)
+		return;
+	r->src->replace_target = NULL;
+	r->src->replace_error = 0;
+	if (r->dst)
+		blockdev_close(r->dst);
+	free(r->target);
+	free(r);
+	fs->w->replace = NULL;
+}
+
+int ops_replace_running(const struct butter_fs *fs, u64 devid)
+{
+	const struct ops_replace_state *r = fs->w ? fs->w->replace : NULL;
+
+	return r && (devid == 0 || r->src->devid == devid);
+}
+
+int ops_replace_start(struct butter_fs *fs, uint64_t srcdevid, const char *target, unsigned flags)
 {
 	struct btrfs_volumes *vol = &fs->vol;
 	struct fs_write_state *w;
-	struct replace r;
-	struct btrfs_device *old = NULL;
-	struct blockdev *dst = NULL;
+	struct ops_replace_state *r;
 	size_t i;
 	int ret;
 
-	memset(&r, 0, sizeof(r));
 	if (flags & ~(BUTTER_REPLACE_FORCE | BUTTER_REPLACE_AVOID_SRC))
 		return -EINVAL;
 	if (!fs->w)
 		return -EROFS;
+	if (fs->w->replace) {
+		blog_err(&fs->log, "a replace of devid %llu is running already",
+			 (unsigned long long)fs->w->replace->src->devid);
+		return -EINPROGRESS;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->fs = fs;
 	for (i = 0; i < vol->ndevs; i++)
 		if (vol->devs[i]->devid == srcdevid)
-			r.src = vol->devs[i];
-	if (!r.src)
+			r->src = vol->devs[i];
+	if (!r->src) {
+		free(r);
 		return -ENODEV;
+	}
 	if (ops_is_member(vol, target)) {
 		blog_err(&fs->log, "%s: already a device of this filesystem", target);
+		free(r);
 		return -EEXIST;
 	}
-	ret = blockdev_open_file(target, 0, &fs->log, &dst);
+	ret = blockdev_open_file(target, 0, &fs->log, &r->dst);
 	if (ret) {
 		blog_err(&fs->log, "%s: cannot open: %s", target, strerror(-ret));
+		free(r);
 		return ret;
 	}
-	r.fs = fs;
-	r.dst = dst;
-	if (dst->size < r.src->total_bytes) {
+	if (r->dst->size < r->src->total_bytes) {
 		blog_err(&fs->log, "%s: %llu bytes; the device it replaces uses %llu", target,
-			 (unsigned long long)dst->size, (unsigned long long)r.src->total_bytes);
-		blockdev_close(dst);
-		return -ENOSPC;
+			 (unsigned long long)r->dst->size, (unsigned long long)r->src->total_bytes);
+		ret = -ENOSPC;
 	}
-	ret = ops_prepare_new_device(fs, dst, target, flags & BUTTER_REPLACE_FORCE);
+	r->target = ret ? NULL : strdup(target);
+	if (ret == 0 && !r->target)
+		ret = -ENOMEM;
+	if (ret == 0)
+		ret = ops_prepare_new_device(fs, r->dst, target, flags & BUTTER_REPLACE_FORCE);
+	/* what runs is committed: from here on, the extent tree lists all that is written */
+	if (ret == 0)
+		ret = fs_begin_change(fs, &w);
+	if (ret == 0)
+		ret = fs_end_change(w, txn_commit(&w->txn), 0);
 	if (ret) {
-		blockdev_close(dst);
+		blockdev_close(r->dst);
+		free(r->target);
+		free(r);
 		return ret;
 	}
+	r->cursor = 0;
+	for (i = 0; i < vol->nchunks; i++) {
+		const struct chunk_map *map = vol->chunks[i];
+
+		if (map->logical + map->length > r->end)
+			r->end = map->logical + map->length;
+		r->chunks_total += on_device(map, srcdevid);
+	}
+	r->src->replace_error = 0;
+	r->src->replace_target = r->dst;
+	fs->w->replace = r;
+	blog_info(&fs->log, "replace: devid %llu (%s) by %s: %llu chunks to copy",
+		  (unsigned long long)srcdevid, r->src->path ? r->src->path : "missing", target,
+		  (unsigned long long)r->chunks_total);
+	return 0;
+}
+
+/* The new device takes the old one's place, devid and uuid: one commit. */
+static int swap(struct butter_fs *fs, struct ops_replace_state *r, struct btrfs_device **oldp)
+{
+	struct fs_write_state *w;
+	struct btrfs_device *old = calloc(1, sizeof(*old));
+	int ret;
+
+	*oldp = NULL;
+	if (!old)
+		return -ENOMEM;
 	ret = fs_begin_change(fs, &w);
 	if (ret) {
-		blockdev_close(dst);
+		free(old);
 		return ret;
 	}
-	/* copy what the committed state uses (a commit first: nothing pending) */
+	/* no write may go to the old device alone from here on */
 	ret = txn_commit(&w->txn);
-	for (i = 0; i < vol->nchunks && ret == 0; i++) {
-		const struct chunk_map *map = vol->chunks[i];
-		struct used_range *u;
-		size_t n;
-		u32 k;
-
-		for (k = 0; k < map->num_stripes; k++)
-			if (map->stripes[k].devid == srcdevid)
-				break;
-		if (k == map->num_stripes)
-			continue;
-		ret = used_ranges(fs, map, &u, &n);
-		if (ret)
-			break;
-		ret = (map->type & BTRFS_BLOCK_GROUP_RAID56_MASK) ? copy_raid56(&r, map, u, n)
-								   : copy_mirrored(&r, map, u, n);
-		free(u);
-	}
 	if (ret == 0)
-		ret = blockdev_flush(dst);
+		ret = r->src->replace_error ? r->src->replace_error : blockdev_flush(r->dst);
 	if (ret) {
-		blockdev_close(dst);
-		return fs_end_change(w, ret, 0); /* nothing changed: the old device stays */
+		free(old);
+		return fs_end_change(w, ret, 0);
 	}
-	/* the swap: the new device takes the old one's place, devid and uuid */
-	old = calloc(1, sizeof(*old));
-	if (!old) {
-		blockdev_close(dst);
-		return fs_end_change(w, -ENOMEM, 0);
-	}
-	old->devid = r.src->devid;
-	old->bdev = r.src->bdev;
-	old->path = r.src->path;
-	r.src->bdev = dst;
-	r.src->path = strdup(target);
-	ret = r.src->path ? ops_reopen_path_swap(fs, old->path, target) : -ENOMEM;
+	old->devid = r->src->devid;
+	old->bdev = r->src->bdev;
+	old->path = r->src->path;
+	r->src->replace_target = NULL;
+	r->src->bdev = r->dst;
+	r->src->path = r->target;
+	ret = ops_reopen_path_swap(fs, old->path, r->target);
 	if (ret == 0)
 		ret = txn_begin(&w->txn);
 	if (ret == 0) {
@@ -326,16 +429,17 @@ int ops_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, uns
 	}
 	if (ret) {
 		/* the old device again; the new one is nobody's */
-		free(r.src->path);
-		r.src->bdev = old->bdev;
-		r.src->path = old->path;
+		r->src->bdev = old->bdev;
+		r->src->path = old->path;
+		r->src->replace_target = r->dst;
 		free(old);
-		blockdev_close(dst);
 		return fs_end_change(w, ret, 1);
 	}
+	r->dst = NULL;
+	r->target = NULL;
 	/* groups that had their stripe on a missing device are whole again */
-	for (i = 0; i < w->es.nbgs; i++) {
-		const struct chunk_map *map = volumes_find_chunk(vol, w->es.bgs[i]->start);
+	for (size_t i = 0; i < w->es.nbgs; i++) {
+		const struct chunk_map *map = volumes_find_chunk(&fs->vol, w->es.bgs[i]->start);
 		int whole = 1;
 
 		for (u32 k = 0; map && k < map->num_stripes; k++)
@@ -343,11 +447,109 @@ int ops_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, uns
 		if (whole)
 			w->es.bgs[i]->degraded = 0;
 	}
-	if (st) {
-		st->bytes_written = r.bytes_written;
-		st->devid = r.src->devid;
+	*oldp = old;
+	return fs_end_change(w, 0, 0);
+}
+
+int ops_replace_step(struct butter_fs *fs, struct butter_replace_stats *st)
+{
+	struct ops_replace_state *r = fs->w ? fs->w->replace : NULL;
+	const struct chunk_map *map;
+	struct fs_write_state *w;
+	struct btrfs_device *old;
+	int ret;
+
+	if (!r)
+		return fs->w ? -ENOENT : -EROFS;
+	ret = r->src->replace_error;
+	if (ret) {
+		blog_err(&fs->log, "replace: writing to %s failed: %s; the replace stops, %s stays in "
+				   "place", r->target, strerror(-ret),
+			 r->src->path ? r->src->path : "the old device");
+		goto fail;
 	}
-	ret = fs_end_change(w, 0, 0);
+	map = next_chunk(&fs->vol, r->cursor, r->end, r->src->devid);
+	if (map) {
+		u64 from = r->cursor > map->logical ? r->cursor : map->logical;
+		u64 step = STEP_BYTES, to;
+		struct used_range *u;
+		size_t n;
+
+		if (map->type & BTRFS_BLOCK_GROUP_RAID56_MASK) {
+			u64 row = map->stripe_len * chunk_data_stripes(map);
+
+			step = STEP_BYTES / row * row; /* whole rows: from stays row-aligned */
+		}
+		to = map->logical + map->length - from > step ? from + step
+							      : map->logical + map->length;
+		/* commit: the extent tree then lists every extent written so far */
+		ret = fs_begin_change(fs, &w);
+		if (ret == 0)
+			ret = fs_end_change(w, txn_commit(&w->txn), 0);
+		if (ret == 0)
+			ret = used_ranges(fs, from, to, &u, &n);
+		if (ret == 0) {
+			ret = (map->type & BTRFS_BLOCK_GROUP_RAID56_MASK) ? copy_raid56(r, map, u, n)
+									   : copy_mirrored(r, map, u, n);
+			free(u);
+		}
+		if (ret)
+			goto fail;
+		r->cursor = to;
+		if (to == map->logical + map->length)
+			r->chunks_done++;
+		stats_of(r, st);
+		return 0;
+	}
+	ret = swap(fs, r, &old);
+	if (ret)
+		goto fail;
+	stats_of(r, st);
+	blog_info(&fs->log, "replace: devid %llu is now %s (%llu bytes copied)",
+		  (unsigned long long)r->src->devid, r->src->path,
+		  (unsigned long long)r->bytes_written);
+	drop_state(fs);
 	ops_retire_device(fs, old);
+	return 1;
+fail:
+	stats_of(r, st);
+	drop_state(fs); /* nothing changed: the old device stays */
 	return ret;
+}
+
+int ops_replace_cancel(struct butter_fs *fs)
+{
+	if (!ops_replace_running(fs, 0))
+		return fs->w ? -ENOENT : -EROFS;
+	blog_info(&fs->log, "replace of devid %llu cancelled; it stays in place",
+		  (unsigned long long)fs->w->replace->src->devid);
+	drop_state(fs);
+	return 0;
+}
+
+int ops_replace_status(struct butter_fs *fs, struct butter_replace_stats *st)
+{
+	if (!ops_replace_running(fs, 0))
+		return -ENOENT;
+	stats_of(fs->w->replace, st);
+	return 0;
+}
+
+void ops_replace_abandon(struct butter_fs *fs)
+{
+	if (ops_replace_running(fs, 0)) {
+		blog_warn(&fs->log, "replace of devid %llu abandoned at close; it stays in place",
+			  (unsigned long long)fs->w->replace->src->devid);
+		drop_state(fs);
+	}
+}
+
+int ops_replace(struct butter_fs *fs, uint64_t srcdevid, const char *target, unsigned flags,
+		struct butter_replace_stats *st)
+{
+	int ret = ops_replace_start(fs, srcdevid, target, flags);
+
+	while (ret == 0)
+		ret = ops_replace_step(fs, st);
+	return ret < 0 ? ret : 0;
 }

@@ -10,6 +10,8 @@
  */
 #include <errno.h>
 
+#include "log.h"
+
 #include "ops/ops.h"
 
 int ops_device_resize_step(struct butter_fs *fs, uint64_t devid, uint64_t size, uint64_t *cursor,
@@ -33,6 +35,11 @@ int ops_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size)
 
 	if (!fs->w)
 		return -EROFS;
+	if (ops_replace_running(fs, devid)) {
+		blog_err(&fs->log, "devid %llu is being replaced: cancel the replace first",
+			 (unsigned long long)devid);
+		return -EBUSY;
+	}
 	for (i = 0; i < fs->vol.ndevs; i++) {
 		struct btrfs_device *dev = fs->vol.devs[i];
 

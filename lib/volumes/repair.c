@@ -25,16 +25,10 @@ static u32 nparity(const struct chunk_map *map)
 
 static int stripe_io(const struct map_stripe *s, void *buf, size_t len, u64 physical, int write)
 {
-	int ret;
-
 	if (!s->dev || !s->dev->bdev)
 		return -EIO;
-	if (write) {
-		ret = blockdev_write(s->dev->bdev, buf, len, physical); /* its errno, as is */
-		if (ret)
-			volumes_dev_stat_inc(s->dev, BTRFS_DEV_STAT_WRITE_ERRS);
-		return ret;
-	}
+	if (write)
+		return volumes_dev_write(s->dev, buf, len, physical); /* its errno, as is */
 	if (blockdev_read(s->dev->bdev, buf, len, physical)) {
 		volumes_dev_stat_inc(s->dev, BTRFS_DEV_STAT_READ_ERRS);
 		return -EIO;

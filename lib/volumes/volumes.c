@@ -171,6 +171,23 @@ void volumes_dev_stat_inc(struct btrfs_device *dev, int which)
 	__atomic_store_n(&dev->stats_dirty, 1, __ATOMIC_RELEASE);
 }
 
+int volumes_dev_write(struct btrfs_device *dev, const void *buf, size_t len, u64 physical)
+{
+	int ret = blockdev_write(dev->bdev, buf, len, physical);
+
+	if (ret) {
+		volumes_dev_stat_inc(dev, BTRFS_DEV_STAT_WRITE_ERRS);
+		return ret;
+	}
+	if (dev->replace_target && !dev->replace_error) {
+		int err = blockdev_write(dev->replace_target, buf, len, physical);
+
+		if (err)
+			dev->replace_error = err;
+	}
+	return 0;
+}
+
 int volumes_stats_dirty(const struct btrfs_volumes *vol)
 {
 	size_t i;
@@ -830,10 +847,9 @@ static int raid56_write(struct btrfs_volumes *vol, const struct chunk_map *map, 
 			if (!s->dev || !s->dev->bdev) {
 				ret = -EIO;
 			} else {
-				ret = blockdev_write(s->dev->bdev, blocks[k] + lo, (size_t)(hi - lo),
-						     s->physical + row * sl + lo);
+				ret = volumes_dev_write(s->dev, blocks[k] + lo, (size_t)(hi - lo),
+							s->physical + row * sl + lo);
 				if (ret) {
-					volumes_dev_stat_inc(s->dev, BTRFS_DEV_STAT_WRITE_ERRS);
 					blog_err(vol->log, "write error: stripe row at logical %llu, "
 							   "%s %u on %s (devid %llu) physical %llu: %s",
 						 (unsigned long long)(map->logical + row_start),

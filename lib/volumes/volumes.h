@@ -37,6 +37,15 @@ struct btrfs_device {
 	 */
 	u64 stats[BTRFS_DEV_STAT_VALUES_MAX];
 	int stats_dirty;
+	/*
+	 * A replace running on this device (lib/ops/replace.c): every write to
+	 * it goes to replace_target too, at the same physical place, so what the
+	 * copy has passed stays equal on both. A failed write there sets
+	 * replace_error (the replace stops; the filesystem's write succeeds).
+	 * Set and cleared under the library's exclusive lock, as are all writes.
+	 */
+	struct blockdev *replace_target;
+	int replace_error;
 };
 
 struct map_stripe {
@@ -203,6 +212,12 @@ u32 chunk_data_stripes(const struct chunk_map *map);
 
 /* Bytes one stripe of @map takes on its device (the length of each dev extent). */
 u64 chunk_stripe_size(const struct chunk_map *map);
+
+/*
+ * Write @len bytes at @physical of @dev (present), and to its replace target
+ * when a replace runs. Counts a write error in the device's statistics.
+ */
+int volumes_dev_write(struct btrfs_device *dev, const void *buf, size_t len, u64 physical);
 
 /* ---- repair (repair.c): scrub writes one copy, checks RAID5/6 parity ---- */
 

@@ -647,7 +647,8 @@ def test_device_work_on_a_live_mount(fuse, butter, workdir):
             r = kfs.run([butter.path, "device", "remove", "2", mnt], check=False, timeout=900)
             assert r.returncode != 0 and "Invalid argument" in r.stderr, r.stdout + r.stderr
             assert "raid1 needs 2" in fm.log_text(), fm.log_text()[-2000:]
-            r = kfs.run([butter.path, "replace", "start", "2", d, mnt], check=False, timeout=900)
+            r = kfs.run([butter.path, "replace", "start", "-B", "2", d, mnt], check=False,
+                        timeout=900)
             assert r.returncode == 0, r.stdout + r.stderr
             r = kfs.run([butter.path, "filesystem", "resize", "2:max", mnt], check=False)
             assert r.returncode == 0 and str(600 << 20) in r.stdout, r.stdout + r.stderr
@@ -669,6 +670,102 @@ def test_device_work_on_a_live_mount(fuse, butter, workdir):
     with oracle.kernel_mount(a, d, mnt=os.path.join(workdir, "k1"), opts=("rw",)) as m:
         oracle.assert_tree(before[0], m, "the kernel after device work on butter's mount",
                            check_atime=False)
+        r = kfs.run(["btrfs", "scrub", "start", "-B", m], check=False, timeout=900)
+        assert r.returncode == 0 and "no errors found" in r.stdout, r.stdout + r.stderr
+
+
+def test_replace_on_a_live_mount_while_writing(fuse, butter, workdir):
+    """A replace on a live mount runs in the background, a piece at a time, while a writer
+    keeps writing and rewriting files: `replace status` follows it, writes made during the
+    copy reach the new device too (the kernel's scrub of the result finds every copy on it
+    good), and a second replace cancelled at once leaves the old device in place."""
+    import hashlib
+    import threading
+    import time
+
+    from butter_it.fusemount import FuseMount
+
+    with kfs.kernel_fs(workdir, ndevices=2, size=1 << 30,
+                       mkfs_args=["-d", "raid1", "-m", "raid1"]) as fs:
+        age(fs.mnt)
+        for i in range(6):  # enough used space for several pieces of 256 MiB
+            write_file(os.path.join(fs.mnt, f"fill{i}"), 96 << 20, 100 + i)
+        fs.release()
+        a, b = fs.images
+    if int(kfs.super_fields(a)["dev_item.devid"]) != 1:
+        a, b = b, a
+    d, e = os.path.join(workdir, "d.img"), os.path.join(workdir, "e.img")
+    for img in (d, e):
+        with open(img, "wb") as f:
+            f.truncate(1 << 30)
+    written, errors = {}, []
+    stop = threading.Event()
+    # reads turn slow (a slow disk) once the trigger exists: the copy takes seconds, so
+    # its progress can be seen and a cancel arrives while it runs
+    trigger = os.path.join(workdir, "slow-now")
+    fm = FuseMount(butter.path, [a, b], os.path.join(workdir, "mnt"))
+    plain = fm.command
+    fm.command = lambda: [butter.path, "--fault", f"slow-read,ms=20,when={trigger}"] + plain()[1:]
+    with fm:
+        mnt = fm.mnt
+        os.makedirs(os.path.join(mnt, "w"))
+        open(trigger, "w").close()
+
+        def writer():
+            n = 0
+            while not stop.is_set():
+                name = f"w/f{n % 40}"  # rewrites too: old extents freed, new ones written
+                data = os.urandom(1 << 20) * 2 + os.urandom(n % 5000)
+                try:
+                    with open(os.path.join(mnt, name), "wb") as f:
+                        f.write(data)
+                        if n % 3 == 0:
+                            os.fsync(f.fileno())
+                except OSError as err:
+                    errors.append((name, err))
+                    return
+                written[name] = hashlib.sha256(data).hexdigest()
+                n += 1
+
+        t = threading.Thread(target=writer)
+        t.start()
+        try:
+            # a replace cancelled at once: nothing changes
+            r = kfs.run([butter.path, "replace", "start", "2", e, mnt], check=False)
+            assert r.returncode == 0 and "started" in r.stdout, r.stdout + r.stderr
+            r = kfs.run([butter.path, "replace", "cancel", mnt], check=False, timeout=600)
+            assert r.returncode == 0 and "canceled" in r.stdout, (r.stdout + r.stderr +
+                                                                  fm.log_text()[-3000:])
+            r = kfs.run([butter.path, "replace", "status", "-1", mnt], check=False)
+            assert r.stdout.startswith("Canceled"), r.stdout
+            # and one that runs to its end, followed by status
+            r = kfs.run([butter.path, "replace", "start", "2", d, mnt], check=False)
+            assert r.returncode == 0 and "started" in r.stdout, r.stdout + r.stderr
+            seen = set()
+            deadline = time.time() + 600
+            while time.time() < deadline:
+                r = kfs.run([butter.path, "replace", "status", "-1", mnt], check=False)
+                assert r.returncode == 0, r.stdout + r.stderr
+                seen.add(r.stdout.split("(")[0].strip())
+                if r.stdout.startswith(("Finished", "Failed", "Canceled")):
+                    break
+                time.sleep(0.2)
+            assert r.stdout.startswith("Finished"), r.stdout + fm.log_text()[-2000:]
+            assert any(x.endswith("% done") for x in seen), seen
+        finally:
+            stop.set()
+            t.join()
+        assert not errors, errors[:5]
+        assert len(written) >= 10, len(written)
+        kfs.run([butter.path, "umount", mnt], timeout=300)
+        fm.wait()
+    assert int(kfs.super_fields(d)["dev_item.devid"]) == 2
+    r = kfs.run(["btrfs", "inspect-internal", "dump-super", e], check=False)
+    assert "BTRFS_MAGIC" not in r.stdout or "bad magic" in r.stdout or "csum_type" not in r.stdout, r.stdout
+    oracle.btrfs_check(a, d, strict=True)
+    with oracle.kernel_mount(a, d, mnt=os.path.join(workdir, "k1"), opts=("rw",)) as m:
+        for name, digest in written.items():
+            assert kfs.file_sha256(os.path.join(m, name)) == digest, name
         r = kfs.run(["btrfs", "scrub", "start", "-B", m], check=False, timeout=900)
         assert r.returncode == 0 and "no errors found" in r.stdout, r.stdout + r.stderr
 

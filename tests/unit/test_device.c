@@ -70,6 +70,9 @@ static void test_fault_spec(void)
 	CHECK(blockdev_fault_spec_valid("flush-eio,start=3") == -EINVAL);
 	CHECK(blockdev_fault_spec_valid("write-eio;") == -EINVAL);
 	CHECK(blockdev_fault_spec_valid("write-eio,err=EBOGUS") == -EINVAL);
+	CHECK(blockdev_fault_spec_valid("slow-read,ms=20,dev=0,when=/tmp/x") == 0);
+	CHECK(blockdev_fault_spec_valid("slow-read,ms=60001") == -EINVAL);
+	CHECK(blockdev_fault_spec_valid("read-eio,ms=3") == -EINVAL);
 }
 
 static void test_fault_behaviour(void)
