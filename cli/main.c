@@ -192,7 +192,7 @@ static const struct cli_command commands[] = {
 			 "\n"
 			 "  -B             on a mount, wait for the replace to end\n"
 			 "  -f, --force    overwrite a TARGET holding another btrfs filesystem\n"
-			 "  -r             accepted (reads follow the mirror order anyway)\n",
+			 "  -r             read SRC only where no other copy is good (a failing disk)\n",
 	},
 	{
 		.name = "replace status",

@@ -668,8 +668,8 @@ int butter_balance_cancel(struct butter_fs *fs);
  * be at least as large as the part of the old device in use. Refused:
  * a member of this filesystem (-EEXIST), one of another unless
  * BUTTER_REPLACE_FORCE (-EBUSY). An I/O error writing @target stops it with
- * nothing changed. BUTTER_REPLACE_AVOID_SRC (-r) is accepted; reads follow
- * the mirror order either way. @st (may be NULL) gets the counts.
+ * nothing changed. BUTTER_REPLACE_AVOID_SRC (-r): the old device is read only
+ * where no other copy is good (else reads follow the mirror order). @st (may be NULL) gets the counts.
  *
  * In steps, for a front end that serves other calls meanwhile:
  * butter_replace_start() checks, opens and wipes @target; from then on every

@@ -20,7 +20,8 @@
  * Reads go through those checked paths in their mirror order: the old device
  * is read when it holds a copy and is present, and a bad or failing read
  * there falls back to the other copies (or parity); a missing old device is
- * never read.
+ * never read. With BUTTER_REPLACE_AVOID_SRC (-r) the old device is read only
+ * where no other copy is good (btrfs_device.avoid_reads around each read).
  *
  * In steps, so that a mount serves requests meanwhile: ops_replace_start()
  * opens and wipes the new device and from then on every write to the old
@@ -64,6 +65,7 @@ struct ops_replace_state {
 	u64 end;          /* chunks at or past it were made after the start */
 	u64 bytes_written;
 	u64 chunks_done, chunks_total;
+	int avoid_src;    /* -r: read the other copies first */
 };
 
 /* Logical bytes of a chunk one step copies at most (extents starting in them). */
@@ -164,7 +166,10 @@ static int copy_mirrored(struct ops_replace_state *r, const struct chunk_map *ma
 							      : (int)map->num_stripes;
 	u8 *buf = malloc(PIECE);
 	size_t i;
-	int ret = buf ? 0 : -ENOMEM;
+	int ret = buf ? 0 : -ENOMEM, elsewhere = 0;
+
+	for (u32 k = 0; k < map->num_stripes; k++)
+		elsewhere |= map->stripes[k].devid != r->src->devid;
 
 	for (i = 0; i < n && ret == 0; i++) {
 		u64 off;
@@ -174,7 +179,13 @@ static int copy_mirrored(struct ops_replace_state *r, const struct chunk_map *ma
 			u64 logical = u[i].start + off, done;
 			int mirror;
 
+			r->src->avoid_reads = r->avoid_src && elsewhere;
 			ret = read_checked(fs, &u[i], logical, len, buf);
+			if (ret && r->src->avoid_reads) {
+				r->src->avoid_reads = 0; /* no other good copy: the old device's */
+				ret = read_checked(fs, &u[i], logical, len, buf);
+			}
+			r->src->avoid_reads = 0;
 			if (ret) {
 				blog_err(&fs->log, "replace: logical %llu (%llu bytes) has no good copy: "
 						   "%s", (unsigned long long)logical,
@@ -230,10 +241,16 @@ static int copy_raid56(struct ops_replace_state *r, const struct chunk_map *map,
 			last = row;
 			/* each data block alone: a rebuild from parity is one block's */
 			for (k = 0, ret = 0; k < ndata && ret == 0; k++) {
+				int avoid;
+
 				ret = -EIO;
-				for (mirror = 1; ret && mirror <= copies; mirror++)
-					ret = volumes_read(&fs->vol, logical + k * sl, blocks[k], sl,
-							   mirror);
+				for (avoid = r->avoid_src; ret && avoid >= 0; avoid--) {
+					r->src->avoid_reads = avoid;
+					for (mirror = 1; ret && mirror <= copies; mirror++)
+						ret = volumes_read(&fs->vol, logical + k * sl, blocks[k],
+								   sl, mirror);
+				}
+				r->src->avoid_reads = 0;
 			}
 			if (ret) {
 				blog_err(&fs->log, "replace: stripe row at logical %llu cannot be read "
@@ -375,6 +392,7 @@ int ops_replace_start(struct butter_fs *fs, uint64_t srcdevid, const char *targe
 		return ret;
 	}
 	r->cursor = 0;
+	r->avoid_src = !!(flags & BUTTER_REPLACE_AVOID_SRC);
 	for (i = 0; i < vol->nchunks; i++) {
 		const struct chunk_map *map = vol->chunks[i];
 

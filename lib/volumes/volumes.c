@@ -150,7 +150,7 @@ static int stripe_read(struct btrfs_volumes *vol, const struct map_stripe *s, vo
 {
 	int ret;
 
-	if (!s->dev || !s->dev->bdev)
+	if (!s->dev || !s->dev->bdev || s->dev->avoid_reads)
 		return -EIO;
 	ret = blockdev_read(s->dev->bdev, buf, len, physical);
 	if (ret) {

@@ -46,6 +46,12 @@ struct btrfs_device {
 	 */
 	struct blockdev *replace_target;
 	int replace_error;
+	/*
+	 * Reads of this device fail at once (as if it were missing), so that
+	 * readers take another copy: a replace with -r sets it around each read
+	 * (and reads again without it when no other copy is good).
+	 */
+	int avoid_reads;
 };
 
 struct map_stripe {

@@ -584,6 +584,39 @@ def test_replace(kernel, butter, workdir, name, ndev, mkfs, missing):
         assert r.returncode == 0 and "no errors found" in r.stdout, r.stdout + r.stderr
 
 
+def test_replace_avoid_src(kernel, butter, workdir):
+    """`replace start -r`: the old device is read only where no other copy is good. Its
+    reads fail (a dying disk past its first MiB, `--fault`); each failed read counts in
+    its read_io_errs (btrfs device stats), which a replace without -r raises by reading
+    there first wherever the old device is the first copy, and one with -r does not."""
+    with kfs.kernel_fs(workdir, ndevices=2, size=512 << 20,
+                       mkfs_args=["-d", "raid1", "-m", "raid1"]) as fs:
+        age(fs.mnt)
+        fs.release()
+        images = list(fs.images)
+    first = next(i for i in images if int(kfs.super_fields(i)["dev_item.devid"]) == 1)
+    src = next(i for i in images if i != first)
+    before = observe(first, src, mnt=os.path.join(workdir, "look"))
+    errs = {}
+    for flag in ("", "-r"):
+        a, b = copy_of(first, workdir, "a" + flag), copy_of(src, workdir, "b" + flag)
+        new = os.path.join(workdir, "new" + flag)
+        with open(new, "wb") as f:
+            f.truncate(600 << 20)
+        argv = [butter.path, "--fault", "read-eio,dev=1,start=1M", "replace", "start"]
+        argv += ([flag] if flag else []) + ["--device", b, "2", new, a]
+        r = kfs.run(argv, check=False, timeout=900)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = kfs.run([butter.path, "device", "stats", "--device", new, a], check=False)
+        m = re.search(r"devid 2\]?\.read_io_errs\s+(\d+)|\[.*new.*\]\.read_io_errs\s+(\d+)",
+                      r.stdout)
+        assert m, r.stdout + r.stderr
+        errs[flag] = int(m.group(1) or m.group(2))
+        oracle.btrfs_check(a, new, strict=True)
+        assert_same_fs(before, a, new, mnt=os.path.join(workdir, "mnt" + flag))
+    assert errs["-r"] < errs[""], errs
+
+
 def test_replace_refusals(kernel, butter, workdir):
     with kfs.kernel_fs(workdir, ndevices=2, size=512 << 20,
                        mkfs_args=["-d", "raid1", "-m", "raid1"]) as fs:
