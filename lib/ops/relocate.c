@@ -338,11 +338,11 @@ static int reloc_alloc(struct reloc *rc, u64 type, u64 len, u64 *logical)
 	if (rc->es->mixed && type != BTRFS_BLOCK_GROUP_SYSTEM)
 		flags |= BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA;
 	/*
-	 * A chunk of what the group still holds, but room for @len in one piece
-	 * even when a superblock copy's stripe cuts the chunk in two: twice it
-	 * and a MiB. A chunk too fragmented still is followed by a bigger one.
+	 * A chunk of what the group still holds, and at least @len and a MiB;
+	 * when a superblock copy's stripe cuts it so that @len finds no piece,
+	 * the next try is twice as big.
 	 */
-	least = 2 * len + (1ULL << 20);
+	least = len + (1ULL << 20);
 	want = chunk_size_for(rc, type, rc->bg->used > least ? rc->bg->used : least);
 	if (want < least)
 		want = least;

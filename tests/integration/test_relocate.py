@@ -735,14 +735,16 @@ def test_replace_on_a_live_mount_while_writing(fuse, butter, workdir):
     stop = threading.Event()
     # reads turn slow (a slow disk) once the trigger exists: the copy takes seconds, so
     # its progress can be seen and a cancel arrives while it runs
-    trigger = os.path.join(workdir, "slow-now")
+    # (very slow while a cancel is to arrive in time, less so while status follows)
+    trigger, crawl = os.path.join(workdir, "slow-now"), os.path.join(workdir, "crawl-now")
     fm = FuseMount(butter.path, [a, b], os.path.join(workdir, "mnt"))
     plain = fm.command
-    fm.command = lambda: [butter.path, "--fault", f"slow-read,ms=20,when={trigger}"] + plain()[1:]
+    spec = f"slow-read,ms=20,when={trigger};slow-read,ms=300,when={crawl}"
+    fm.command = lambda: [butter.path, "--fault", spec] + plain()[1:]
     with fm:
         mnt = fm.mnt
         os.makedirs(os.path.join(mnt, "w"))
-        open(trigger, "w").close()
+        open(crawl, "w").close()
 
         def writer():
             n = 0
@@ -771,6 +773,8 @@ def test_replace_on_a_live_mount_while_writing(fuse, butter, workdir):
                                                                   fm.log_text()[-3000:])
             r = kfs.run([butter.path, "replace", "status", "-1", mnt], check=False)
             assert r.stdout.startswith("Canceled"), r.stdout
+            os.unlink(crawl)
+            open(trigger, "w").close()
             # and one that runs to its end, followed by status
             r = kfs.run([butter.path, "replace", "start", "2", d, mnt], check=False)
             assert r.returncode == 0 and "started" in r.stdout, r.stdout + r.stderr
