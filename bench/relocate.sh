@@ -13,8 +13,8 @@
 #             kernel (`btrfs balance start --full-balance`, mounted); seconds, the ratio
 #             butter/kernel, and data used before and after on each (sharing kept: 1.00).
 #   shrink    a 4 GiB image holding 500 MiB: `butter filesystem resize` down to the smallest
-#             size it accepts (from the used bytes up in 32 MiB steps), the time of all the
-#             tries together, the size reached, and btrfs check's verdict.
+#             size one command accepts on the image as filled (binary search in 16 MiB steps,
+#             each try on a fresh copy), that command's time, the size, btrfs check's verdict.
 #
 # Page caches are dropped before every timed step. Usage: sudo bench/relocate.sh [--keep]
 # Environment: BENCH_DIR (default /tmp/butter-relocate-bench), BUTTER (a butter binary
@@ -197,22 +197,29 @@ btrfs filesystem sync "$MNT"
 used=$(btrfs filesystem df --raw "$MNT" | awk -F'used=' '/^(Data|Metadata|System)/ {s += $2} END {print s}')
 umount "$MNT"
 detach
-# from just above the used bytes up in 32 MiB steps; a refused try may already have moved
-# groups (each committed), so the time is that of every try together
-size=$(( (used / (32 << 20) + 1) * (32 << 20) ))
-tries=0
-drop
-t0=$(now)
-while :; do
+# the smallest size one `resize` accepts on the image as it was: a binary search in 16 MiB
+# steps between the used bytes and 4 GiB, each try on a fresh copy (a refused try may already
+# have moved groups); the time is that of the accepted command alone
+cp --sparse=always "$S" "$S.orig"
+lo=$(( used / (16 << 20) )) hi=$(( 4 << 6 )) tries=0 best_t=""
+while ((lo < hi)); do
+	mid=$(( (lo + hi) / 2 ))
 	tries=$((tries + 1))
-	if "$BUTTER" filesystem resize "$size" "$S" >"$LOGS/shrink.log" 2>&1; then
-		break
+	cp --sparse=always "$S.orig" "$S"
+	drop
+	t0=$(now)
+	if "$BUTTER" filesystem resize "$((mid << 24))" "$S" >"$LOGS/shrink.log" 2>&1; then
+		t1=$(now)
+		hi=$mid best_t=$(secs "$t0" "$t1")
+	else
+		lo=$((mid + 1))
 	fi
-	size=$((size + (32 << 20)))
-	((size < (4 << 30))) || die "no shrink succeeded"
 done
-t1=$(now)
+size=$((hi << 24))
+cp --sparse=always "$S.orig" "$S"
+"$BUTTER" filesystem resize "$size" "$S" >"$LOGS/shrink.log" 2>&1 || die "shrink to $size failed"
+rm -f "$S.orig"
 truncate -s "$size" "$S"
 btrfs check --readonly "$S" >"$LOGS/check-shrink.log" 2>&1 && scheck=clean || scheck=ERRORS
-printf "  %-22s %8s s  4 GiB -> %s MiB (%s MiB used; %d tries)  btrfs check: %s\n" \
-	"butter resize" "$(secs "$t0" "$t1")" "$((size >> 20))" "$((used >> 20))" "$tries" "$scheck"
+printf "  %-22s %8s s  4 GiB -> %s MiB (%s MiB used; smallest of %d tries)  btrfs check: %s\n" \
+	"butter resize" "${best_t:-?}" "$((size >> 20))" "$((used >> 20))" "$tries" "$scheck"

@@ -813,6 +813,72 @@ static int compact(struct butter_fs *fs, unsigned kinds, u32 usage_max)
 	return balance_all(fs, &args, NULL, 0);
 }
 
+/*
+ * The group with a stripe of device @devid across @want (starting below it,
+ * ending past it), the largest if several; 0 if none.
+ */
+static u64 straddling_group(struct butter_fs *fs, u64 devid, u64 want)
+{
+	u64 best = 0, best_len = 0;
+
+	for (size_t i = 0; i < fs->vol.nchunks; i++) {
+		const struct chunk_map *map = fs->vol.chunks[i];
+		u64 size = chunk_stripe_size(map);
+
+		for (u32 k = 0; k < map->num_stripes; k++) {
+			const struct map_stripe *s = &map->stripes[k];
+
+			if (s->devid == devid && s->physical < want && s->physical + size > want &&
+			    map->length > best_len) {
+				best = map->logical;
+				best_len = map->length;
+			}
+		}
+	}
+	return best;
+}
+
+/*
+ * A group across the new end that found no room below it occupies part of
+ * that very room. Move it out of the way first, anywhere on the device (the
+ * space past the end given back for it), then compact and try again: what
+ * it held below the end is free for the groups past it.
+ */
+static int lift_and_retry(struct butter_fs *fs, struct btrfs_device *dev, struct dev_space *ds,
+			  u64 want)
+{
+	int ret = -ENOSPC;
+
+	for (int lift = 0; ret == -ENOSPC && fs->w && lift < 4; lift++) {
+		u64 start = straddling_group(fs, dev->devid, want);
+		struct butter_balance_args args;
+
+		if (!start)
+			break;
+		blog_info(&fs->log, "shrinking device %llu: moving block group %llu, across the new "
+				    "end, out of the way first", (unsigned long long)dev->devid,
+			  (unsigned long long)start);
+		ret = unreserve(fs, dev->devid, want, dev->total_bytes);
+		memset(&args, 0, sizeof(args));
+		args.flags = BUTTER_BALANCE_DATA | BUTTER_BALANCE_METADATA | BUTTER_BALANCE_SYSTEM;
+		args.data.flags = BUTTER_BALANCE_F_VRANGE;
+		args.data.vstart = start;
+		args.data.vend = start + 1;
+		args.meta = args.sys = args.data;
+		if (ret == 0)
+			ret = balance_all(fs, &args, NULL, 0);
+		if (ret || !fs->w)
+			return ret ? ret : -EROFS;
+		ret = range_remove(&ds->free, want, dev->total_bytes);
+		ds->limit = want;
+		if (ret == 0)
+			ret = compact(fs, BUTTER_BALANCE_DATA, 50);
+		if (ret == 0 || ret == -ENOSPC)
+			ret = shrink_all(fs, dev->devid, want);
+	}
+	return ret;
+}
+
 int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want)
 {
 	struct btrfs_device *dev = NULL;
@@ -833,7 +899,8 @@ int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want)
 	 * little is common): in chunks sized to their content below the new
 	 * end, they leave room for what lies past it. Then the groups past the
 	 * end; if those find no room, the half-empty data groups are compacted
-	 * too and the move tried once more.
+	 * too and the move tried once more; and if a group across the end is in
+	 * the way, it is moved first (lift_and_retry()).
 	 */
 	/* new chunks small while it runs, so that they fit the room that stays */
 	fs->w->es.chunk_cap = want / 16 > (32ULL << 20) ? want / 16 : 32ULL << 20;
@@ -855,6 +922,8 @@ int ops_shrink_prepare(struct butter_fs *fs, u64 devid, u64 want)
 		if (ret == 0 || ret == -ENOSPC)
 			ret = shrink_all(fs, devid, want);
 	}
+	if (ret == -ENOSPC && fs->w)
+		ret = lift_and_retry(fs, dev, ds, want);
 	if (fs->w)
 		fs->w->es.chunk_cap = 0;
 	if (ret && fs->w)

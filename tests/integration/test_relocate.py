@@ -258,6 +258,33 @@ def test_offline_shrink_and_grow(kernel, butter, workdir, aged):
     assert_same_fs(before, img, mnt=os.path.join(workdir, "mnt"))
 
 
+def test_offline_shrink_past_a_group_across_the_end(kernel, butter, workdir):
+    """A kernel-made image whose data sits in two big chunks, the lower one across the
+    wanted end and fuller than the room below it: it is moved out of the way first, then
+    everything packs below the end (1.4x the bytes used)."""
+    import random
+    with kfs.kernel_fs(workdir, size=4 << 30) as fs:
+        age(fs.mnt)
+        rng = random.Random(3)
+        left, i = 440 << 20, 0
+        while left > 0:
+            n = min(left, rng.randint(1, 64) << 20)
+            write_file(os.path.join(fs.mnt, f"f{i}"), n, 1000 + i, chunk=4 << 20)
+            left -= n
+            i += 1
+        fs.release()
+        img = fs.images[0]
+    before = observe(img, mnt=os.path.join(workdir, "look"))
+    r = kfs.run([butter.path, "filesystem", "resize", "700M", img], check=False, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    oracle.btrfs_check(img, strict=True)
+    for logical, kind, length, stripes in chunks(img):
+        for devid, physical in stripes:
+            assert physical + length <= 700 << 20, (logical, kind, length, stripes)
+    os.truncate(img, 700 << 20)
+    assert_same_fs(before, img, mnt=os.path.join(workdir, "mnt"))
+
+
 def test_device_remove(kernel, butter, workdir):
     with kfs.kernel_fs(workdir, ndevices=3, size=512 << 20,
                        mkfs_args=["-d", "raid1", "-m", "raid1"]) as fs:
