@@ -46,6 +46,10 @@
  *     read-write opener gives it up to CLAIM_UNMOUNTED_GRACE_SECONDS to
  *     start closing (and then waits as for any closing holder) instead of
  *     being refused, so `umount; mount` works however fast it is typed.
+ *     A holder in service is refused only once it has been seen
+ *     CLAIM_REFUSE_POLLS times running (100 ms) as a live process other
+ *     than such a daemon: one that is exiting has left /proc/PID/fd before
+ *     its locks go, and one that is unmounting may still be listed.
  *
  * The holder named in messages is found the way fuser does: the processes
  * with a descriptor on the same file (a link in /proc/PID/fd whose target
@@ -75,6 +79,7 @@
 #define CLAIM_WAIT_SECONDS 60
 #define CLAIM_UNMOUNTED_GRACE_SECONDS 5
 #define CLAIM_POLL_NS (20 * 1000 * 1000L)
+#define CLAIM_REFUSE_POLLS 5
 
 enum { BYTE_OPEN = 0, BYTE_SERVICE = 1 };
 
@@ -311,7 +316,9 @@ static double now_seconds(void)
  * learns of it only when its next read of /dev/fuse fails, and drops byte 1
  * after that: an opener that comes in between sees a holder in service.
  * The daemon is told by its command line (`butter mount ...`, or the mount
- * helper mount.fuse.butter); ourselves never.
+ * helper mount.fuse.butter); ourselves never. 1: yes; 0: another holder,
+ * or a daemon still mounted; -1: no process is found with the file open (the
+ * holder is exiting: its descriptors are gone from /proc before its locks).
  */
 static int holder_unmounted_daemon(const char *path, const struct stat *st)
 {
@@ -321,7 +328,9 @@ static int holder_unmounted_daemon(const char *path, const struct stat *st)
 	size_t n = 0;
 	FILE *f;
 
-	if (!pid || pid == getpid())
+	if (!pid)
+		return -1;
+	if (pid == getpid())
 		return 0;
 	snprintf(cmd, sizeof(cmd), "/proc/%d/cmdline", (int)pid);
 	f = fopen(cmd, "re");
@@ -330,7 +339,7 @@ static int holder_unmounted_daemon(const char *path, const struct stat *st)
 		fclose(f);
 	}
 	if (!n)
-		return 0;
+		return -1; /* gone meanwhile */
 	cmd[n] = '\0';
 	arg0 = cmd;
 	base = strrchr(arg0, '/') ? strrchr(arg0, '/') + 1 : arg0;
@@ -347,7 +356,7 @@ int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
 	short type = readonly ? F_RDLCK : F_WRLCK;
 	char who[PATH_MAX + 160];
 	double deadline = 0, grace = 0;
-	int ret, said = 0;
+	int ret, said = 0, refuse_seen = 0;
 
 	while ((ret = lock_byte(fd, type, BYTE_OPEN)) != 0) {
 		if (ret != -EAGAIN) /* rule 3: no locks here */
@@ -362,12 +371,22 @@ int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
 					  "commit left it", path, who);
 				return 0;
 			}
-			/* unmounted, not yet closing: it will drop byte 1 in a moment (rule 5) */
+			/*
+			 * Unmounted, not yet closing: it will drop byte 1 in a moment
+			 * (rule 5). What /proc and mountinfo show of a holder that is
+			 * unmounting or exiting changes under our feet, so "another
+			 * holder" must be seen CLAIM_REFUSE_POLLS times running.
+			 */
 			if (!grace)
 				grace = now_seconds() + CLAIM_UNMOUNTED_GRACE_SECONDS;
-			if (now_seconds() < grace && holder_unmounted_daemon(path, st)) {
-				nanosleep(&(struct timespec){ 0, CLAIM_POLL_NS }, NULL);
-				continue;
+			if (now_seconds() < grace) {
+				int unmounted = holder_unmounted_daemon(path, st);
+
+				refuse_seen = unmounted ? 0 : refuse_seen + 1;
+				if (refuse_seen < CLAIM_REFUSE_POLLS) {
+					nanosleep(&(struct timespec){ 0, CLAIM_POLL_NS }, NULL);
+					continue;
+				}
 			}
 			blog_err(log, "%s: in use: open %s by %s", path,
 				 ret == F_RDLCK ? "read-only" : "read-write", who);

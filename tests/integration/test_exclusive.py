@@ -230,10 +230,6 @@ def test_remount_at_once_waits_for_the_last_commit(fuse, butter, workdir):
     oracle.btrfs_check(img, strict=True)
 
 
-# Known flake, not yet understood: about 1 run in 3 the second mount is refused at once
-# (EBUSY, the holder named without its mount point), also at 5388077, before the relocation
-# work; alone or in the suite. Kept running (an XPASS shows it passed); see the stop-20 note.
-@pytest.mark.xfail(strict=False, reason="flaky: the grace of claim rule 5 is sometimes not given")
 def test_mount_right_after_unmount_before_the_daemon_noticed(fuse, butter, workdir):
     """A mount made while the old daemon has not yet seen its unmount waits, not EBUSY.
 
