@@ -2,7 +2,9 @@
  * device.c — the generic half of the device layer: range checks and dispatch
  * to a backend's operations table. Backends live in their own files
  * (file.c, memory.c, recorder.c, fault.c). blockdev_stack_test() puts the
- * test backends over opened devices.
+ * test backends over opened devices and marks the top of each stack with
+ * its record log, so that a device opened later for the same filesystem
+ * can join it (blockdev_record_new() in recorder.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -76,6 +78,7 @@ int blockdev_stack_test(struct blockdev **bdevs, size_t n, const char *record_lo
 				break;
 			bdevs[i] = wrapped;
 		}
+		bdevs[i]->record = log; /* blockdev_record_new() finds the log here */
 	}
 	recorder_log_put(log);
 	if (ret) {

@@ -21,6 +21,7 @@
 #include "log.h"
 
 struct blockdev;
+struct recorder_log;
 
 struct blockdev_ops {
 	int (*read)(struct blockdev *dev, void *buf, size_t len, uint64_t offset);
@@ -36,6 +37,13 @@ struct blockdev {
 	char *name;     /* for messages: the path, or "memory" */
 	int readonly;
 	void *priv;     /* backend state */
+	/*
+	 * The record log this device's writes go to, or NULL: set on the top
+	 * of each stack blockdev_stack_test() builds with a log, and on the
+	 * devices blockdev_record_new() wraps. Borrowed: the recorder in the
+	 * stack holds the reference for as long as the device is open.
+	 */
+	struct recorder_log *record;
 };
 
 int blockdev_read(struct blockdev *dev, void *buf, size_t len, uint64_t offset);
@@ -82,8 +90,7 @@ int blockdev_open_memory_cow(const void *base, uint64_t size, struct blockdev **
 
 /* ---- test backends (recorder.c, fault.c) --------------------------------- */
 
-/* A write/flush log shared by the recorder devices of one filesystem. */
-struct recorder_log;
+/* struct recorder_log: a write/flush log shared by the recorder devices of one filesystem. */
 
 /* Create (or truncate) the log file @path. The caller holds one reference. */
 int recorder_log_open(const char *path, struct recorder_log **out);
@@ -117,5 +124,16 @@ int blockdev_fault_spec_valid(const char *spec);
  */
 int blockdev_stack_test(struct blockdev **bdevs, size_t n, const char *record_log,
 			const char *fault_spec);
+
+/*
+ * A device opened for a filesystem that is already open (a replace target,
+ * a device being added): if @member, any device of that filesystem, is
+ * recorded (member->record), stack a recorder over @dev in place — @dev
+ * stays the same handle, now logging to the same log as the next device
+ * index — so crash replays see its writes too. Only the recorder: a fault
+ * spec does not reach such a device. 0 (nothing done when @member is not
+ * recorded) or -errno, @dev unchanged then.
+ */
+int blockdev_record_new(const struct blockdev *member, struct blockdev *dev);
 
 #endif

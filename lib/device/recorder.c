@@ -8,6 +8,14 @@
  * reference counted: each recorder device holds a reference); records name
  * their device by its index in the open order (0 = the first device).
  *
+ * Devices the library opens later for the same filesystem (a replace
+ * target, a device being added: lib/ops/device.c) join the log through
+ * blockdev_record_new(), which finds it from any member (blockdev.record)
+ * and stacks a recorder over the new device in place, as the next index.
+ * Its DEVICE record then comes in the middle of the log, before its first
+ * write; a replay starts such a device from its content at that point
+ * (zeroes for a new image file: tests/tools/crashreplay.c).
+ *
  * Log format (all integers little-endian):
  *
  *   file header, 16 bytes
@@ -30,7 +38,8 @@
  * Promises:
  *  1. A record is appended only after the wrapped device completed the
  *     operation: the log holds exactly what reached the device, in the order
- *     it did. A DEVICE record precedes any other record of that device.
+ *     it did. A DEVICE record precedes any other record of that device, and
+ *     DEVICE records come in index order (0, 1, 2, ...), each index once.
  *  2. Records go to the file with write(2), unbuffered, one record per call
  *     sequence under the log's mutex: the file's size when an operation
  *     returns is the log position after it (a workload takes positions with
@@ -67,6 +76,7 @@ struct recorder_log {
 	pthread_mutex_t lock; /* serialises appends */
 	int fd;
 	unsigned refs;        /* the opener's plus one per recorder device; protected by lock */
+	uint32_t ndevs;       /* indices 0..ndevs-1 have their DEVICE record; protected by lock */
 };
 
 struct recorder_priv {
@@ -107,8 +117,9 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-static int append(struct recorder_log *log, unsigned type, uint32_t dev, uint64_t value,
-		  const void *payload, uint64_t len)
+/* Append one record; the caller holds log->lock. */
+static int append_locked(struct recorder_log *log, unsigned type, uint32_t dev, uint64_t value,
+			 const void *payload, uint64_t len)
 {
 	unsigned char h[REC_HEADER];
 	int ret;
@@ -118,10 +129,19 @@ static int append(struct recorder_log *log, unsigned type, uint32_t dev, uint64_
 	put_le32(h + 4, dev);
 	put_le64(h + 8, value);
 	put_le64(h + 16, len);
-	pthread_mutex_lock(&log->lock);
 	ret = write_all(log->fd, h, sizeof(h));
 	if (ret == 0 && len)
 		ret = write_all(log->fd, payload, (size_t)len);
+	return ret;
+}
+
+static int append(struct recorder_log *log, unsigned type, uint32_t dev, uint64_t value,
+		  const void *payload, uint64_t len)
+{
+	int ret;
+
+	pthread_mutex_lock(&log->lock);
+	ret = append_locked(log, type, dev, value, payload, len);
 	pthread_mutex_unlock(&log->lock);
 	return ret;
 }
@@ -227,6 +247,28 @@ static const struct blockdev_ops recorder_ops = {
 	.end_service = rec_end_service,
 };
 
+/*
+ * Append @inner's DEVICE record as index @devidx (-1: the next one) and take
+ * a reference on @log; the index goes to *idx.
+ */
+static int join_log(struct recorder_log *log, const struct blockdev *inner, int64_t devidx,
+		    uint32_t *idx)
+{
+	int ret;
+
+	/* one critical section: the index chosen is the one its record names */
+	pthread_mutex_lock(&log->lock);
+	*idx = devidx < 0 ? log->ndevs : (uint32_t)devidx;
+	ret = append_locked(log, REC_DEVICE, *idx, inner->size, inner->name, strlen(inner->name));
+	if (ret == 0) {
+		log->refs++;
+		if (*idx >= log->ndevs)
+			log->ndevs = *idx + 1;
+	}
+	pthread_mutex_unlock(&log->lock);
+	return ret;
+}
+
 int blockdev_open_recorder(struct blockdev *inner, struct recorder_log *log, uint32_t devidx,
 			   struct blockdev **out)
 {
@@ -239,23 +281,57 @@ int blockdev_open_recorder(struct blockdev *inner, struct recorder_log *log, uin
 		free(rp);
 		return -ENOMEM;
 	}
-	ret = append(log, REC_DEVICE, devidx, inner->size, inner->name, strlen(inner->name));
+	ret = join_log(log, inner, devidx, &rp->devidx);
 	if (ret) {
 		free(dev->name);
 		free(dev);
 		free(rp);
 		return ret;
 	}
-	pthread_mutex_lock(&log->lock);
-	log->refs++;
-	pthread_mutex_unlock(&log->lock);
 	rp->inner = inner;
 	rp->log = log;
-	rp->devidx = devidx;
 	dev->ops = &recorder_ops;
 	dev->size = inner->size;
 	dev->readonly = inner->readonly;
 	dev->priv = rp;
+	dev->record = log;
 	*out = dev;
+	return 0;
+}
+
+int blockdev_record_new(const struct blockdev *member, struct blockdev *dev)
+{
+	struct recorder_log *log = member ? member->record : NULL;
+	struct blockdev *inner;
+	struct recorder_priv *rp;
+	char *name;
+	int ret;
+
+	if (!log)
+		return 0;
+	inner = malloc(sizeof(*inner));
+	rp = calloc(1, sizeof(*rp));
+	name = strdup(dev->name);
+	if (!inner || !rp || !name) {
+		free(inner);
+		free(rp);
+		free(name);
+		return -ENOMEM;
+	}
+	/* what @dev was moves to @inner; @dev becomes the recorder over it */
+	*inner = *dev;
+	ret = join_log(log, inner, -1, &rp->devidx);
+	if (ret) {
+		free(inner);
+		free(rp);
+		free(name);
+		return ret;
+	}
+	rp->inner = inner;
+	rp->log = log;
+	dev->ops = &recorder_ops;
+	dev->name = name;
+	dev->priv = rp;
+	dev->record = log;
 	return 0;
 }

@@ -11,6 +11,11 @@
  * superblocks to every device including the new one; a crash before that
  * leaves the filesystem as it was (the device is then just zeroed space).
  *
+ * Test plumbing: when the filesystem's devices are recorded (a crash test's
+ * record log, butter_open_testing()), the new device joins the log before
+ * its first write (record_new_device(): a replace target, a device added),
+ * so a replay sees every device the filesystem ever wrote.
+ *
  * Also the device statistics' read side: fs_load_dev_stats() adds the
  * DEV_STATS items of the device tree to the counters at open, and
  * butter_device_stats() reports (and resets) them; the commit writes them
@@ -113,6 +118,15 @@ static int check_new_device(struct butter_fs *fs, struct blockdev *bdev, const c
 	return ret < 0 ? ret : 0;
 }
 
+/* A crash test records @fs's devices: @bdev joins the record log (lib/device/recorder.c). */
+static int record_new_device(struct butter_fs *fs, struct blockdev *bdev)
+{
+	for (size_t i = 0; i < fs->vol.ndevs; i++)
+		if (fs->vol.devs[i]->bdev)
+			return blockdev_record_new(fs->vol.devs[i]->bdev, bdev);
+	return 0;
+}
+
 int ops_begin_alone(struct butter_fs *fs, struct fs_write_state **wp)
 {
 	int ret = fs_begin_change(fs, wp);
@@ -130,6 +144,8 @@ int ops_prepare_new_device(struct butter_fs *fs, struct blockdev *bdev, const ch
 {
 	int ret = check_new_device(fs, bdev, path, force);
 
+	if (ret == 0)
+		ret = record_new_device(fs, bdev);
 	return ret ? ret : wipe(bdev);
 }
 
@@ -185,6 +201,8 @@ int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint6
 		return ret;
 	}
 	ret = check_new_device(fs, bdev, path, flags & BUTTER_DEVICE_ADD_FORCE);
+	if (ret == 0)
+		ret = record_new_device(fs, bdev);
 	if (ret) {
 		blockdev_close(bdev);
 		return ret;

@@ -2,7 +2,8 @@
  * test_device.c — unit tests for the test backends of lib/device/: the
  * copy-on-write memory device, the fault injector's spec language and
  * behaviour, the recorder's log (decoded here from its documented layout,
- * not with the tool that replays it), and the claim protocol of the file
+ * not with the tool that replays it; also a device joining it later,
+ * blockdev_record_new), and the claim protocol of the file
  * backend (lib/device/claim.c): OFD locks conflict between two open file
  * descriptions of one process as between processes, so one process can
  * play both sides.
@@ -165,6 +166,51 @@ static void test_recorder(void)
 	CHECK(log[pos] == 3 && le(log + pos + 16, 8) == 0);
 }
 
+/* A device opened later joins the record log of a recorded one, in place, as the next index. */
+static void test_recorder_new_device(void)
+{
+	char path[] = "/tmp/butter-test-recorder-XXXXXX";
+	unsigned char buf[100], log[4096];
+	struct blockdev *stack[1], *late, *plain, *handle;
+	int fd = mkstemp(path);
+	ssize_t n;
+	size_t pos;
+
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	close(fd);
+	memset(buf, 0x33, sizeof(buf));
+	CHECK(blockdev_open_memory(NULL, 1 << 20, 1, &stack[0]) == 0);
+	CHECK(blockdev_stack_test(stack, 1, path, NULL) == 0);
+	CHECK(blockdev_open_memory(NULL, 1 << 16, 1, &late) == 0);
+	CHECK(blockdev_open_memory(NULL, 1 << 16, 1, &plain) == 0);
+	/* not recorded: nothing happens */
+	CHECK(blockdev_record_new(plain, late) == 0 && late->record == NULL);
+	handle = late;
+	CHECK(blockdev_record_new(stack[0], late) == 0);
+	CHECK(late == handle && late->record == stack[0]->record && late->size == 1 << 16);
+	CHECK(blockdev_write(late, buf, sizeof(buf), 512) == 0);
+	CHECK(blockdev_read(late, log, sizeof(buf), 512) == 0 && log[99] == 0x33);
+	blockdev_close(late);
+	blockdev_close(plain);
+	blockdev_close(stack[0]);
+
+	fd = open(path, O_RDONLY);
+	n = read(fd, log, sizeof(log));
+	close(fd);
+	unlink(path);
+	/* header 16 + DEVICE 0 (24 + "memory") + DEVICE 1 (24 + "memory") + WRITE (24 + 100) */
+	CHECK_EQ_U64(n, 16 + 30 + 30 + 24 + 100);
+	if (n != 16 + 30 + 30 + 24 + 100)
+		return;
+	pos = 16 + 30;
+	CHECK(log[pos] == 1 && le(log + pos + 4, 4) == 1 && le(log + pos + 8, 8) == 1 << 16);
+	pos += 30;
+	CHECK(log[pos] == 2 && le(log + pos + 4, 4) == 1 && le(log + pos + 8, 8) == 512);
+	CHECK(le(log + pos + 16, 8) == 100 && log[pos + 24] == 0x33);
+}
+
 struct later_close {
 	struct blockdev *dev;
 	int msec;
@@ -244,6 +290,7 @@ int main(void)
 	RUN(test_fault_spec);
 	RUN(test_fault_behaviour);
 	RUN(test_recorder);
+	RUN(test_recorder_new_device);
 	RUN(test_claim);
 	return check_summary();
 }
