@@ -10,6 +10,21 @@
  * read); MANIFEST is the workload's account of what each commit held and
  * when it was durable (tests/tools/workload.c). --verify checks the images
  * themselves as they are now (after a fault test) against the manifest.
+ * Devices past the images given (a replace target or an added device, which
+ * joined the log in the middle) start as zeroes of the size their DEVICE
+ * record says.
+ *
+ * The device set may change during the log (a device removed, replaced or
+ * added), so each state is opened with the devices a scan would find, as
+ * the kernel's device scan does: those holding a valid superblock of the
+ * filesystem (the fsid of the newest superblock of any device), and of two
+ * that claim one devid (the old device and its replacement) the newer. A
+ * device counts for butter when any superblock copy is valid (butter reads
+ * every copy, the newest valid one wins), for the kernel and btrfs check
+ * only by its primary copy (what they read). A removed device whose
+ * superblocks are not wiped yet is still given: a stale member must be
+ * ignored. Validity: magic, the copy's own offset, and the crc32c of
+ * csum_type 0 (other checksum types are taken on magic and offset).
  *
  * States (cut points), each built on copies of the images (sparse files in
  * --work DIR, updated incrementally: every write applied keeps an undo entry
@@ -25,16 +40,20 @@
  *     subsets (default 3; seeded by --seed).
  *
  * A state is consistent when (each check is counted):
- *  a. butter opens it read-only and lists the whole tree, reading every file
- *     (tests/tools/treelist.c) without an error;
+ *  a. no more of its devices hold a superblock of the newest generation than
+ *     that superblock counts; butter opens it read-only and lists the whole
+ *     tree, reading every file (tests/tools/treelist.c) without an error;
  *  b. its generation G is at least the newest commit the manifest says was
  *     durable before the cut (every synced byte survives), and the tree equals
  *     the manifest's state for G exactly (every file has the content of one
  *     commit, never a mix);
  *  c. `btrfs check --readonly` finds no error (--no-check skips it; states of
  *     a multi-device filesystem are checked only when they are mounted: the
- *     check needs their devices as loop devices);
- *  d. for a sample of states (--kernel N, evenly spread; every --verify): the
+ *     check needs their devices as loop devices; when a scan finds more of
+ *     them than the newest superblock counts, only those the kernel's mount
+ *     took: see kernel_agrees());
+ *  d. for a sample of states (--kernel N, evenly spread; every --verify; with
+ *     --kernel, also the first state opened with each new device set): the
  *     kernel mounts the image(s) read-only and shows the manifest's state for
  *     the generation of the newest primary superblock (the kernel reads only
  *     primary copies). A state whose superblock holds a tree log is mounted
@@ -52,10 +71,13 @@
  *     block of it beyond rebuilding from the others (the write hole, as in
  *     the kernel without a stripe tree);
  *  f. for a sample of states (--rw-check N, evenly spread; every state when N
- *     is at least their number): butter opens writable copies read-write (the
- *     open replays a tree log, finishes dropping deleted subvolumes, cleans
- *     orphans), must show the tree of the generation it opened (or the one
- *     its log replays to), closes them (a commit), and `btrfs check
+ *     is at least their number; also the first state of each new device set):
+ *     butter opens writable copies read-write (the open replays a tree log,
+ *     finishes dropping deleted subvolumes, cleans orphans), must show the
+ *     tree of the generation it opened (or the one its log replays to),
+ *     commits once (the label set again: every device gets a superblock of a
+ *     new generation) and closes them; no more devices may then hold a
+ *     superblock of the newest generation than it counts, `btrfs check
  *     --readonly` must still be clean (single device), and a read-only open
  *     must show the same tree again.
  *
@@ -65,10 +87,17 @@
  *   crashreplay: records R (writes W, flushes F); states S (prefix P, torn T,
  *   reordered O); consistent C; failed X; btrfs-check B; kernel-mounted K,
  *   agreed A; durable-bytes-verified D; rw-opened W, agreed V, drops-finished
- *   P, logs-replayed L; degraded-opened G, agreed H, tolerated T, at-commits M
+ *   P, logs-replayed L; degraded-opened G, agreed H, tolerated T, at-commits M;
+ *   device-sets N (distinct pairs of device sets, butter's and the kernel's,
+ *   the states were opened with, and the number of devices the newest
+ *   superblock counts; when there are several, a line before the summary
+ *   lists them, "0,1,2/0,1:2" for butter's devices 0-2, the kernel's 0-1, 2
+ *   counted), stale-dropped K (kernel mounts that left out a device the scan
+ *   found: a removed one whose superblocks were not wiped yet)
  * Exit status 0 if every state was consistent, 1 if not, 2 on a usage or
  * setup error.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -97,6 +126,13 @@ extern char **environ;
 #define SUPER_OFFSET 65536u
 #define SUPER_GEN_FIELD 72u /* csum 32, fsid 16, bytenr 8, flags 8, magic 8 */
 #define SUPER_LOG_ROOT_FIELD 96u /* then generation 8, root 8, chunk_root 8 */
+#define SUPER_FSID_FIELD 32u
+#define SUPER_BYTENR_FIELD 48u
+#define SUPER_MAGIC_FIELD 64u
+#define SUPER_CSUM_TYPE_FIELD 196u
+#define SUPER_NUM_DEVICES_FIELD 136u
+#define SUPER_DEVID_FIELD 201u /* dev_item.devid */
+#define SUPER_SIZE 4096u
 #define MAX_DEVS 16
 
 struct rec {
@@ -119,6 +155,16 @@ struct durable {
 
 struct replays {
 	uint64_t from, to; /* an image at @from with a tree log shows @to's tree after replay */
+};
+
+/* The devices a state is opened with (in index order) and what their superblocks say. */
+struct members {
+	size_t n;
+	size_t idx[MAX_DEVS];
+	uint64_t gens[MAX_DEVS]; /* the generation of each one's superblock */
+	size_t newest;         /* the index of the one with the newest superblock */
+	uint64_t gen;          /* that superblock's generation */
+	uint64_t ndevices;     /* and the number of devices it counts */
 };
 
 struct undo {
@@ -177,6 +223,11 @@ struct ctx {
 	uint64_t nwrites, nflushes;
 	uint64_t rw_opened, rw_agreed, rw_drops, rw_logs, deg_opened, deg_agreed, deg_tolerated,
 		 deg_commits;
+	/* distinct device sets: bit d butter's device d, MAX_DEVS + d the kernel's, from bit 32
+	 * the number of devices the newest superblock counts */
+	uint64_t sets[64];
+	size_t nsets;
+	uint64_t stale_dropped;   /* kernel mounts that left out a device the scan found */
 };
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -492,6 +543,170 @@ static void forget(struct journal *j, size_t rec)
 	j->n -= k;
 }
 
+/* ---- the devices of a state ----------------------------------------------- */
+
+/* CRC-32C (Castagnoli, reflected polynomial 0x82f63b78), initial value and final xor ~0. */
+static uint32_t crc32c(const uint8_t *p, size_t len)
+{
+	uint32_t crc = ~0u;
+
+	while (len--) {
+		crc ^= *p++;
+		for (int k = 0; k < 8; k++)
+			crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1u)));
+	}
+	return ~crc;
+}
+
+struct super_view {
+	int valid;
+	uint64_t gen, devid, log_root, ndevices;
+	uint8_t fsid[16];
+};
+
+/* The newest valid superblock copy of @fd, @size bytes (only the primary one with @primary). */
+static void read_super(int fd, uint64_t size, int primary, struct super_view *sv)
+{
+	static const uint64_t at[3] = { SUPER_OFFSET, 64ull << 20, 256ull << 30 };
+	uint8_t sb[SUPER_SIZE];
+
+	memset(sv, 0, sizeof(*sv));
+	for (int k = 0; k < (primary ? 1 : 3) && at[k] + SUPER_SIZE <= size; k++) {
+		xpread(fd, sb, SUPER_SIZE, at[k]);
+		if (memcmp(sb + SUPER_MAGIC_FIELD, "_BHRfS_M", 8) != 0 ||
+		    get_le(sb + SUPER_BYTENR_FIELD, 8) != at[k])
+			continue;
+		if (get_le(sb + SUPER_CSUM_TYPE_FIELD, 2) == 0 &&
+		    crc32c(sb + 32, SUPER_SIZE - 32) != (uint32_t)get_le(sb, 4))
+			continue;
+		/* as butter: a mirror counts only with the fsid of the first valid copy */
+		if (sv->valid && (memcmp(sv->fsid, sb + SUPER_FSID_FIELD, 16) != 0 ||
+				  get_le(sb + SUPER_GEN_FIELD, 8) <= sv->gen))
+			continue;
+		sv->valid = 1;
+		sv->gen = get_le(sb + SUPER_GEN_FIELD, 8);
+		sv->devid = get_le(sb + SUPER_DEVID_FIELD, 8);
+		sv->log_root = get_le(sb + SUPER_LOG_ROOT_FIELD, 8);
+		sv->ndevices = get_le(sb + SUPER_NUM_DEVICES_FIELD, 8);
+		memcpy(sv->fsid, sb + SUPER_FSID_FIELD, 16);
+	}
+}
+
+/*
+ * The devices a scan finds among the state files @fds (rules at the top of
+ * this file): butter's view, or with @primary the kernel's. m->n is 0 when
+ * no device holds a valid superblock.
+ */
+static void scan_files(const struct ctx *c, const int *fds, int primary, struct members *m)
+{
+	struct super_view sv[MAX_DEVS];
+	size_t d, e, best = SIZE_MAX;
+
+	memset(m, 0, sizeof(*m));
+	for (d = 0; d < c->ndev; d++) {
+		read_super(fds[d], c->sizes[d], primary, &sv[d]);
+		if (sv[d].valid && (best == SIZE_MAX || sv[d].gen > sv[best].gen))
+			best = d;
+	}
+	if (best == SIZE_MAX)
+		return;
+	for (d = 0; d < c->ndev; d++) {
+		int keep = sv[d].valid && memcmp(sv[d].fsid, sv[best].fsid, 16) == 0;
+
+		/* two claim one devid: the newer superblock (the lower index on a tie) */
+		for (e = 0; keep && e < c->ndev; e++)
+			if (e != d && sv[e].valid && memcmp(sv[e].fsid, sv[d].fsid, 16) == 0 &&
+			    sv[e].devid == sv[d].devid &&
+			    (sv[e].gen > sv[d].gen || (sv[e].gen == sv[d].gen && e < d)))
+				keep = 0;
+		if (keep)
+			m->gens[m->n] = sv[d].gen;
+		if (keep)
+			m->idx[m->n++] = d;
+	}
+	m->newest = best;
+	m->gen = sv[best].gen;
+	m->ndevices = sv[best].ndevices;
+}
+
+/* scan_files() of the current state. */
+static void scan_members(const struct ctx *c, int primary, struct members *m)
+{
+	scan_files(c, c->fds, primary, m);
+}
+
+/*
+ * More devices than the newest superblock counts hold a superblock of its
+ * generation (a device no longer a member written at its commit)? Then
+ * that number, else 0.
+ */
+static size_t excess_at_newest(const struct members *m)
+{
+	size_t n = 0;
+
+	for (size_t k = 0; k < m->n; k++)
+		n += m->gens[k] == m->gen;
+	return n > m->ndevices ? n : 0;
+}
+
+static uint32_t set_bits(const struct members *m)
+{
+	uint32_t bits = 0;
+
+	for (size_t i = 0; i < m->n; i++)
+		bits |= 1u << m->idx[i];
+	return bits;
+}
+
+/*
+ * Count the state's device sets, butter's @m and the kernel's, with the
+ * number of devices the newest superblock counts, among the distinct ones
+ * seen; 1 if this one is new (the state is then also mounted by the kernel).
+ */
+static int note_set(struct ctx *c, const struct members *m)
+{
+	struct members km;
+	uint64_t bits;
+	size_t i;
+
+	scan_members(c, 1, &km);
+	bits = set_bits(m) | (uint64_t)set_bits(&km) << MAX_DEVS | m->ndevices << 32;
+	for (i = 0; i < c->nsets; i++)
+		if (c->sets[i] == bits)
+			return 0;
+	if (c->nsets == sizeof(c->sets) / sizeof(c->sets[0]))
+		return 0;
+	c->sets[c->nsets++] = bits;
+	return 1;
+}
+
+/* "0,1,2/0,1:2" for @bits (butter's devices / the kernel's : devices counted), into @buf. */
+static void format_set(uint64_t bits, char *buf, size_t cap)
+{
+	size_t len = 0;
+
+	buf[0] = '\0';
+	for (unsigned d = 0; d < 2 * MAX_DEVS && len + 8 < cap; d++) {
+		if (d == MAX_DEVS)
+			len += (size_t)snprintf(buf + len, cap - len, "/");
+		if (bits & (1u << d))
+			len += (size_t)snprintf(buf + len, cap - len, "%s%u",
+						len && buf[len - 1] != '/' ? "," : "",
+						d % MAX_DEVS);
+	}
+	snprintf(buf + len, cap - len, ":%llu", (unsigned long long)(bits >> 32));
+}
+
+/* Open options for @m's devices of @paths (paths[m->idx[0]] is the one to open). */
+static void member_opts(const struct members *m, char *const *paths, const char **devs,
+			struct butter_open_opts *o)
+{
+	for (size_t k = 1; k < m->n; k++)
+		devs[k - 1] = paths[m->idx[k]];
+	o->devices = devs;
+	o->ndevices = m->n ? m->n - 1 : 0;
+}
+
 /* ---- checking one state --------------------------------------------------- */
 
 static char *messages;
@@ -586,13 +801,17 @@ static void loop_detach(char *loopdev, const char *out)
 		die("cannot detach %s", loopdev);
 }
 
-/* Does device 0's primary superblock point at a tree log? */
+/* Does the newest primary superblock point at a tree log? */
 static int has_tree_log(const struct ctx *c)
 {
-	uint8_t v[8];
+	struct super_view sv;
+	struct members m;
 
-	xpread(c->fds[0], v, 8, SUPER_OFFSET + SUPER_LOG_ROOT_FIELD);
-	return get_le(v, 8) != 0;
+	scan_members(c, 1, &m);
+	if (!m.n)
+		return 0;
+	read_super(c->fds[m.newest], c->sizes[m.newest], 1, &sv);
+	return sv.log_root != 0;
 }
 
 /* Copy every state image to WORKDIR/TAG-N.img; the paths go to @paths. */
@@ -610,38 +829,90 @@ static void remove_copies(const struct ctx *c, char paths[][4400])
 		unlink(paths[d]);
 }
 
+/* Run btrfs check --readonly on @dev (its other devices attached); 1 if it is clean. */
+static int run_check(struct ctx *c, const char *dev, const char *out, const char *what)
+{
+	char *chk[] = { "btrfs", "check", "--readonly", (char *)dev, NULL };
+	int ret;
+
+	c->checked++;
+	ret = run(chk, out);
+	if (ret == 0)
+		return 1;
+	fprintf(stderr, "FAIL %s: btrfs check --readonly exits %d:\n", what, ret);
+	print_file_head(out, 25);
+	return 0;
+}
+
+/*
+ * Which of @loops[0..n) a mounted btrfs uses (listed in /sys/fs/btrfs/ * /devices/:
+ * by fsid, or by the temporary fsid the kernel gives a single-device filesystem
+ * whose fsid another device also holds); bit k: loops[k].
+ */
+static uint32_t kernel_devices(char loops[][128], size_t n)
+{
+	DIR *top = opendir("/sys/fs/btrfs");
+	struct dirent *e;
+	struct stat st;
+	uint32_t used = 0;
+
+	while (top && (e = readdir(top)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		for (size_t k = 0; k < n; k++) {
+			char p[2400];
+			const char *name = strrchr(loops[k], '/');
+
+			snprintf(p, sizeof(p), "/sys/fs/btrfs/%s/devices/%s", e->d_name,
+				 name ? name + 1 : loops[k]);
+			if (lstat(p, &st) == 0)
+				used |= 1u << k;
+		}
+	}
+	if (top)
+		closedir(top);
+	return used;
+}
+
 /*
  * Mount the state read-only with the kernel and compare with the manifest's
  * state for the newest primary superblock's generation (the kernel reads
- * only primary copies). A multi-device state is also checked here with
- * btrfs check, which needs the devices as block devices. A state with a
- * tree log is mounted from writable copies: the kernel replays the log.
+ * only primary copies), given the devices of its scan (scan_members). A
+ * multi-device state is also checked here with btrfs check, which needs the
+ * devices as block devices: before the mount; but when more devices hold a
+ * superblock of the filesystem than the newest one counts (a removed device
+ * not wiped yet), after it, with only the devices the kernel took (btrfs
+ * check would count the other's size; the kernel drops a device its chunk
+ * tree does not list). A state with a tree log is mounted from writable
+ * copies: the kernel replays the log.
  */
 static int kernel_agrees(struct ctx *c, const char *what)
 {
 	char out[4200], loops[MAX_DEVS][128], opts[4096], *argv[8];
 	static char copies[MAX_DEVS][4400];
-	uint64_t gen = 0;
+	uint64_t gen;
 	const struct mstate *want;
 	struct treelist got;
+	struct members km;
 	size_t d, nloops = 0;
-	int ret, ok = 0, log = has_tree_log(c);
+	uint32_t used = 0;
+	int ret, ok = 0, log = has_tree_log(c), extra;
 
 	snprintf(out, sizeof(out), "%s/cmd.out", c->workdir);
-	for (d = 0; d < c->ndev; d++) {
-		uint8_t g[8];
-
-		xpread(c->fds[d], g, 8, SUPER_OFFSET + SUPER_GEN_FIELD);
-		if (get_le(g, 8) > gen)
-			gen = get_le(g, 8);
+	scan_members(c, 1, &km); /* what the kernel reads: primary superblocks */
+	if (!km.n) {
+		fprintf(stderr, "FAIL %s: no device holds a valid primary superblock\n", what);
+		return 0;
 	}
+	extra = km.n > km.ndevices;
+	gen = km.gen;
 	if (log) {
 		gen = replayed_gen(c, gen);
 		copy_state(c, "kernel", copies);
 	}
 	want = state_for(c, gen);
-	for (d = 0; d < c->ndev; d++, nloops++) {
-		const char *img = log ? copies[d] : c->paths[d];
+	for (d = 0; d < km.n; d++, nloops++) {
+		const char *img = log ? copies[km.idx[d]] : c->paths[km.idx[d]];
 
 		if (loop_attach(img, log, out, loops[d], sizeof(loops[d]))) {
 			fprintf(stderr, "FAIL %s: losetup failed\n", what);
@@ -649,19 +920,10 @@ static int kernel_agrees(struct ctx *c, const char *what)
 			goto detach;
 		}
 	}
-	if (c->ndev > 1 && c->check) {
-		char *chk[] = { "btrfs", "check", "--readonly", loops[0], NULL };
-
-		c->checked++;
-		ret = run(chk, out);
-		if (ret != 0) {
-			fprintf(stderr, "FAIL %s: btrfs check --readonly exits %d:\n", what, ret);
-			print_file_head(out, 25);
-			goto detach;
-		}
-	}
+	if (km.n > 1 && c->check && !extra && !run_check(c, loops[0], out, what))
+		goto detach;
 	snprintf(opts, sizeof(opts), "ro,noatime");
-	for (d = 1; d < c->ndev; d++)
+	for (d = 1; d < km.n; d++)
 		snprintf(opts + strlen(opts), sizeof(opts) - strlen(opts), ",device=%s", loops[d]);
 	argv[0] = "mount";
 	argv[1] = "-t";
@@ -690,35 +952,65 @@ static int kernel_agrees(struct ctx *c, const char *what)
 	else
 		ok = 1;
 	treelist_free(&got);
+	if (extra)
+		used = kernel_devices(loops, km.n);
 	argv[0] = "umount";
 	argv[1] = c->mnt;
 	argv[2] = NULL;
 	if (run(argv, out) != 0)
 		die("cannot unmount %s", c->mnt);
+	if (ok && extra) {
+		size_t first = SIZE_MAX, dropped = 0;
+
+		/* only what the kernel took stays attached for btrfs check */
+		for (d = 0; d < km.n; d++) {
+			if (used & (1u << d)) {
+				if (first == SIZE_MAX)
+					first = d;
+				continue;
+			}
+			loop_detach(loops[d], out);
+			loops[d][0] = '\0';
+			dropped++;
+		}
+		if (first == SIZE_MAX) {
+			fprintf(stderr, "FAIL %s: the kernel's sysfs lists none of its devices\n",
+				what);
+			ok = 0;
+		} else {
+			c->stale_dropped += dropped > 0;
+			if (c->check && !run_check(c, loops[first], out, what))
+				ok = 0;
+		}
+	}
 detach:
 	while (nloops-- > 0)
-		loop_detach(loops[nloops], out);
+		if (loops[nloops][0])
+			loop_detach(loops[nloops], out);
 	if (log)
 		remove_copies(c, copies);
 	return ok;
 }
 
 /*
- * --degraded: open the state read-only without device (index % devices) and
- * compare with the manifest's state for the generation found. 1 if it agrees.
+ * --degraded: open the state read-only without one of its devices @m (the
+ * (index % devices)-th) and compare with the manifest's state for the
+ * generation found. 1 if it agrees.
  */
-static int degraded_agrees(struct ctx *c, uint64_t dgen, const char *what, int show)
+static int degraded_agrees(struct ctx *c, const struct members *m, uint64_t dgen,
+			   const char *what, int show)
 {
 	struct butter_open_opts o = { 0 };
 	const char *devs[MAX_DEVS], *first = NULL;
-	size_t miss = (size_t)(c->index % c->ndev), nd = 0, d;
+	size_t miss = m->idx[c->index % m->n], nd = 0, k, d;
 	struct butter_fs *fs = NULL;
 	struct butter_info info;
 	const struct mstate *want;
 	struct treelist got = { 0 };
 	int ret, ok = 0;
 
-	for (d = 0; d < c->ndev; d++) {
+	for (k = 0; k < m->n; k++) {
+		d = m->idx[k];
 		if (d == miss)
 			continue;
 		if (!first)
@@ -770,8 +1062,20 @@ static int degraded_agrees(struct ctx *c, uint64_t dgen, const char *what, int s
 	return ok;
 }
 
-/* Open @paths (read-only with @flags) and compare with @want; 1 if equal. */
-static int open_and_compare(struct ctx *c, char paths[][4400], unsigned flags,
+/* One commit that changes no file: the label set to what it is. */
+static int commit_once(struct butter_fs *fs)
+{
+	struct butter_info info;
+	int ret = butter_get_info(fs, &info);
+
+	return ret ? ret : butter_set_label(fs, info.label);
+}
+
+/*
+ * Open @m's devices of @paths (read-only with @flags) and compare with @want;
+ * a read-write handle then commits once. 1 if equal (and committed).
+ */
+static int open_and_compare(char *const *paths, const struct members *m, unsigned flags,
 			    const struct mstate *want, const char *what, const char *how, int show)
 {
 	struct butter_open_opts o = { 0 };
@@ -780,14 +1084,11 @@ static int open_and_compare(struct ctx *c, char paths[][4400], unsigned flags,
 	struct treelist got = { 0 };
 	int ret, ok = 0;
 
-	for (size_t d = 1; d < c->ndev; d++)
-		devs[d - 1] = paths[d];
-	o.devices = devs;
-	o.ndevices = c->ndev - 1;
+	member_opts(m, paths, devs, &o);
 	o.flags = flags;
 	o.log = collect_message;
 	o.log_level = BUTTER_LOG_INFO;
-	ret = butter_open(paths[0], &o, &fs);
+	ret = butter_open(paths[m->idx[0]], &o, &fs);
 	if (ret) {
 		if (show)
 			fprintf(stderr, "FAIL %s: %s: butter cannot open it: %s\n%s", what, how,
@@ -803,6 +1104,10 @@ static int open_and_compare(struct ctx *c, char paths[][4400], unsigned flags,
 		if (show)
 			fprintf(stderr, "FAIL %s: %s: the tree differs from the manifest's "
 					"generation %" PRIu64 "\n", what, how, want->gen);
+	} else if (!(flags & BUTTER_OPEN_RDONLY) && (ret = commit_once(fs)) != 0) {
+		if (show)
+			fprintf(stderr, "FAIL %s: %s: a commit (the label set again) fails: %s\n%s",
+				what, how, strerror(-ret), messages ? messages : "");
 	} else {
 		ok = 1;
 	}
@@ -812,13 +1117,42 @@ static int open_and_compare(struct ctx *c, char paths[][4400], unsigned flags,
 }
 
 /*
+ * After a read-write open of the copies @copies: no more devices hold a
+ * superblock of the newest generation than it counts (a device that is no
+ * longer a member must not be written one). 1 if so.
+ */
+static int rw_devices_sane(struct ctx *c, char copies[][4400], const char *what, int show)
+{
+	int fds[MAX_DEVS];
+	struct members m;
+	size_t d, excess;
+
+	for (d = 0; d < c->ndev; d++) {
+		fds[d] = open(copies[d], O_RDONLY | O_CLOEXEC);
+		if (fds[d] < 0)
+			die("%s: %s", copies[d], strerror(errno));
+	}
+	scan_files(c, fds, 0, &m);
+	for (d = 0; d < c->ndev; d++)
+		close(fds[d]);
+	excess = excess_at_newest(&m);
+	if (excess && show)
+		fprintf(stderr, "FAIL %s: after a read-write open, %zu devices hold a superblock of "
+				"generation %" PRIu64 ", which counts %" PRIu64 "\n", what, excess,
+			m.gen, m.ndevices);
+	return !excess;
+}
+
+/*
  * --rw-check: open writable copies of the state read-write (log replay,
  * unfinished subvolume drops, orphans), compare, close, btrfs check, and
  * compare once more read-only. @gen: the generation the read-only open saw.
  */
-static int rw_agrees(struct ctx *c, uint64_t gen, const char *what, int show)
+static int rw_agrees(struct ctx *c, const struct members *m, uint64_t gen, const char *what,
+		     int show)
 {
 	static char copies[MAX_DEVS][4400];
+	char *cp[MAX_DEVS];
 	int log = has_tree_log(c), ok = 0;
 	const struct mstate *want = state_for(c, log ? replayed_gen(c, gen) : gen);
 
@@ -831,17 +1165,21 @@ static int rw_agrees(struct ctx *c, uint64_t gen, const char *what, int show)
 		return 0;
 	}
 	copy_state(c, "rw", copies);
+	for (size_t d = 0; d < c->ndev; d++)
+		cp[d] = copies[d];
 	messages_len = 0;
 	if (messages)
 		messages[0] = '\0';
-	if (!open_and_compare(c, copies, 0, want, what, "read-write", show))
+	if (!open_and_compare(cp, m, 0, want, what, "read-write", show))
+		goto out;
+	if (!rw_devices_sane(c, copies, what, show))
 		goto out;
 	if (messages && strstr(messages, "dropping deleted subvolume"))
 		c->rw_drops++;
 	if (log)
 		c->rw_logs++;
-	if (c->check && c->ndev == 1) {
-		char out[4200], *argv[] = { "btrfs", "check", "--readonly", copies[0], NULL };
+	if (c->check && m->n == 1) {
+		char out[4200], *argv[] = { "btrfs", "check", "--readonly", cp[m->idx[0]], NULL };
 
 		snprintf(out, sizeof(out), "%s/check.out", c->workdir);
 		if (run(argv, out) != 0) {
@@ -853,7 +1191,7 @@ static int rw_agrees(struct ctx *c, uint64_t gen, const char *what, int show)
 			goto out;
 		}
 	}
-	if (!open_and_compare(c, copies, BUTTER_OPEN_RDONLY, want, what,
+	if (!open_and_compare(cp, m, BUTTER_OPEN_RDONLY, want, what,
 			      "read-only after the read-write open", show))
 		goto out;
 	ok = 1;
@@ -890,8 +1228,9 @@ static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what
 	struct butter_info info;
 	const struct mstate *want;
 	struct treelist got = { 0 };
+	struct members m;
 	uint64_t dgen;
-	int ret, ok = 0, show;
+	int ret, ok = 0, show, new_set;
 
 	c->index++;
 	if (kind == ST_PREFIX)
@@ -903,10 +1242,22 @@ static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what
 	if (c->dry)
 		return;
 	show = c->failed < c->show;
-	for (size_t d = 1; d < c->ndev; d++)
-		devs[d - 1] = c->paths[d];
-	o.devices = devs;
-	o.ndevices = c->ndev - 1;
+	info.generation = 0;
+	scan_members(c, 0, &m);
+	new_set = note_set(c, &m);
+	if (!m.n) {
+		if (show)
+			fprintf(stderr, "FAIL %s: no device holds a valid superblock\n", what);
+		goto out;
+	}
+	if (excess_at_newest(&m)) {
+		if (show)
+			fprintf(stderr, "FAIL %s: %zu devices hold a superblock of generation %" PRIu64
+					", which counts %" PRIu64 "\n", what, excess_at_newest(&m),
+				m.gen, m.ndevices);
+		goto out;
+	}
+	member_opts(&m, c->paths, devs, &o);
 	o.flags = BUTTER_OPEN_RDONLY;
 	o.log = collect_message;
 	o.log_level = BUTTER_LOG_WARNING;
@@ -914,7 +1265,7 @@ static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what
 	if (messages)
 		messages[0] = '\0';
 	dgen = kind == ST_VERIFY ? durable_gen(c, UINT64_MAX) : durable_gen(c, pos);
-	ret = butter_open(c->paths[0], &o, &fs);
+	ret = butter_open(c->paths[m.idx[0]], &o, &fs);
 	if (ret) {
 		if (show)
 			fprintf(stderr, "FAIL %s: butter cannot open it: %s\n%s", what,
@@ -951,8 +1302,9 @@ static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what
 	}
 	butter_close(fs);
 	fs = NULL;
-	if (c->check && c->ndev == 1) {
-		char out[4200], *argv[] = { "btrfs", "check", "--readonly", c->paths[0], NULL };
+	if (c->check && m.n == 1) {
+		char out[4200], *argv[] = { "btrfs", "check", "--readonly", c->paths[m.idx[0]],
+					    NULL };
 
 		snprintf(out, sizeof(out), "%s/check.out", c->workdir);
 		c->checked++;
@@ -967,24 +1319,24 @@ static void verify(struct ctx *c, enum kind kind, uint64_t pos, const char *what
 		}
 	}
 	if (c->kernel_every &&
-	    (c->index % c->kernel_every == c->kernel_every / 2 || kind == ST_VERIFY)) {
+	    (c->index % c->kernel_every == c->kernel_every / 2 || kind == ST_VERIFY || new_set)) {
 		c->kmounted++;
 		if (!kernel_agrees(c, what))
 			goto out;
 		c->kagreed++;
 	}
-	if (c->degraded && c->ndev > 1) {
+	if (c->degraded && m.n > 1) {
 		int hard = c->degraded == 1 || c->at_commit;
 
 		c->deg_commits += (uint64_t)c->at_commit;
-		if (!degraded_agrees(c, dgen, what, show && hard)) {
+		if (!degraded_agrees(c, &m, dgen, what, show && hard)) {
 			if (hard)
 				goto out;
 			c->deg_tolerated++;
 		}
 	}
-	if (c->rw_every && c->index % c->rw_every == c->rw_every / 2 &&
-	    !rw_agrees(c, info.generation, what, show))
+	if (c->rw_every && (c->index % c->rw_every == c->rw_every / 2 || new_set) &&
+	    !rw_agrees(c, &m, info.generation, what, show))
 		goto out;
 	ok = 1;
 	if (info.generation == dgen)
@@ -1257,7 +1609,7 @@ int main(int argc, char **argv)
 	else
 		c.ndev = (size_t)(argc - a);
 	load_manifest(&c, manifest);
-	if ((size_t)(argc - a) != c.ndev)
+	if ((size_t)(argc - a) > c.ndev || argc == a)
 		die("the log names %zu device(s) but %d image(s) were given", c.ndev, argc - a);
 
 	snprintf(tmpl, sizeof(tmpl), "%s/crashreplay-XXXXXX", c.workdir);
@@ -1274,12 +1626,24 @@ int main(int argc, char **argv)
 			c.paths[d] = strdup(argv[a + d]);
 		} else {
 			snprintf(p, sizeof(p), "%s/state-%zu.img", tmpl, d);
-			copy_image(argv[a + d], p, c.sizes[d]);
+			if (d < (size_t)(argc - a))
+				copy_image(argv[a + d], p, c.sizes[d]);
 			c.paths[d] = strdup(p);
 		}
-		c.fds[d] = open(c.paths[d], (verify_mode ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+		c.fds[d] = open(c.paths[d], (verify_mode ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC,
+				0600);
 		if (c.fds[d] < 0)
 			die("%s: %s", c.paths[d], strerror(errno));
+		if (!verify_mode && d >= (size_t)(argc - a) &&
+		    ftruncate(c.fds[d], (off_t)c.sizes[d]) < 0) /* a device that joined later */
+			die("%s: %s", c.paths[d], strerror(errno));
+		if (verify_mode) {
+			off_t end = lseek(c.fds[d], 0, SEEK_END); /* files and block devices */
+
+			if (end < 0)
+				die("%s: %s", c.paths[d], strerror(errno));
+			c.sizes[d] = (uint64_t)end;
+		}
 	}
 
 	if (verify_mode) {
@@ -1298,17 +1662,27 @@ int main(int argc, char **argv)
 		walk(&c);
 	}
 
+	if (c.nsets > 1) {
+		printf("device sets (butter's/the kernel's:counted):");
+		for (size_t i = 0; i < c.nsets; i++) {
+			char set[200];
+
+			format_set(c.sets[i], set, sizeof(set));
+			printf(" %s", set);
+		}
+		printf("\n");
+	}
 	printf("crashreplay: records %zu (writes %" PRIu64 ", flushes %" PRIu64 "); states %" PRIu64
 	       " (prefix %" PRIu64 ", torn %" PRIu64 ", reordered %" PRIu64 "); consistent %" PRIu64
 	       "; failed %" PRIu64 "; btrfs-check %" PRIu64 "; kernel-mounted %" PRIu64
 	       ", agreed %" PRIu64 "; durable-bytes-verified %" PRIu64 "; rw-opened %" PRIu64
 	       ", agreed %" PRIu64 ", drops-finished %" PRIu64 ", logs-replayed %" PRIu64
 	       "; degraded-opened %" PRIu64 ", agreed %" PRIu64 ", tolerated %" PRIu64
-	       ", at-commits %" PRIu64 "\n",
+	       ", at-commits %" PRIu64 "; device-sets %zu, stale-dropped %" PRIu64 "\n",
 	       c.nrec, c.nwrites, c.nflushes, c.index, c.n_prefix, c.n_torn, c.n_reorder,
 	       c.consistent, c.failed, c.checked, c.kmounted, c.kagreed, c.durable_bytes,
 	       c.rw_opened, c.rw_agreed, c.rw_drops, c.rw_logs, c.deg_opened, c.deg_agreed,
-	       c.deg_tolerated, c.deg_commits);
+	       c.deg_tolerated, c.deg_commits, c.nsets, c.stale_dropped);
 
 	rollback(&c, &c.tmp_j, 0);
 	forget(&c.main_j, SIZE_MAX);
