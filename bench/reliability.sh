@@ -10,7 +10,9 @@
 #    in turn) over the mix and the overwrites; raid1 over 2 devices, raid5 and
 #    raid6 over 3; butter's replay of a kernel-made tree log; a balance that
 #    converts profiles, a full balance under snapshots, and a shrink that moves
-#    block groups, each after a mix workload), butter-workload
+#    block groups, each after a mix workload; a device removed from raid1 over 3
+#    and from single data with dup metadata over 2, and one replaced by a new
+#    image on the same two layouts (its writes recorded too)), butter-workload
 #    runs OPS operations (default 400; fewer for the heavier ones) with the
 #    recorder under it, then crashreplay replays every cut point (prefixes,
 #    torn writes, reorders between flushes) and checks each with butter, btrfs
@@ -18,8 +20,9 @@
 #    snapshot and log-replay state is also opened read-write by butter on
 #    copies (drops finished, the log replayed) and checked again; RAID states
 #    are also read with one device missing (raid5: required only where a
-#    commit completed, the write hole is counted). A table per workload
-#    follows: cut points replayed and consistent.
+#    commit completed, the write hole is counted); remove and replace states
+#    are opened with the devices a scan finds, and a sample read-write. A
+#    table per workload follows: cut points replayed and consistent.
 # 2. Faults: EIO on writes, torn writes, failing flushes, a vanishing device,
 #    each at several points of a workload, on one device and on a raid1 member,
 #    plus ENOSPC at every write and flush of one commit; each must stop the
@@ -49,7 +52,7 @@ while getopts "b:s:o:k:f:w:h" opt; do
 	k) ksample=$OPTARG ;;
 	f) fuzz_secs=$OPTARG ;;
 	w) work=$OPTARG ;;
-	*) sed -n '2,32p' "$0"; exit 2 ;;
+	*) sed -n '2,36p' "$0"; exit 2 ;;
 	esac
 done
 W=$build/tests/tools/butter-workload
@@ -190,6 +193,25 @@ raid_case() { # raid_case PROFILE DEVICES DEGRADED-OPTION SEED OPS
 	replay_case "$profile" "$4" "$5" 15
 }
 
+# device_case NAME DATA META DEVICES remove|replace SEED OPS: a mix workload on a
+# multi-device filesystem, then the device with the highest devid removed, or replaced
+# by a new image (which joins the record log as the next device)
+device_case() {
+	local name=$1 ndev=$4 i imgs=()
+	d="$dir/$name-$6"
+	mkdir -p "$d"
+	for i in $(seq 0 $((ndev - 1))); do
+		truncate -s 256M "$d/start$i.img"
+		imgs+=("$d/start$i.img")
+	done
+	mkfs.btrfs -q -f -d "$2" -m "$3" "${imgs[@]}" > /dev/null 2>&1 ||
+		{ echo "mkfs.btrfs -d $2 -m $3 failed" >&2; exit 2; }
+	truncate -s 256M "$d/new.img"
+	wargs=(--profile mix --max-file $((1 << 20)) --balance "$5" --new-device "$d/new.img")
+	rargs=(--rw-check 60)
+	replay_case "$name" "$6" "$7" 15
+}
+
 logreplay_case() { # logreplay_case SEED: a kernel-made image with a tree log, butter's replay
 	local seed=$1 l
 	d="$dir/logreplay-$seed"
@@ -257,6 +279,11 @@ for seed in $(seq 1 "$seeds"); do
 		--max-file $((1 << 18)) --balance full
 	crash_case shrink $((256 << 20)) 16384 "$seed" "$ops" 20 --profile mix \
 		--max-file $((1 << 20)) --balance shrink
+	# device remove and replace on multi-device filesystems
+	device_case remove-raid1 raid1 raid1 3 remove "$seed" $((ops / 2))
+	device_case remove-dup single dup 2 remove "$seed" $((ops / 2))
+	device_case replace-raid1 raid1 raid1 3 replace "$seed" $((ops / 2))
+	device_case replace-dup single dup 2 replace "$seed" $((ops / 2))
 	raid_case raid1 2 --degraded "$seed" $((ops / 2))
 	raid_case raid5 3 --degraded-commits "$seed" $((ops / 2))
 	raid_case raid6 3 --degraded "$seed" $((ops / 2))

@@ -50,10 +50,17 @@
  *                     dup, metadata and system to single, forced), "back" (data to
  *                     single, metadata and system to dup), or "shrink" (device 1 to
  *                     8 MiB less than the end of its last chunk, which moves that
- *                     chunk's groups: butter_device_resize). Relocation changes no
- *                     file: every generation it commits holds the tree of the one
- *                     before (written to the manifest ahead, for as many commits as
- *                     it may make), then a final sync and its durable line
+ *                     chunk's groups: butter_device_resize), "remove" (the device
+ *                     with the highest devid leaves a multi-device filesystem:
+ *                     butter_device_remove), or "replace" (the device with the
+ *                     highest devid is replaced by --new-device: butter_replace).
+ *                     Relocation changes no file: every generation it commits holds
+ *                     the tree of the one before (written to the manifest ahead, for
+ *                     as many commits as it may make), then a final sync and its
+ *                     durable line
+ *   --new-device PATH the replace target of --balance replace (with --record, the
+ *                     library records its writes as the next device index of the
+ *                     log: lib/device/recorder.c, blockdev_record_new)
  *   --log-replay      the image may hold a tree log: its read-only view (before
  *                     replay) goes to the manifest first, then the read-write open
  *                     (which replays the log) is recorded, and a "replays" line ties
@@ -782,6 +789,45 @@ static int setup_snapshots(struct butter_fs *fs, uint64_t *gen)
 
 /* ---- the run --------------------------------------------------------------- */
 
+static const char *new_device; /* --new-device */
+
+/*
+ * --balance remove|replace: the device with the highest devid leaves (its
+ * groups move to the others, then it is wiped) or is replaced by
+ * new_device. Prints "remove devid N: D devices left" or "replace devid N:
+ * B bytes copied, C chunks".
+ */
+static int device_op(struct butter_fs *fs, const char *what)
+{
+	struct butter_device_info di;
+	struct butter_replace_stats rst;
+	uint64_t devid = 0;
+	size_t k;
+	int ret;
+
+	for (k = 0; butter_get_device(fs, k, &di) == 0; k++)
+		if (di.devid > devid)
+			devid = di.devid;
+	if (k < 2 && !strcmp(what, "remove"))
+		return -EINVAL; /* the last device cannot leave */
+	if (!strcmp(what, "remove")) {
+		ret = butter_device_remove(fs, devid);
+		if (ret == 0)
+			printf("remove devid %llu: %zu devices left\n", (unsigned long long)devid,
+			       k - 1);
+		return ret;
+	}
+	if (!new_device)
+		return -EINVAL;
+	memset(&rst, 0, sizeof(rst));
+	ret = butter_replace(fs, devid, new_device, 0, &rst);
+	if (ret == 0)
+		printf("replace devid %llu: %llu bytes copied, %llu chunks\n",
+		       (unsigned long long)devid, (unsigned long long)rst.bytes_written,
+		       (unsigned long long)rst.chunks_done);
+	return ret;
+}
+
 /*
  * --balance: relocate block groups as @what says; the tree stays the one of
  * generation *gen, so each generation the relocation may commit gets it.
@@ -804,7 +850,8 @@ static int run_balance(struct butter_fs *fs, const char *what, uint64_t *gen)
 		args.data.flags = args.meta.flags = args.sys.flags = BUTTER_BALANCE_F_CONVERT;
 		args.data.target = to_dup ? (1ULL << 5) : BUTTER_PROFILE_SINGLE;
 		args.meta.target = args.sys.target = to_dup ? BUTTER_PROFILE_SINGLE : (1ULL << 5);
-	} else if (strcmp(what, "full") && strcmp(what, "shrink")) {
+	} else if (strcmp(what, "full") && strcmp(what, "shrink") && strcmp(what, "remove") &&
+		   strcmp(what, "replace")) {
 		return -EINVAL;
 	}
 	for (k = 0; butter_get_space(fs, k, &sp) == 0; k++)
@@ -830,13 +877,17 @@ static int run_balance(struct butter_fs *fs, const char *what, uint64_t *gen)
 			ret = butter_device_resize(fs, di.devid, &size);
 		}
 		st.groups = st.tree_blocks = 1; /* not counted by the resize; it moved some */
+	} else if (!strcmp(what, "remove") || !strcmp(what, "replace")) {
+		ret = device_op(fs, what); /* prints its own line */
 	} else {
 		ret = butter_balance(fs, &args, &st);
 	}
 	if (ret)
 		return ret;
-	printf("balance %llu groups %llu extents %llu blocks\n", (unsigned long long)st.groups,
-	       (unsigned long long)st.data_extents, (unsigned long long)st.tree_blocks);
+	if (strcmp(what, "remove") && strcmp(what, "replace"))
+		printf("balance %llu groups %llu extents %llu blocks\n",
+		       (unsigned long long)st.groups, (unsigned long long)st.data_extents,
+		       (unsigned long long)st.tree_blocks);
 	*gen = generation(fs);
 	manifest_durable(*gen);
 	return 0;
@@ -849,7 +900,8 @@ static int usage(const char *argv0)
 			"       [--profile full|mix|overwrite|fill|snapshot] [--max-file BYTES] "
 			"[--enospc-ok]\n"
 			"       [--compress zlib|lzo|zstd|seed|cycle] [--log-replay]\n"
-			"       [--balance full|convert|back|shrink]\n"
+			"       [--balance full|convert|back|shrink|remove|replace] "
+			"[--new-device PATH]\n"
 			"       IMAGE REFDIR SEED OPS [SYNC_EVERY]\n", argv0);
 	return 2;
 }
@@ -936,6 +988,8 @@ int main(int argc, char **argv)
 			compress_mode = argv[a + 1];
 		} else if (strcmp(o, "--balance") == 0) {
 			balance_mode = argv[a + 1];
+		} else if (strcmp(o, "--new-device") == 0) {
+			new_device = argv[a + 1];
 		} else {
 			return usage(argv[0]);
 		}
