@@ -280,6 +280,7 @@ static int load(struct butter_fs *fs, const char *path, struct blockdev **bdevs,
 		blog_err(&fs->log, "%s: cannot read the chunk tree", path);
 		goto fail_cache;
 	}
+	volumes_drop_unlisted(&fs->vol);
 	ret = volumes_check_devices(&fs->vol);
 	if (ret)
 		goto fail_cache;

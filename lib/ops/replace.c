@@ -435,7 +435,14 @@ static int swap(struct butter_fs *fs, struct ops_replace_state *r, struct btrfs_
 	old->devid = r->src->devid;
 	old->bdev = r->src->bdev;
 	old->path = r->src->path;
-	r->src->replace_target = NULL;
+	/*
+	 * The swap commit's writes reach the old device too (mirrored the other
+	 * way round now): superblocks go out one device at a time, and a cut
+	 * that leaves the old device in place beside a superblock of the new
+	 * generation must find the blocks of that generation on it.
+	 */
+	r->src->replace_target = old->bdev;
+	r->src->replace_error = 0;
 	r->src->bdev = r->dst;
 	r->src->path = r->target;
 	ret = ops_reopen_path_swap(fs, old->path, r->target);
@@ -453,6 +460,8 @@ static int swap(struct butter_fs *fs, struct ops_replace_state *r, struct btrfs_
 		free(old);
 		return fs_end_change(w, ret, 1);
 	}
+	r->src->replace_target = NULL;
+	r->src->replace_error = 0;
 	r->dst = NULL;
 	r->target = NULL;
 	/* groups that had their stripe on a missing device are whole again */

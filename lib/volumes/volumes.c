@@ -412,7 +412,35 @@ int volumes_add_dev_item(struct btrfs_volumes *vol, const struct btrfs_dev_item 
 	}
 	dev->total_bytes = btrfs_dev_item_total_bytes(item);
 	dev->bytes_used = btrfs_dev_item_bytes_used(item);
+	dev->listed = 1;
 	return 0;
+}
+
+void volumes_drop_unlisted(struct btrfs_volumes *vol)
+{
+	size_t i = 0;
+
+	while (i < vol->ndevs) {
+		struct btrfs_device *dev = vol->devs[i];
+
+		int used = 0;
+
+		for (size_t c = 0; c < vol->nchunks && !used; c++)
+			for (u32 k = 0; k < vol->chunks[c]->num_stripes; k++)
+				used |= vol->chunks[c]->stripes[k].devid == dev->devid;
+		if (dev->listed || used) {
+			i++;
+			continue;
+		}
+		blog_warn(vol->log, "%s: devid %llu is no longer a device of this filesystem (removed; "
+				    "its old superblock is ignored)", dev->path ? dev->path : "?",
+			  (unsigned long long)dev->devid);
+		memmove(&vol->devs[i], &vol->devs[i + 1], (vol->ndevs - i - 1) * sizeof(dev));
+		vol->ndevs--;
+		blockdev_close(dev->bdev);
+		free(dev->path);
+		free(dev);
+	}
 }
 
 struct btrfs_device *volumes_detach_device(struct btrfs_volumes *vol, u64 devid)
@@ -900,6 +928,10 @@ int volumes_flush(struct btrfs_volumes *vol)
 	for (i = 0; i < vol->ndevs; i++) {
 		if (!vol->devs[i]->bdev)
 			continue;
+		/* a replace's other device holds the same writes: durable with them */
+		if (vol->devs[i]->replace_target && !vol->devs[i]->replace_error &&
+		    blockdev_flush(vol->devs[i]->replace_target))
+			vol->devs[i]->replace_error = -EIO;
 		ret = blockdev_flush(vol->devs[i]->bdev);
 		if (ret) {
 			volumes_dev_stat_inc(vol->devs[i], BTRFS_DEV_STAT_FLUSH_ERRS);

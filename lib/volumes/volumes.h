@@ -52,6 +52,7 @@ struct btrfs_device {
 	 * (and reads again without it when no other copy is good).
 	 */
 	int avoid_reads;
+	int listed;             /* the chunk tree has its DEV_ITEM (volumes_add_dev_item()) */
 };
 
 struct map_stripe {
@@ -140,6 +141,14 @@ int volumes_add_dev_item(struct btrfs_volumes *vol, const struct btrfs_dev_item 
 
 /* After the chunk tree is loaded: check every stripe's device is present or tolerable. */
 int volumes_check_devices(struct btrfs_volumes *vol);
+
+/*
+ * After the chunk tree's dev items are loaded: close and forget every
+ * opened device the chunk tree does not list (a device removed, whose
+ * superblocks a crash kept from being wiped), with a warning, so that no
+ * commit makes it look like a member again. As the kernel at mount.
+ */
+void volumes_drop_unlisted(struct btrfs_volumes *vol);
 
 /* The chunk containing @logical, or NULL. */
 const struct chunk_map *volumes_find_chunk(const struct btrfs_volumes *vol, u64 logical);
