@@ -30,7 +30,8 @@ struct subvol *fs_subvol_cached(struct butter_fs *fs, u64 id, int *err)
 	pthread_mutex_unlock(&fs->subvol_lock);
 
 	*err = -ENOENT;
-	if (id != BTRFS_FS_TREE_OBJECTID &&
+	/* the data relocation tree too: orphan cleanup frees a cut kernel balance's inode there */
+	if (id != BTRFS_FS_TREE_OBJECTID && id != BTRFS_DATA_RELOC_TREE_OBJECTID &&
 	    (id < BTRFS_FIRST_FREE_OBJECTID || id > BTRFS_LAST_FREE_OBJECTID))
 		return NULL;
 	ret = fs_read_root_item(fs, id, &item, NULL);

@@ -520,6 +520,13 @@ int ns_orphan_cleanup(struct butter_fs *fs)
 		key.type = 0;
 		key.offset = 0;
 	}
+	/*
+	 * The data relocation tree's inode of a kernel balance that was cut:
+	 * its extents are copies nothing else needs once the relocation trees
+	 * are gone (subvol_drop_reloc_trees()), freed like any orphan's.
+	 */
+	if (ret >= 0 && fs_read_root_item(fs, BTRFS_DATA_RELOC_TREE_OBJECTID, &item, NULL) == 0)
+		ret = clean_subvol(fs, BTRFS_DATA_RELOC_TREE_OBJECTID, &item, &freed, &left);
 	if (ret < 0) {
 		blog_err(&fs->log, "cleaning up orphan inodes: %s", strerror(-ret));
 		return ret;

@@ -191,6 +191,9 @@ static int open_write(struct butter_fs *fs)
 	/* finish deleting subvolumes whose freeing a crash interrupted */
 	if (ret >= 0)
 		ret = subvol_drop_orphans(fs);
+	/* and the relocation trees of a kernel balance that was cut */
+	if (ret >= 0)
+		ret = subvol_drop_reloc_trees(fs);
 	if (ret >= 0)
 		ret = ns_orphan_cleanup(fs); /* as the kernel at a read-write mount */
 	if (ret < 0) {

@@ -1157,8 +1157,9 @@ int ops_relocate_group_locked(struct butter_fs *fs, struct fs_write_state *w, u6
 	ret = has_reloc_trees(fs);
 	if (ret) {
 		if (ret > 0) {
-			blog_err(&fs->log, "a balance interrupted in the kernel left relocation trees; "
-					   "mount with the kernel once to finish it");
+			/* the others are dropped at a read-write open (subvol_drop_reloc_trees()) */
+			blog_err(&fs->log, "a balance interrupted in the kernel left relocation trees "
+					   "merged in part; mount with the kernel once to finish it");
 			ret = -EOPNOTSUPP;
 		}
 		return ret;

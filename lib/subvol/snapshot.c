@@ -155,6 +155,7 @@ struct drop_ctx {
 	struct tree_trans *t;
 	u64 root_id;
 	u64 created;    /* the root item key offset: blocks newer were written by this tree */
+	int root_self_ref; /* a relocation tree: its root block's reference names itself as parent */
 };
 
 static int apply_refs_if_many(struct drop_ctx *d)
@@ -219,6 +220,8 @@ static int drop_own_ref(struct drop_ctx *d, const struct tree_node *node,
 		node_key(node, 0, &ref.first_key);
 	if (parent && (parent_flags & BTRFS_BLOCK_FLAG_FULL_BACKREF))
 		ref.parent = parent->bytenr;
+	else if (!parent && d->root_self_ref)
+		ref.parent = node->bytenr;
 	else
 		ref.root = parent ? parent->owner : d->root_id;
 	return extent_queue_ref(d->es, &ref);
@@ -347,7 +350,7 @@ static int drop_tree(struct butter_fs *fs, u64 id)
 	struct fs_write_state *w = fs->w;
 	struct btrfs_root_item ri;
 	struct btrfs_key key;
-	struct drop_ctx d = { fs, &w->es, &w->txn.tt, id, 0 };
+	struct drop_ctx d = { fs, &w->es, &w->txn.tt, id, 0, 0 };
 	struct btrfs_key progress;
 	struct tree_node *root;
 	int ret;
@@ -567,6 +570,93 @@ int subvol_drop_orphans(struct butter_fs *fs)
 		if (ret)
 			return ret;
 		dropped++;
+	}
+	return dropped;
+}
+
+/*
+ * Relocation trees a kernel balance left behind when it was cut (a crash, or
+ * an unmount in the middle of a block group): as the kernel's recovery ends
+ * in dropping them, butter drops them at once instead of merging first.
+ * This is safe because everything they hold is counted in the extent tree
+ * like any snapshot's blocks: a tree whose merge is done (refs 0) goes on
+ * from its drop_progress; one not yet merged (refs 1, no progress) is
+ * dropped whole, and the subvolume keeps the blocks it points at (those in
+ * the group being moved stay valid until that group is moved again, by the
+ * recorded balance that butter or the kernel resumes). One merged in part
+ * (refs 1 with a progress key: the kernel swaps subtrees as it merges) is
+ * left alone: the kernel's next mount finishes it; butter's relocation
+ * refuses to run meanwhile (lib/ops/relocate.c). Each tree goes in a commit
+ * of its own. Returns the number dropped, or a negative errno.
+ */
+int subvol_drop_reloc_trees(struct butter_fs *fs)
+{
+	struct btrfs_key key = { BTRFS_TREE_RELOC_OBJECTID, BTRFS_ROOT_ITEM_KEY, 0 };
+	struct fs_write_state *w;
+	int ret, dropped = 0;
+
+	for (;;) {
+		struct btrfs_root_item ri;
+		struct btrfs_key progress;
+		struct tree_node *root;
+		struct drop_ctx d;
+		int partial;
+
+		memset(&ri, 0, sizeof(ri));
+		ret = tree_find_key(&fs->cache, &fs->root_tree, &key, 0, &key);
+		if (ret < 0)
+			return ret;
+		if (ret == 1 || key.objectid != BTRFS_TREE_RELOC_OBJECTID ||
+		    key.type != BTRFS_ROOT_ITEM_KEY)
+			break;
+		ret = tree_lookup_item(&fs->cache, &fs->root_tree, &key, &ri, sizeof(ri));
+		if (ret < 0)
+			return ret;
+		if ((size_t)ret < offsetof(struct btrfs_root_item, drop_level) + sizeof(ri.drop_level))
+			return BLOG_CORRUPT(&fs->log, "relocation tree of %llu: root item of %d bytes",
+					    (unsigned long long)key.offset, ret);
+		btrfs_disk_to_cpu_key(&progress, &ri.drop_progress);
+		partial = ri.drop_level || progress.objectid || progress.type || progress.offset;
+		if (btrfs_root_refs(&ri) != 0 && partial) {
+			blog_warn(&fs->log, "the relocation tree of subvolume %llu is merged in part by an "
+					    "interrupted kernel balance; left for the kernel to finish",
+				  (unsigned long long)key.offset);
+			key.offset++;
+			continue;
+		}
+		if (ri.level >= BTRFS_MAX_LEVEL)
+			return BLOG_CORRUPT(&fs->log, "relocation tree of %llu: root level %u",
+					    (unsigned long long)key.offset, ri.level);
+		ret = fs_begin_change_rsv(fs, &w, 0, 1);
+		if (ret)
+			return ret;
+		blog_info(&fs->log, "dropping the relocation tree of subvolume %llu, left by an "
+				    "interrupted kernel balance", (unsigned long long)key.offset);
+		memset(&d, 0, sizeof(d));
+		d.fs = fs;
+		d.es = &w->es;
+		d.t = &w->txn.tt;
+		d.root_id = BTRFS_TREE_RELOC_OBJECTID;
+		d.created = UINT64_MAX; /* its own blocks carry full backrefs already */
+		d.root_self_ref = 1;
+		ret = node_read(&fs->cache, btrfs_root_bytenr(&ri), btrfs_root_generation(&ri), ri.level,
+				NULL, &root);
+		if (ret == 0) {
+			if (partial)
+				ret = drop_resume(&d, root, NULL, 0, &progress, ri.drop_level);
+			else
+				ret = drop_block(&d, root, NULL, 0);
+			node_put(&fs->cache, root);
+		}
+		if (ret == 0)
+			ret = delete_root_item(fs, &key);
+		if (ret == 0)
+			ret = txn_commit(&w->txn);
+		ret = fs_end_change(w, ret, 1);
+		if (ret)
+			return ret;
+		dropped++;
+		key.offset++;
 	}
 	return dropped;
 }

@@ -27,6 +27,8 @@ int subvol_link(struct butter_fs *fs, struct subvol *parent, u64 dir, const char
  * called when a handle opens read-write. Returns how many, or -errno.
  */
 int subvol_drop_orphans(struct butter_fs *fs);
+/* Drop the relocation trees an interrupted kernel balance left (snapshot.c says which). */
+int subvol_drop_reloc_trees(struct butter_fs *fs);
 
 /* ---- uuid_tree.c: list / unlist subvolume @id under @uuid (type UUID_KEY_*) ---- */
 int subvol_uuid_tree_add(struct butter_fs *fs, const u8 *uuid, u8 type, u64 id);

@@ -19,6 +19,7 @@ Refusals leave the image as it was: same content, still clean.
 """
 import os
 import re
+import time
 
 import pytest
 
@@ -642,6 +643,112 @@ def test_replace_avoid_src(kernel, butter, workdir):
         oracle.btrfs_check(a, new, strict=True)
         assert_same_fs(before, a, new, mnt=os.path.join(workdir, "mnt" + flag))
     assert errs["-r"] < errs[""], errs
+
+
+def reloc_roots(image):
+    """[(subvolume, refs)] of the relocation trees in `image`'s root tree."""
+    out = kfs.run(["btrfs", "inspect-internal", "dump-tree", "-t", "root", image]).stdout
+    return [(m.group(1), int(m.group(2))) for m in
+            re.finditer(r"key \(TREE_RELOC ROOT_ITEM (\S+)\).*?\n.*?\n.*?refs (\d+)", out)]
+
+
+def test_kernel_balance_cut_by_a_crash(kernel, butter, workdir):
+    """A kernel balance cut while it relocates (what a power cut leaves: the kernel's
+    relocation trees in the root tree, merged or not, the data relocation tree's orphan
+    inode, the balance item). The states are taken as a crash would leave them: the
+    image lives on an outer btrfs and is cloned (reflink, atomic against the loop
+    device's writes) again and again while the balance runs. butter opens each
+    read-write: it drops the relocation trees and the orphan, and resumes the balance;
+    btrfs check is clean and the kernel shows the tree as it was before the balance.
+    For one state the kernel resumes the balance after butter's open instead."""
+    import random
+    import subprocess
+    with kfs.kernel_fs(workdir, size=8 << 30, name="outer") as outer:
+        pristine = os.path.join(outer.mnt, "pristine.img")
+        with open(pristine, "wb") as f:
+            f.truncate(4 << 30)
+        kfs.run(["mkfs.btrfs", "-q", "-f", pristine])
+        inner = os.path.join(workdir, "inner")
+        with kfs.attached([pristine]) as loops:
+            kfs.mount(loops[0], inner, [])
+            try:
+                rng = random.Random(7)
+                for i in range(96):  # enough for several commits inside each block group
+                    with open(os.path.join(inner, f"f{i}"), "wb") as f:
+                        f.write(rng.randbytes(12 << 20))
+                kfs.run(["btrfs", "subvolume", "snapshot", inner, os.path.join(inner, "snap")])
+                for i in range(0, 96, 3):
+                    with open(os.path.join(inner, f"f{i}"), "r+b") as f:
+                        f.seek(20480)
+                        f.write(rng.randbytes(40960))
+                os.makedirs(os.path.join(inner, "d"))
+                for i in range(3000):
+                    with open(os.path.join(inner, "d", f"s{i}"), "w") as f:
+                        f.write(str(i))
+            finally:
+                kfs.umount(inner)
+        def tree_of(image, mnt):
+            with oracle.kernel_mount(image, mnt=mnt) as root:
+                return manifest.take(root)
+
+        before = tree_of(pristine, os.path.join(workdir, "look"))
+        hits = []
+        for attempt in range(4):
+            work = os.path.join(outer.mnt, "work.img")
+            kfs.run(["cp", "--reflink=always", pristine, work])
+            copies = []
+            with kfs.attached([work]) as loops:
+                kfs.mount(loops[0], inner, [])
+                try:
+                    bal = subprocess.Popen(["btrfs", "balance", "start", "--full-balance", inner],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    while bal.poll() is None:
+                        copy = os.path.join(outer.mnt, f"cut{attempt}-{len(copies)}.img")
+                        kfs.run(["cp", "--reflink=always", work, copy])
+                        copies.append(copy)
+                    bal.wait()
+                finally:
+                    kfs.umount(inner)
+            for copy in copies:
+                roots = reloc_roots(copy)
+                if roots:
+                    hits.append((copy, roots))
+                else:
+                    os.unlink(copy)
+            if any(r for _, roots in hits for _, r in roots) and \
+                    any(not r for _, roots in hits for _, r in roots):
+                break  # both kinds: not yet merged (refs 1), merged (refs 0)
+        assert hits, "no state with relocation trees was caught"
+        picked = hits[:: max(1, len(hits) // 4)][:4]
+        for n, (copy, roots) in enumerate(picked):
+            img = os.path.join(workdir, f"state{n}.img")
+            kfs.run(["cp", "--sparse=always", copy, img])
+            r = kfs.run([butter.path, "balance", "resume", "-v", img], check=False, timeout=900)
+            assert r.returncode == 0, f"{roots}: {r.stdout}{r.stderr}"
+            assert "dropping the relocation tree" in r.stderr, r.stderr
+            assert reloc_roots(img) == [], roots
+            oracle.btrfs_check(img, strict=True)
+            got = tree_of(img, os.path.join(workdir, f"k{n}"))
+            oracle.assert_tree(before, got, f"the kernel after butter resumed a cut balance {roots}")
+        # butter's open alone, then the kernel resumes the recorded balance itself
+        img = os.path.join(workdir, "kernel-resumes.img")
+        kfs.run(["cp", "--sparse=always", picked[0][0], img])
+        r = kfs.run([butter.path, "filesystem", "label", img, "cut"], check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert reloc_roots(img) == []
+        with kfs.attached([img]) as loops:
+            kfs.mount(loops[0], inner, [])
+            try:
+                for _ in range(600):
+                    st = kfs.run(["btrfs", "balance", "status", inner], check=False)
+                    if "running" not in st.stdout.lower():
+                        break
+                    time.sleep(0.5)
+            finally:
+                kfs.umount(inner)
+        oracle.btrfs_check(img, strict=True)
+        out = kfs.run(["btrfs", "inspect-internal", "dump-tree", "-t", "root", img]).stdout
+        assert "BALANCE" not in out, "the kernel did not finish the recorded balance"
 
 
 def test_replace_refusals(kernel, butter, workdir):
