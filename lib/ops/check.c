@@ -219,6 +219,7 @@ static int walk_root(struct checker *c, u64 objectid, u64 bytenr, u64 gen, int l
 static int is_data_tree(u64 id)
 {
 	return id == BTRFS_FS_TREE_OBJECTID || id == BTRFS_DATA_RELOC_TREE_OBJECTID ||
+	       id == BTRFS_TREE_RELOC_OBJECTID ||
 	       (id >= BTRFS_FIRST_FREE_OBJECTID && id <= BTRFS_LAST_FREE_OBJECTID);
 }
 
