@@ -112,6 +112,27 @@ static const struct cli_command commands[] = {
 		.usage = "Commit everything written to the `butter mount` holding PATH so far.\n",
 	},
 	{
+		.name = "filesystem defragment",
+		.main = cmd_defrag,
+		.summary = "make files' data lie in one run, keeping what snapshots share",
+		.synopsis = "[-r] [-v] [-t SIZE] [-s START] [-l LEN] PATH... | "
+			    "[--device DEV]... IMAGE [PATH...]",
+		.usage = "Move the data of each file so that it lies in one contiguous run, in\n"
+			 "file order. Snapshot-aware: an extent shared with snapshots or reflinked\n"
+			 "files moves once and every file that shares it follows, so nothing\n"
+			 "shared is copied apart (the kernel's defragment breaks sharing). Extents\n"
+			 "keep their size and compression; checksums move with them. PATHs inside\n"
+			 "a live `butter mount` are defragmented by the mount; with an IMAGE first,\n"
+			 "PATHs are inside it (default \"/\"). Every file is committed when done.\n"
+			 "\n"
+			 "  -r          files in directories too, recursively (within one subvolume)\n"
+			 "  -v          a line for each file\n"
+			 "  -t SIZE     leave files whose every run is at least SIZE (default 32M)\n"
+			 "  -s START    from this file offset (default 0)\n"
+			 "  -l LEN      this many bytes (default: to the end)\n"
+			 "  -f          accepted (btrfs-progs' flush); each file is committed anyway\n",
+	},
+	{
 		.name = "send",
 		.main = cmd_send,
 		.summary = "write a read-only subvolume as a btrfs send stream",

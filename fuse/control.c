@@ -198,6 +198,8 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_ioc_dev_stats dev_stats;
 		struct butter_ioc_balance balance;
 		struct butter_ioc_device device;
+		struct butter_ioc_defrag defrag;
+		struct butter_ioc_layout layout;
 	} u;
 	size_t size = _IOC_SIZE(cmd), out = 0;
 	int ret = 0, inval = 0;
@@ -322,6 +324,26 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		break;
 	case BUTTER_IOC_DEVICE:
 		ret = balancer_device_ioctl(d, &u.device);
+		break;
+	case BUTTER_IOC_DEFRAG: {
+		butter_ino_t id;
+
+		ret = d->readonly ? -EROFS : nodes_resolve(&d->nodes, ino, &id);
+		memset(&u.defrag.stats, 0, sizeof(u.defrag.stats));
+		if (ret == 0)
+			ret = butter_defrag(d->fs, id, &u.defrag.args, &u.defrag.stats);
+		out = sizeof(u.defrag);
+		break;
+	}
+	case BUTTER_IOC_LAYOUT:
+		if (u.layout.count < 1 || u.layout.count > BUTTER_IOC_LAYOUT_MAX ||
+		    (u.layout.flags & ~BUTTER_LAYOUT_CONTINUE))
+			ret = -EINVAL;
+		else
+			ret = d->readonly ? -EROFS
+					  : butter_layout(d->fs, u.layout.ranges, u.layout.count,
+							  u.layout.flags, &u.layout.stats);
+		out = sizeof(u.layout);
 		break;
 	default:
 		fuse_reply_err(req, ENOTTY);

@@ -723,6 +723,65 @@ int butter_device_remove_step(struct butter_fs *fs, uint64_t devid, uint64_t *cu
 int butter_device_resize_step(struct butter_fs *fs, uint64_t devid, uint64_t size,
 			      uint64_t *cursor, struct butter_balance_stats *st);
 
+/* ---- where data lies: defragment and layout -------------------------------- */
+/*
+ * Defragment regular file @ino: when the pieces of [start, start + len) (len 0:
+ * to the end) do not lie one after another on disk and some stretch of
+ * consecutive ones is shorter than @target (0: 32 MiB, btrfs-progs' -t), its
+ * data extents are moved, in file order, to one contiguous run of free space.
+ * **Snapshot-aware**: an extent shared with snapshots or reflinked files moves
+ * once, and every file extent item that names it, in every subvolume,
+ * follows; sharing and compression are kept, checksums carried over. Extents
+ * move whole (a file using part of an extent moves all of it); preallocated
+ * ones stay. Commits. Adds to @st (may be NULL). -EISDIR for a directory,
+ * -EINVAL for another non-regular file, -EROFS on a read-only handle, -ENOSPC
+ * when no free space can take the extents (nothing changed then).
+ */
+struct butter_defrag_args {
+	uint64_t start, len;  /* the file range */
+	uint64_t target;      /* stretches at least this long are fine (0: 32 MiB) */
+	unsigned flags;       /* none yet: 0 */
+};
+
+struct butter_defrag_stats {
+	uint64_t files;         /* files looked at */
+	uint64_t files_moved;   /* files whose data moved */
+	uint64_t extents_moved, bytes_moved;
+	uint64_t runs_before, runs_after; /* contiguous stretches, summed over the files */
+};
+
+int butter_defrag(struct butter_fs *fs, butter_ino_t ino, const struct butter_defrag_args *args,
+		  struct butter_defrag_stats *st);
+
+/*
+ * Lay out the data of @ranges (an access trace: files and byte ranges in the
+ * order they are read; len 0 is to the end of the file) one after another in
+ * that order, in a fresh region of the address space (new chunks first, free
+ * space of existing groups when no device space is left). Snapshot-aware as
+ * butter_defrag(). A file that no longer exists is counted in @st->missing.
+ * @st (required) accumulates over calls; with BUTTER_LAYOUT_CONTINUE and
+ * the @st->hint a previous call left, the data goes on right after the
+ * previous call's, so a long trace can be placed in several calls (a mount
+ * does, to serve other requests between them). Commits.
+ */
+struct butter_layout_range {
+	butter_ino_t ino;
+	uint64_t off, len;
+};
+
+struct butter_layout_stats {
+	uint64_t files, missing;
+	uint64_t extents_moved, bytes_moved;
+	uint64_t runs_before, runs_after;  /* stretches read without a seek, over the trace */
+	uint64_t seek_before, seek_after;  /* bytes skipped between them (logical addresses) */
+	uint64_t hint;                     /* where the placed data ends (for CONTINUE) */
+};
+
+#define BUTTER_LAYOUT_CONTINUE 0x1u
+
+int butter_layout(struct butter_fs *fs, const struct butter_layout_range *ranges, size_t n,
+		  unsigned flags, struct butter_layout_stats *st);
+
 /* ---- check ---------------------------------------------------------------- */
 /*
  * A read-only consistency check (lib/ops/check.c says what it covers): every

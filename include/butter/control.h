@@ -31,6 +31,8 @@
  *                             balance, or ask how it goes
  *   BUTTER_IOC_DEVICE         device remove, resize or replace, run by the
  *                             same thread
+ *   BUTTER_IOC_DEFRAG         defragment the fd's file (snapshot-aware)
+ *   BUTTER_IOC_LAYOUT         place the ranges of an access trace in order
  * Errors come back as errno of the ioctl(2) call, as the library's.
  * A snapshot or subvolume change commits first, so it sees every write
  * made before the call.
@@ -247,5 +249,35 @@ struct butter_ioc_device {
 };
 
 #define BUTTER_IOC_DEVICE _IOW(BUTTER_IOC_MAGIC, 17, struct butter_ioc_device)
+
+/*
+ * BUTTER_IOC_DEFRAG: defragment the file the fd names (butter_defrag(): its
+ * extents move together, snapshot-aware, committed before the answer).
+ * EROFS on a read-only mount, EISDIR on a directory.
+ */
+struct butter_ioc_defrag {
+	struct butter_defrag_args args;     /* in */
+	struct butter_defrag_stats stats;   /* out: this file's counts */
+};
+
+#define BUTTER_IOC_DEFRAG _IOWR(BUTTER_IOC_MAGIC, 20, struct butter_ioc_defrag)
+
+/*
+ * BUTTER_IOC_LAYOUT: place up to BUTTER_IOC_LAYOUT_MAX ranges of a trace
+ * (butter_layout()) on any fd of the mount; a longer trace is sent in
+ * pieces, each with BUTTER_LAYOUT_CONTINUE and the @stats the previous one
+ * returned (which carry where its data ended), so the mount serves other
+ * requests between pieces and the data still lies in one run.
+ */
+#define BUTTER_IOC_LAYOUT_MAX 64
+
+struct butter_ioc_layout {
+	uint32_t count;                     /* in: ranges used, 1..BUTTER_IOC_LAYOUT_MAX */
+	uint32_t flags;                     /* in: BUTTER_LAYOUT_* */
+	struct butter_layout_range ranges[BUTTER_IOC_LAYOUT_MAX]; /* in */
+	struct butter_layout_stats stats;   /* in/out: accumulated */
+};
+
+#define BUTTER_IOC_LAYOUT _IOWR(BUTTER_IOC_MAGIC, 21, struct butter_ioc_layout)
 
 #endif

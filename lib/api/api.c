@@ -496,6 +496,20 @@ int butter_balance_step(struct butter_fs *fs, const struct butter_balance_args *
 	LOCKED(fs, HOLD_EXCL, int, ops_balance_step(fs, args, cursor, st));
 }
 
+int butter_defrag(struct butter_fs *fs, butter_ino_t ino, const struct butter_defrag_args *args,
+		  struct butter_defrag_stats *st)
+{
+	LOCKED(fs, HOLD_EXCL, int, ops_defrag(fs, ino, args, st));
+}
+
+int butter_layout(struct butter_fs *fs, const struct butter_layout_range *ranges, size_t n,
+		  unsigned flags, struct butter_layout_stats *st)
+{
+	if (!st)
+		return -EINVAL;
+	LOCKED(fs, HOLD_EXCL, int, ops_layout(fs, ranges, n, flags, st));
+}
+
 int butter_balance_item(struct butter_fs *fs, struct butter_balance_args *out)
 {
 	LOCKED(fs, HOLD_SHARED, int, ops_balance_item(fs, out));

@@ -37,6 +37,10 @@ int ops_balance_step(struct butter_fs *fs, const struct butter_balance_args *arg
 int ops_balance_item(struct butter_fs *fs, struct butter_balance_args *out);
 int ops_balance_cancel(struct butter_fs *fs);
 int ops_check(struct butter_fs *fs, struct butter_check_result *res);
+int ops_defrag(struct butter_fs *fs, butter_ino_t ino, const struct butter_defrag_args *args,
+	struct butter_defrag_stats *st);
+int ops_layout(struct butter_fs *fs, const struct butter_layout_range *ranges, size_t n,
+	unsigned flags, struct butter_layout_stats *st);
 void ops_close(struct butter_fs *fs);
 int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint64_t *devid);
 int ops_device_remove(struct butter_fs *fs, uint64_t devid);
@@ -70,6 +74,33 @@ int ops_send(struct butter_fs *fs, uint64_t subvol, uint64_t parent, butter_send
  */
 int ops_relocate_group_locked(struct butter_fs *fs, struct fs_write_state *w, u64 start,
 			      struct butter_balance_stats *st);
+
+/* A data extent to move: its bytenr and length (the length sizes the destination). */
+struct ops_move_item {
+	u64 bytenr, len;
+};
+
+struct ops_move_stats {
+	u64 extents, bytes, tree_blocks; /* moved (added to) */
+	u64 hint;  /* in: where the previous call's copies ended (0: none); out: where these end */
+};
+
+#define OPS_MOVE_FRESH 0x1u /* copies go to new chunks first, free space of old groups after */
+
+/*
+ * Move the data extents @items[0..n) (relocate.c), in this order, to one
+ * contiguous run of free space each batch allows (each copy right after the
+ * previous one; a new region only when the current one is full), with every
+ * file extent item in every tree that names one following it, so nothing
+ * shared becomes unshared. Bytes and checksums are copied as stored
+ * (compressed extents stay so). An item named twice or no longer allocated
+ * is skipped. With the write lock @w held and no change running: it commits
+ * what runs, then moves in transactions of 256 MiB of data each, committed.
+ * A failure after trees changed aborts the transaction.
+ */
+int ops_move_data_locked(struct butter_fs *fs, struct fs_write_state *w,
+			 const struct ops_move_item *items, size_t n, unsigned flags,
+			 struct ops_move_stats *st);
 
 /*
  * Before shrinking device @devid to @want bytes (balance.c): keep new chunks

@@ -182,6 +182,16 @@ struct reloc {
 	int data_reloc_loaded;
 
 	struct butter_balance_stats *st;
+
+	/*
+	 * Moving chosen extents (ops_move_data_locked()) instead of emptying a
+	 * group: bg is NULL and data copies go, in the order they are made, to
+	 * [dest_cur, dest_end), a region taken out of free space; dest_left is
+	 * what remains to copy, which sizes the next region.
+	 */
+	unsigned move_flags;
+	u64 dest_cur, dest_end, dest_left;
+	u64 dest_hint;           /* where the previous copy ended (0: none yet) */
 };
 
 static void reloc_reset(struct reloc *rc)
@@ -295,9 +305,9 @@ static u64 profile_for(struct reloc *rc, u64 type)
 
 	if (forced)
 		return forced & BTRFS_BLOCK_GROUP_PROFILE_MASK;
-	if (type == BTRFS_BLOCK_GROUP_DATA && !(rc->bg->flags & BTRFS_BLOCK_GROUP_DATA))
+	if (type == BTRFS_BLOCK_GROUP_DATA && (!rc->bg || !(rc->bg->flags & BTRFS_BLOCK_GROUP_DATA)))
 		return rc->w->data_profile;
-	if (rc->bg->flags & type)
+	if (rc->bg && (rc->bg->flags & type))
 		return rc->bg->flags & BTRFS_BLOCK_GROUP_PROFILE_MASK;
 	for (i = 0; i < rc->es->nbgs; i++)
 		if ((rc->es->bgs[i]->flags & type) && extent_bg_allocatable(rc->es->bgs[i]))
@@ -343,7 +353,7 @@ static int reloc_alloc(struct reloc *rc, u64 type, u64 len, u64 *logical)
 	 * the next try is twice as big.
 	 */
 	least = len + (1ULL << 20);
-	want = chunk_size_for(rc, type, rc->bg->used > least ? rc->bg->used : least);
+	want = chunk_size_for(rc, type, rc->bg && rc->bg->used > least ? rc->bg->used : least);
 	if (want < least)
 		want = least;
 	for (tries = 0; tries < 3 && ret == -ENOSPC; tries++, want *= 2) {
@@ -789,6 +799,157 @@ static int move_tree_block(struct reloc *rc, u64 bytenr, int level)
 	return ret < 0 ? ret : 0;
 }
 
+/* ---- where moved data goes when no group is emptied ---- */
+
+/* Take [start, start + len) of @bg's free space for the destination. */
+static int dest_claim(struct reloc *rc, struct block_group *bg, u64 start, u64 len)
+{
+	if (range_remove(&bg->free, start, start + len))
+		return -ENOMEM;
+	bg->fst_dirty = 1;
+	rc->dest_cur = start;
+	rc->dest_end = start + len;
+	return 0;
+}
+
+/* A new data chunk of about @want bytes, its region claimed whole. 0, -ENOSPC or -errno. */
+static int dest_new_chunk(struct reloc *rc, u64 want, u64 least)
+{
+	u64 ss = rc->fs->vol.sectorsize, size, chunk, start;
+	struct block_group *bg;
+	int ret;
+
+	size = (want + (1ULL << 20) - 1) & ~((1ULL << 20) - 1);
+	if (size < (16ULL << 20))
+		size = 16ULL << 20;
+	for (;;) {
+		ret = chunk_create(rc->es, BTRFS_BLOCK_GROUP_DATA | profile_for(rc, BTRFS_BLOCK_GROUP_DATA),
+				   size, &chunk);
+		if (ret != -ENOSPC || size <= least || size <= (16ULL << 20))
+			break;
+		size = size / 2 > least ? size / 2 : least;
+	}
+	if (ret)
+		return ret;
+	ret = chunk_insert_items(rc->es, rc->t, chunk);
+	if (ret)
+		return ret;
+	bg = extent_find_bg(rc->es, chunk);
+	if (!bg)
+		return -EUCLEAN;
+	/* the longest piece a superblock copy leaves, up to @want */
+	for (size = want; size >= least; size = size / 2 > least ? (size / 2 + ss - 1) / ss * ss : least) {
+		if (range_find(&bg->free, size, ss, bg->start, &start) == 0)
+			return dest_claim(rc, bg, start, size);
+		if (size == least)
+			break;
+	}
+	return -ENOSPC;
+}
+
+/*
+ * Reserve the next destination region: room for @len bytes at least, and for
+ * all that is left to copy (dest_left, up to 1 GiB) if it can be had in one
+ * piece. OPS_MOVE_FRESH asks for a new chunk first (a region of the address
+ * space that held nothing, which on a device with free space is also a fresh
+ * physical region); otherwise a free range of existing groups comes first.
+ */
+static int dest_reserve(struct reloc *rc, u64 len)
+{
+	u64 ss = rc->fs->vol.sectorsize, want = rc->dest_left > len ? rc->dest_left : len;
+	struct block_group *best = NULL;
+	u64 best_start = 0, best_len = 0, start;
+	size_t i, k;
+	int ret, tried_chunk = 0;
+
+	if (want > (1ULL << 30))
+		want = len > (1ULL << 30) ? len : (1ULL << 30);
+	/* go on right after the previous copy when the space there is free */
+	if (rc->dest_hint) {
+		struct block_group *bg = extent_find_bg(rc->es, rc->dest_hint);
+
+		for (k = 0; bg && extent_bg_allocatable(bg) && (bg->flags & BTRFS_BLOCK_GROUP_DATA) &&
+			    k < bg->free.n; k++) {
+			const struct range *r = &bg->free.r[k];
+
+			if (r->start <= rc->dest_hint && rc->dest_hint < r->end) {
+				if (r->end - rc->dest_hint >= len)
+					return dest_claim(rc, bg, rc->dest_hint,
+							  r->end - rc->dest_hint < want ? r->end - rc->dest_hint
+											 : want);
+				break;
+			}
+		}
+	}
+	if (rc->move_flags & OPS_MOVE_FRESH) {
+		tried_chunk = 1;
+		ret = dest_new_chunk(rc, want, len);
+		if (ret != -ENOSPC)
+			return ret;
+	}
+	for (i = 0; i < rc->es->nbgs; i++) {
+		struct block_group *bg = rc->es->bgs[i];
+
+		if (!(bg->flags & BTRFS_BLOCK_GROUP_DATA) || !extent_bg_allocatable(bg) ||
+		    bg->free.total < len)
+			continue;
+		if (bg->free.total >= want && range_find(&bg->free, want, ss, bg->start, &start) == 0)
+			return dest_claim(rc, bg, start, want);
+		for (k = 0; k < bg->free.n; k++) {
+			u64 a = (bg->free.r[k].start + ss - 1) / ss * ss, b = bg->free.r[k].end;
+
+			if (b > a && b - a >= len && b - a > best_len) {
+				best = bg;
+				best_start = a;
+				best_len = (b - a) / ss * ss;
+			}
+		}
+	}
+	if (!tried_chunk) {
+		ret = dest_new_chunk(rc, want, len);
+		if (ret != -ENOSPC)
+			return ret;
+	}
+	if (best)
+		return dest_claim(rc, best, best_start, best_len < want ? best_len : want);
+	blog_err(&rc->fs->log, "no free data space of %llu bytes to move an extent to",
+		 (unsigned long long)len);
+	return -ENOSPC;
+}
+
+/* Give the unfilled end of the destination region back to free space. */
+static void dest_release(struct reloc *rc)
+{
+	struct block_group *bg;
+
+	if (rc->dest_cur < rc->dest_end) {
+		bg = extent_find_bg(rc->es, rc->dest_cur);
+		if (bg) {
+			range_add(&bg->free, rc->dest_cur, rc->dest_end);
+			bg->fst_dirty = 1;
+		}
+	}
+	rc->dest_cur = rc->dest_end = 0;
+}
+
+/* The place of the next copy of @len bytes: right after the previous one when it fits. */
+static int dest_take(struct reloc *rc, u64 len, u64 *logical)
+{
+	int ret;
+
+	if (rc->dest_end - rc->dest_cur < len) {
+		dest_release(rc);
+		ret = dest_reserve(rc, len);
+		if (ret)
+			return ret;
+	}
+	*logical = rc->dest_cur;
+	rc->dest_cur += len;
+	rc->dest_hint = rc->dest_cur;
+	rc->dest_left = rc->dest_left > len ? rc->dest_left - len : 0;
+	return 0;
+}
+
 /* ---- data extents ---- */
 
 /* Copy the bytes and checksums of data extent @refs to a new place (no tree changes). */
@@ -817,7 +978,8 @@ static int copy_data_extent(struct reloc *rc, const struct extent_refs *refs)
 		ret = -ENOMEM;
 		goto fail;
 	}
-	ret = reloc_alloc(rc, BTRFS_BLOCK_GROUP_DATA, len, &new_logical);
+	ret = rc->bg ? reloc_alloc(rc, BTRFS_BLOCK_GROUP_DATA, len, &new_logical)
+		     : dest_take(rc, len, &new_logical);
 	if (ret)
 		goto fail;
 	for (off = 0; off < len; off += RELOC_COPY_PIECE) {
@@ -1041,6 +1203,41 @@ static int cmp_leaf(const void *pa, const void *pb)
 /* ---- one group ---- */
 
 /*
+ * The tree half of moving the data copied so far: insert the copies'
+ * checksums, then point every collected leaf's file extent items at them.
+ */
+static int apply_data_moves(struct reloc *rc)
+{
+	size_t i, j;
+	int ret = 0;
+
+	for (i = 0; i < rc->ndata && ret == 0; i++) {
+		struct moved_data *md = &rc->data[i];
+		u32 ss = rc->fs->vol.sectorsize, cs = rc->fs->vol.csum_size, a, b;
+		u32 nsect = (u32)(md->len / ss);
+
+		for (a = 0; a < nsect && ret == 0; a = b) {
+			for (b = a + 1; b < nsect && md->have[b] == md->have[a]; b++)
+				;
+			if (md->have[a])
+				ret = extent_insert_csums(rc->es, rc->t, md->new + (u64)a * ss,
+							  (u64)(b - a) * ss, md->csums + (size_t)a * cs);
+		}
+	}
+	if (ret == 0 && rc->nleaves) {
+		qsort(rc->leaves, rc->nleaves, sizeof(rc->leaves[0]), cmp_leaf);
+		for (i = 0; i < rc->nleaves && ret == 0; i = j) {
+			for (j = i + 1; j < rc->nleaves && rc->leaves[j].bytenr == rc->leaves[i].bytenr;
+			     j++)
+				;
+			ret = rewrite_leaf(rc, &rc->leaves[i]);
+		}
+	}
+	return ret;
+}
+
+
+/*
  * One pass: move what the group holds (data up to RELOC_BATCH_BYTES) in the
  * running transaction. *left: extents seen. *changed_trees: a failure from
  * here on must abort the transaction.
@@ -1049,7 +1246,7 @@ static int reloc_pass(struct reloc *rc, size_t *left, int *changed_trees)
 {
 	struct extent_span *found;
 	u64 batch = 0;
-	size_t n, i, j;
+	size_t n, i;
 	int ret;
 
 	/* the extents the group holds now (the committed extent tree) */
@@ -1077,28 +1274,7 @@ static int reloc_pass(struct reloc *rc, size_t *left, int *changed_trees)
 			goto undo;
 	}
 	*changed_trees = 1;
-	for (i = 0; i < rc->ndata && ret == 0; i++) {
-		struct moved_data *md = &rc->data[i];
-		u32 ss = rc->fs->vol.sectorsize, cs = rc->fs->vol.csum_size, a, b;
-		u32 nsect = (u32)(md->len / ss);
-
-		for (a = 0; a < nsect && ret == 0; a = b) {
-			for (b = a + 1; b < nsect && md->have[b] == md->have[a]; b++)
-				;
-			if (md->have[a])
-				ret = extent_insert_csums(rc->es, rc->t, md->new + (u64)a * ss,
-							  (u64)(b - a) * ss, md->csums + (size_t)a * cs);
-		}
-	}
-	if (ret == 0 && rc->nleaves) {
-		qsort(rc->leaves, rc->nleaves, sizeof(rc->leaves[0]), cmp_leaf);
-		for (i = 0; i < rc->nleaves && ret == 0; i = j) {
-			for (j = i + 1; j < rc->nleaves && rc->leaves[j].bytenr == rc->leaves[i].bytenr;
-			     j++)
-				;
-			ret = rewrite_leaf(rc, &rc->leaves[i]);
-		}
-	}
+	ret = apply_data_moves(rc);
 	/* tree blocks, highest levels first (their children's parents move once) */
 	for (int level = BTRFS_MAX_LEVEL - 1; level >= 0 && ret == 0; level--)
 		for (i = 0; i < n && ret == 0; i++)
@@ -1231,4 +1407,93 @@ int ops_relocate_group_locked(struct butter_fs *fs, struct fs_write_state *w, u6
 	if (st)
 		st->groups++;
 	return 0;
+}
+
+/* ---- moving chosen data extents (defrag, layout) ---- */
+
+int ops_move_data_locked(struct butter_fs *fs, struct fs_write_state *w,
+			 const struct ops_move_item *items, size_t n, unsigned flags,
+			 struct ops_move_stats *st)
+{
+	struct butter_balance_stats bst;
+	struct reloc rc;
+	size_t i = 0, k;
+	int ret, changed = 0;
+
+	memset(&bst, 0, sizeof(bst));
+	memset(&rc, 0, sizeof(rc));
+	rc.fs = fs;
+	rc.w = w;
+	rc.es = &w->es;
+	rc.t = &w->txn.tt;
+	rc.st = &bst;
+	rc.move_flags = flags;
+	ret = has_reloc_trees(fs);
+	if (ret)
+		return ret > 0 ? -EOPNOTSUPP : ret;
+	/* the substitution rule: no subvolume tree block is dirty when a batch starts */
+	ret = txn_commit(&w->txn);
+	if (ret)
+		return ret;
+	if (st)
+		rc.dest_hint = st->hint;
+	while (i < n && ret == 0) {
+		u64 batch = 0;
+
+		changed = 0;
+		ret = txn_begin(&w->txn);
+		if (ret)
+			break;
+		for (; i < n && batch < RELOC_BATCH_BYTES && ret == 0; i++) {
+			struct extent_refs refs;
+			size_t dummy;
+
+			if (map_get(&rc.data_by_old, items[i].bytenr, &dummy))
+				continue; /* named twice in this batch */
+			ret = extent_get_refs(rc.es, items[i].bytenr, &refs);
+			if (ret == 1) {
+				ret = 0; /* gone (freed since it was listed) */
+				continue;
+			}
+			if (ret)
+				break;
+			if (refs.is_data) {
+				if (rc.dest_cur == rc.dest_end)
+					for (k = i, rc.dest_left = 0; k < n && rc.dest_left < (1ULL << 30); k++)
+						rc.dest_left += items[k].len;
+				ret = copy_data_extent(&rc, &refs);
+				if (ret == 0)
+					ret = collect_leaves(&rc, &refs);
+				batch += refs.num_bytes;
+			}
+			extent_refs_free(&refs);
+		}
+		/* space reserved and not filled is free again before the commit records free space */
+		dest_release(&rc);
+		if (ret == 0) {
+			changed = 1;
+			ret = apply_data_moves(&rc);
+		}
+		if (ret == 0)
+			ret = txn_commit(&w->txn);
+		if (ret && !changed) {
+			/* nothing points at the copies made so far: give their space back */
+			for (k = 0; k < rc.ndata; k++) {
+				struct block_group *bg = extent_find_bg(rc.es, rc.data[k].new);
+
+				if (bg)
+					range_add(&bg->free, rc.data[k].new, rc.data[k].new + rc.data[k].len);
+			}
+		}
+		reloc_reset(&rc);
+	}
+	if (st) {
+		st->hint = rc.dest_hint;
+		st->extents += bst.data_extents;
+		st->bytes += bst.bytes;
+		st->tree_blocks += bst.tree_blocks;
+	}
+	if (ret && changed)
+		txn_abort(&w->txn, ret, "moving data extents");
+	return ret;
 }
