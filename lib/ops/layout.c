@@ -9,10 +9,10 @@
  * names it — in this file, in snapshots, in reflinked files — at the copy.
  * So sharing is kept (the kernel's defrag rewrites the data and breaks it),
  * checksums and compression are carried over as stored, and the old place is
- * freed at the commit. An extent is moved whole, even when the file uses
- * part of it: the unused bytes stay between the pieces, so a file made of
- * such pieces (appends that rewrote a partial last page) keeps a gap there,
- * and one whose runs moving cannot join is left alone.
+ * freed at the commit. Only the part of an extent that some file extent
+ * item uses is copied (the pieces that appends left behind when they
+ * rewrote a partial last page stay behind and are freed); a compressed
+ * extent moves whole. A file whose runs moving cannot join is left alone.
  *
  * What counts is the order of the pieces a reader meets: a *run* is a stretch
  * of consecutive pieces each starting where the previous one ended in the
@@ -151,36 +151,46 @@ static void measure(const struct piece_list *l, u64 *runs, u64 *shortest, u64 *s
 		*seek = dist;
 }
 
-/*
- * The runs @l would form with every extent moved next to the one before it:
- * a piece still starts a run when it, or the piece before, uses only part of
- * its extent at that side (moving whole extents keeps the unused bytes
- * between them), unless both pieces lie in the same extent back to back.
- */
-static u64 best_runs(const struct piece_list *l)
-{
-	u64 r = 0;
-	size_t i;
-
-	for (i = 0; i < l->n; i++) {
-		const struct piece *p = &l->p[i], *q = i ? &l->p[i - 1] : NULL;
-
-		if (!q)
-			r++;
-		else if (q->bytenr == p->bytenr)
-			r += p->logical != q->logical + q->disk_len;
-		else
-			r += q->logical + q->disk_len != q->bytenr + q->extent_len ||
-			     p->logical != p->bytenr;
-	}
-	return r;
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
 	u64 x = *(const u64 *)a, y = *(const u64 *)b;
 
 	return x < y ? -1 : x > y;
+}
+
+/*
+ * The fewest runs moving can leave @l in. Moving trims each extent to the
+ * part its items use (relocate.c), and lays the extents out in order of
+ * first use; so a piece still starts a run only when it goes back to an
+ * extent placed earlier (other than right on from the previous piece in
+ * the same extent), or follows a compressed extent it does not start (read
+ * whole, a compressed extent is its own stretch), or is preallocated (not
+ * moved).
+ */
+static u64 best_runs(const struct piece_list *l)
+{
+	u64 *seen = malloc((l->n ? l->n : 1) * sizeof(*seen)), r = 0;
+	size_t i, nseen = 0;
+
+	if (!seen)
+		return 0; /* no estimate: try the move */
+	for (i = 0; i < l->n; i++) {
+		const struct piece *p = &l->p[i], *q = i ? &l->p[i - 1] : NULL;
+		int earlier = !!bsearch(&p->bytenr, seen, nseen, sizeof(*seen), cmp_u64);
+
+		if (!q || p->prealloc || q->prealloc)
+			r++;
+		else if (q->bytenr == p->bytenr)
+			r += p->logical != q->logical + q->disk_len;
+		else
+			r += earlier;
+		if (!earlier) {
+			seen[nseen++] = p->bytenr;
+			qsort(seen, nseen, sizeof(*seen), cmp_u64);
+		}
+	}
+	free(seen);
+	return r;
 }
 
 /* The extents of @l's pieces in order of first use, each once; prealloc ones are not moved. */

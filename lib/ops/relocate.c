@@ -150,6 +150,7 @@ struct moved_block {
 
 struct moved_data {
 	u64 old, new, len, generation;
+	u64 old_len, trim;       /* moving chosen extents: the copy is [trim, trim + len) of old */
 	u8 *csums, *have;        /* the checksums copied, inserted in the tree phase */
 };
 
@@ -952,19 +953,132 @@ static int dest_take(struct reloc *rc, u64 len, u64 *logical)
 
 /* ---- data extents ---- */
 
+/*
+ * The part of data extent @refs that any file extent item uses: [*lo, *hi)
+ * of it, found through every reference (the items collect_leaves() will
+ * find). *whole is set when the extent must move whole: a compressed or
+ * inline-adjacent item, or one of an unknown kind.
+ */
+static int used_span(struct reloc *rc, const struct extent_refs *refs, u64 *lo, u64 *hi,
+		     int *whole)
+{
+	struct node_cache *cache = &rc->fs->cache;
+	size_t i;
+	int ret = 0;
+
+	*lo = refs->num_bytes;
+	*hi = 0;
+	*whole = 0;
+	for (i = 0; i < refs->n && ret == 0 && !*whole; i++) {
+		const struct extent_ref *r = &refs->r[i];
+		struct tree_path path;
+		struct tree_node *leaf = NULL;
+		u32 slot;
+
+		if (r->type == BTRFS_SHARED_DATA_REF_KEY) {
+			ret = node_read(cache, r->root_or_parent, 0, 0, NULL, &leaf);
+			for (slot = 0; ret == 0 && slot < leaf->nritems; slot++) {
+				const struct btrfs_file_extent_item *fi;
+				struct btrfs_key k;
+
+				node_key(leaf, slot, &k);
+				if (k.type != BTRFS_EXTENT_DATA_KEY ||
+				    leaf_item_size(leaf, slot) < sizeof(*fi))
+					continue;
+				fi = (const void *)leaf_item_data(leaf, slot);
+				if (fi->type == BTRFS_FILE_EXTENT_INLINE ||
+				    btrfs_file_extent_disk_bytenr(fi) != refs->bytenr)
+					continue;
+				if (fi->compression || fi->encryption || fi->other_encoding)
+					*whole = 1;
+				if (btrfs_file_extent_offset(fi) < *lo)
+					*lo = btrfs_file_extent_offset(fi);
+				if (btrfs_file_extent_offset(fi) + btrfs_file_extent_num_bytes(fi) > *hi)
+					*hi = btrfs_file_extent_offset(fi) +
+					      btrfs_file_extent_num_bytes(fi);
+			}
+			if (leaf)
+				node_put(cache, leaf);
+			continue;
+		}
+		if (r->type != BTRFS_EXTENT_DATA_REF_KEY) {
+			*whole = 1;
+			break;
+		}
+		{
+			struct btrfs_key key = { r->owner, BTRFS_EXTENT_DATA_KEY, r->offset };
+			struct tree_root *tr;
+			u32 found = 0;
+			int shareable;
+
+			ret = tree_of(rc, r->root_or_parent, &tr, &shareable);
+			if (ret)
+				break;
+			tree_path_init(&path);
+			ret = tree_search_forward(cache, tr, &key, &path);
+			while (ret == 0 && found < r->count) {
+				const struct btrfs_file_extent_item *fi;
+				struct btrfs_key k;
+				u32 size;
+
+				path_key(&path, &k);
+				if (k.objectid != r->owner || k.type != BTRFS_EXTENT_DATA_KEY)
+					break;
+				fi = (const void *)path_item(&path, &size);
+				if (size >= sizeof(*fi) && fi->type != BTRFS_FILE_EXTENT_INLINE &&
+				    btrfs_file_extent_disk_bytenr(fi) == refs->bytenr &&
+				    k.offset - btrfs_file_extent_offset(fi) == r->offset) {
+					if (path_leaf(&path)->owner == r->root_or_parent)
+						found++;
+					if (fi->compression || fi->encryption || fi->other_encoding)
+						*whole = 1;
+					if (btrfs_file_extent_offset(fi) < *lo)
+						*lo = btrfs_file_extent_offset(fi);
+					if (btrfs_file_extent_offset(fi) +
+						    btrfs_file_extent_num_bytes(fi) > *hi)
+						*hi = btrfs_file_extent_offset(fi) +
+						      btrfs_file_extent_num_bytes(fi);
+				}
+				ret = tree_next_item(cache, &path);
+			}
+			tree_path_release(cache, &path);
+			if (ret == 1)
+				ret = 0;
+		}
+	}
+	if (ret == 0 && (*lo >= *hi || *hi > refs->num_bytes || *lo % rc->fs->vol.sectorsize ||
+			 *hi % rc->fs->vol.sectorsize))
+		*whole = 1; /* nothing found, or not on sector bounds: keep it as it is */
+	return ret;
+}
+
 /* Copy the bytes and checksums of data extent @refs to a new place (no tree changes). */
 static int copy_data_extent(struct reloc *rc, const struct extent_refs *refs)
 {
 	struct butter_fs *fs = rc->fs;
 	struct moved_data *md;
 	u32 ss = fs->vol.sectorsize, cs = fs->vol.csum_size;
-	u64 len = refs->num_bytes, nsect = len / ss, off, new_logical;
+	u64 len = refs->num_bytes, nsect, off, new_logical, trim = 0;
 	u8 *buf = NULL;
 	int ret;
 
 	if (len % ss)
 		return BLOG_CORRUPT(&fs->log, "data extent %llu: length %llu is not whole sectors",
 				    (unsigned long long)refs->bytenr, (unsigned long long)len);
+	if (!rc->bg) {
+		/* moving chosen extents: bytes no item uses are left behind */
+		u64 lo, hi;
+		int whole;
+
+		ret = used_span(rc, refs, &lo, &hi, &whole);
+		if (ret)
+			return ret;
+		if (!whole) {
+			trim = lo;
+			len = hi - lo;
+		}
+	}
+	nsect = len / ss;
 	md = realloc(rc->data, (rc->ndata + 1) * sizeof(*md));
 	if (!md)
 		return -ENOMEM;
@@ -986,7 +1100,7 @@ static int copy_data_extent(struct reloc *rc, const struct extent_refs *refs)
 		u64 piece = len - off < RELOC_COPY_PIECE ? len - off : RELOC_COPY_PIECE;
 		u32 first = (u32)(off / ss);
 
-		ret = data_read_stored(fs, refs->bytenr + off, piece, buf,
+		ret = data_read_stored(fs, refs->bytenr + trim + off, piece, buf,
 				       md->csums + (size_t)first * cs, md->have + first);
 		if (ret == 0)
 			ret = volumes_write(&fs->vol, new_logical + off, buf, piece);
@@ -1003,6 +1117,8 @@ static int copy_data_extent(struct reloc *rc, const struct extent_refs *refs)
 	md->old = refs->bytenr;
 	md->new = new_logical;
 	md->len = len;
+	md->old_len = refs->num_bytes;
+	md->trim = trim;
 	md->generation = refs->generation;
 	ret = map_put(&rc->data_by_old, md->old, rc->ndata);
 	rc->ndata++;
@@ -1115,16 +1231,19 @@ static int repoint_leaf(struct reloc *rc, struct tree_node *leaf, int full)
 		    !map_get(&rc->data_by_old, btrfs_file_extent_disk_bytenr(fi), &idx))
 			continue;
 		md = &rc->data[idx];
-		if (btrfs_file_extent_disk_num_bytes(fi) != md->len)
+		if (btrfs_file_extent_disk_num_bytes(fi) != md->old_len ||
+		    ((md->trim || md->len != md->old_len) &&
+		     (btrfs_file_extent_offset(fi) < md->trim ||
+		      btrfs_file_extent_offset(fi) - md->trim + btrfs_file_extent_num_bytes(fi) >
+			      md->len)))
 			return BLOG_CORRUPT(&rc->fs->log, "leaf %llu slot %u: data extent %llu is "
-							  "%llu bytes, not %llu",
+							  "%llu bytes, not %llu, or the item reaches "
+							  "past the part moved",
 					    (unsigned long long)leaf->bytenr, slot,
 					    (unsigned long long)md->old,
 					    (unsigned long long)btrfs_file_extent_disk_num_bytes(fi),
-					    (unsigned long long)md->len);
-		put_le64(&fi->disk_bytenr, md->new);
+					    (unsigned long long)md->old_len);
 		memset(&ref, 0, sizeof(ref));
-		ref.num_bytes = md->len;
 		ref.is_data = 1;
 		ref.generation = md->generation;
 		if (full) {
@@ -1135,10 +1254,21 @@ static int repoint_leaf(struct reloc *rc, struct tree_node *leaf, int full)
 			ref.offset = key.offset - btrfs_file_extent_offset(fi);
 		}
 		ref.bytenr = md->old;
+		ref.num_bytes = md->old_len;
 		ref.delta = -1;
 		ret = extent_queue_ref(rc->es, &ref);
 		if (ret)
 			return ret;
+		put_le64(&fi->disk_bytenr, md->new);
+		if (md->trim || md->len != md->old_len) {
+			/* the copy holds only the part used: offsets count from its start */
+			put_le64(&fi->disk_num_bytes, md->len);
+			put_le64(&fi->offset, btrfs_file_extent_offset(fi) - md->trim);
+			put_le64(&fi->ram_bytes, md->len);
+			if (!full)
+				ref.offset = key.offset - btrfs_file_extent_offset(fi);
+		}
+		ref.num_bytes = md->len;
 		ref.bytenr = md->new;
 		ref.delta = 1;
 		ret = extent_queue_ref(rc->es, &ref);

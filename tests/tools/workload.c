@@ -126,6 +126,9 @@ static const struct profile profiles[] = {
 	  0, 0 },
 	{ "fill", { 15, 70, 0, 0, 3, 8, 2, 0, 0, 0, 2, 0, 0, 0, 0 }, 8, 1, 262144, 2 << 20, 1, 0 },
 	{ "snapshot", { 14, 24, 0, 0, 6, 9, 9, 6, 4, 5, 5, 2, 2, 8, 6 }, 6, 0, 0, 0, 0, 1 },
+	/* small appends to few files between snapshots: fragmented, shared files (defrag) */
+	{ "fragment", { 8, 50, 0, 0, 4, 5, 5, 6, 3, 3, 3, 1, 2, 6, 4 }, 6, 0, 16384, 49152, 1,
+	  1 },
 };
 
 static unsigned maxfile = MAXFILE_DEFAULT;
@@ -828,6 +831,70 @@ static int device_op(struct butter_fs *fs, const char *what)
 	return ret;
 }
 
+/* --balance defrag: every regular file below @dir (into subvolumes too), deepest last. */
+struct defrag_walk {
+	butter_ino_t *inos;
+	size_t n, cap;
+	int err;
+};
+
+static int take_entry(void *arg, const char *name, size_t namelen, butter_ino_t ino,
+		      unsigned dtype, uint64_t next_pos)
+{
+	struct defrag_walk *dw = arg;
+
+	(void)name;
+	(void)namelen;
+	(void)next_pos;
+	if (dtype != DT_REG && dtype != DT_DIR)
+		return 0;
+	if (dw->n == dw->cap) {
+		size_t cap = dw->cap ? dw->cap * 2 : 64;
+		butter_ino_t *p = realloc(dw->inos, cap * sizeof(*p));
+
+		if (!p) {
+			dw->err = -ENOMEM;
+			return 1;
+		}
+		dw->inos = p;
+		dw->cap = cap;
+	}
+	/* directories are marked by a set top bit; the walk below clears it */
+	dw->inos[dw->n] = ino;
+	if (dtype == DT_DIR)
+		dw->inos[dw->n].ino |= 1ULL << 63;
+	dw->n++;
+	return 0;
+}
+
+static int defrag_all(struct butter_fs *fs, struct butter_defrag_stats *st)
+{
+	struct defrag_walk dw = { 0 };
+	butter_ino_t root;
+	size_t i;
+	int ret = butter_root(fs, 5, &root);
+
+	if (ret)
+		return ret;
+	root.ino |= 1ULL << 63;
+	ret = take_entry(&dw, "", 0, root, DT_DIR, 0) ? dw.err : 0;
+	/* the list grows as directories are read: a breadth-first walk */
+	for (i = 0; ret == 0 && i < dw.n; i++) {
+		butter_ino_t ino = dw.inos[i];
+
+		if (ino.ino >> 63) {
+			ino.ino &= ~(1ULL << 63);
+			ret = butter_readdir(fs, ino, 0, take_entry, &dw);
+			if (ret == 0)
+				ret = dw.err;
+		} else {
+			ret = butter_defrag(fs, ino, NULL, st);
+		}
+	}
+	free(dw.inos);
+	return ret;
+}
+
 /*
  * --balance: relocate block groups as @what says; the tree stays the one of
  * generation *gen, so each generation the relocation may commit gets it.
@@ -851,14 +918,19 @@ static int run_balance(struct butter_fs *fs, const char *what, uint64_t *gen)
 		args.data.target = to_dup ? (1ULL << 5) : BUTTER_PROFILE_SINGLE;
 		args.meta.target = args.sys.target = to_dup ? BUTTER_PROFILE_SINGLE : (1ULL << 5);
 	} else if (strcmp(what, "full") && strcmp(what, "shrink") && strcmp(what, "remove") &&
-		   strcmp(what, "replace")) {
+		   strcmp(what, "replace") && strcmp(what, "defrag")) {
 		return -EINVAL;
 	}
 	for (k = 0; butter_get_space(fs, k, &sp) == 0; k++)
 		groups += (size_t)(sp.total / (8ULL << 20)) + 1; /* chunks here are >= 8 MiB */
 	if (manifest) {
 		list_tree(fs, &t);
-		/* per group: a commit first, one for room, the passes, the removal */
+		/*
+		 * per group: a commit first, one for room, the passes, the removal;
+		 * a defragment commits at most twice per file (the tree lists each once)
+		 */
+		if (!strcmp(what, "defrag") && 2 * t.n > 12 * groups)
+			groups = t.n / 6 + 1;
 		for (k = 1; k <= 12 * groups + 8; k++)
 			manifest_block(*gen + k, &t);
 		treelist_free(&t);
@@ -879,6 +951,14 @@ static int run_balance(struct butter_fs *fs, const char *what, uint64_t *gen)
 		st.groups = st.tree_blocks = 1; /* not counted by the resize; it moved some */
 	} else if (!strcmp(what, "remove") || !strcmp(what, "replace")) {
 		ret = device_op(fs, what); /* prints its own line */
+	} else if (!strcmp(what, "defrag")) {
+		struct butter_defrag_stats ds;
+
+		memset(&ds, 0, sizeof(ds));
+		ret = defrag_all(fs, &ds);
+		st.groups = ds.files_moved;
+		st.data_extents = ds.extents_moved;
+		st.tree_blocks = ds.runs_after;
 	} else {
 		ret = butter_balance(fs, &args, &st);
 	}
@@ -897,7 +977,7 @@ static int usage(const char *argv0)
 {
 	fprintf(stderr, "usage: %s [--device DEV]... [--record LOG] [--fault SPEC] "
 			"[--manifest FILE]\n"
-			"       [--profile full|mix|overwrite|fill|snapshot] [--max-file BYTES] "
+			"       [--profile full|mix|overwrite|fill|snapshot|fragment] [--max-file BYTES] "
 			"[--enospc-ok]\n"
 			"       [--compress zlib|lzo|zstd|seed|cycle] [--log-replay]\n"
 			"       [--balance full|convert|back|shrink|remove|replace] "
