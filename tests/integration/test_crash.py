@@ -436,6 +436,9 @@ RELOCATION_CASES = [
      3, 100, 10),
     ("mix-shrink", ["--profile", "mix", "--max-file", str(1 << 20), "--balance", "shrink"],
      3, 300, 20),
+    # a defragment of every file: the same substitution, extents chosen per file
+    ("fragment-defrag", ["--profile", "fragment", "--max-file", str(1 << 20),
+                         "--balance", "defrag"], 8, 200, 8),
 ]
 
 
@@ -452,6 +455,8 @@ def test_crash_relocation(kernel, workdir, name, args, seed, ops, sync_every):
     log, manifest, out, _ = run_recorded(workdir, [start], args, seed, ops * SCALE, sync_every)
     m = re.search(r"^balance (\d+) groups (\d+) extents (\d+) blocks$", out, re.M)
     assert m and int(m.group(1)) >= (1 if "shrink" in name else 3) and int(m.group(3)) > 0, out
+    if "defrag" in name:  # (groups: files moved; blocks: their runs after)  # files moved, and extents with them
+        assert int(m.group(2)) > int(m.group(1)), out
     s = replay_states(workdir, log, manifest, [start], ["--rw-check", "60"])
     assert s["states"] >= 300 and s["checked"] == s["states"], s
     assert s["rw_opened"] >= 50 and s["rw_agreed"] == s["rw_opened"], s
