@@ -42,9 +42,10 @@ static void report_file(struct defrag_run *r, const char *path, const struct but
 	if (!r->verbose)
 		return;
 	if (s->files_moved)
-		printf("%s: %" PRIu64 " extents moved (%" PRIu64 " bytes), runs %" PRIu64
-		       " -> %" PRIu64 "\n",
-		       path, s->extents_moved, s->bytes_moved, s->runs_before, s->runs_after);
+		printf("%s: %" PRIu64 " bytes rewritten, %" PRIu64 " extents moved (%" PRIu64
+		       " bytes), runs %" PRIu64 " -> %" PRIu64 "\n",
+		       path, s->bytes_rewritten, s->extents_moved, s->bytes_moved, s->runs_before,
+		       s->runs_after);
 	else
 		printf("%s: already in %" PRIu64 " run%s, left alone\n", path, s->runs_before,
 		       s->runs_before == 1 ? "" : "s");
@@ -56,6 +57,8 @@ static void add_stats(struct butter_defrag_stats *t, const struct butter_defrag_
 	t->files_moved += s->files_moved;
 	t->extents_moved += s->extents_moved;
 	t->bytes_moved += s->bytes_moved;
+	t->extents_rewritten += s->extents_rewritten;
+	t->bytes_rewritten += s->bytes_rewritten;
 	t->runs_before += s->runs_before;
 	t->runs_after += s->runs_after;
 }
@@ -253,6 +256,7 @@ int cmd_defrag(const struct cli_command *cmd, int argc, char **argv)
 	struct cli_args args = { .cmd = cmd };
 	struct defrag_run r;
 	struct stat st;
+	const char *algo = NULL, *level = NULL;
 	int c, status;
 	bool on_mount;
 
@@ -284,11 +288,11 @@ int cmd_defrag(const struct cli_command *cmd, int argc, char **argv)
 				r.args.len = v;
 			break;
 		case 'c':
+			algo = optarg ? optarg : "zlib"; /* btrfs-progs' default */
+			break;
 		case 'L':
-			free(args.devices);
-			cli_error("-%c: recompressing while defragmenting is not supported yet; "
-				  "extents keep the compression they have", c);
-			return CLI_EXIT_USAGE;
+			level = optarg;
+			break;
 		default:
 			break;
 		}
@@ -296,6 +300,21 @@ int cmd_defrag(const struct cli_command *cmd, int argc, char **argv)
 	if (optind >= argc) {
 		free(args.devices);
 		return cli_usage_error(cmd, "missing PATH or IMAGE");
+	}
+	if (level && !algo) {
+		free(args.devices);
+		return cli_usage_error(cmd, "-L needs -c");
+	}
+	if (algo) {
+		int n = level ? snprintf(r.args.compress, sizeof(r.args.compress), "%s:%s", algo, level)
+			      : snprintf(r.args.compress, sizeof(r.args.compress), "%s", algo);
+
+		if (n < 0 || (size_t)n >= sizeof(r.args.compress) ||
+		    (strcmp(algo, "zlib") && strcmp(algo, "lzo") && strcmp(algo, "zstd"))) {
+			free(args.devices);
+			return cli_usage_error(cmd, "-c: zlib, lzo or zstd (with -L a level), not %s",
+					       r.args.compress);
+		}
 	}
 	/* a path inside a butter mount answers BUTTER_IOC_INFO; an image does not */
 	on_mount = false;
@@ -332,10 +351,11 @@ int cmd_defrag(const struct cli_command *cmd, int argc, char **argv)
 		butter_close(r.fs);
 	}
 	free(args.devices);
-	printf("%" PRIu64 " file%s, %" PRIu64 " defragmented: %" PRIu64 " extents moved (%" PRIu64
-	       " bytes); runs %" PRIu64 " -> %" PRIu64 "\n",
-	       r.total.files, r.total.files == 1 ? "" : "s", r.total.files_moved, r.total.extents_moved,
-	       r.total.bytes_moved, r.total.runs_before, r.total.runs_after);
+	printf("%" PRIu64 " file%s, %" PRIu64 " defragmented: %" PRIu64 " bytes rewritten, %" PRIu64
+	       " extents moved (%" PRIu64 " bytes); runs %" PRIu64 " -> %" PRIu64 "\n",
+	       r.total.files, r.total.files == 1 ? "" : "s", r.total.files_moved,
+	       r.total.bytes_rewritten, r.total.extents_moved, r.total.bytes_moved,
+	       r.total.runs_before, r.total.runs_after);
 	status = r.errors ? CLI_EXIT_ERROR : CLI_EXIT_OK;
 	return cli_finish_stdout(status);
 }

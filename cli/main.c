@@ -112,21 +112,41 @@ static const struct cli_command commands[] = {
 		.usage = "Commit everything written to the `butter mount` holding PATH so far.\n",
 	},
 	{
+		.name = "layout",
+		.main = cmd_layout,
+		.summary = "place the files an access trace reads one after another, in its order",
+		.synopsis = "--trace FILE [--device DEV]... IMAGE|PATH",
+		.usage = "Move the data the trace FILE reads so that it lies in one run, in the\n"
+			 "order it is read, in a fresh region of the disk: a cold start that reads\n"
+			 "those files then reads sequentially. FILE is what `butter mount -o\n"
+			 "trace=FILE` recorded (files by subvolume and inode, with the ranges\n"
+			 "read), or a plain list of paths, one a line (e.g. from fatrace),\n"
+			 "read whole. Snapshot-aware as `filesystem defragment`: data shared with\n"
+			 "snapshots or reflinks moves once, for all its owners. IMAGE is worked on\n"
+			 "offline; PATH is the top of a live `butter mount`, where the trace's\n"
+			 "paths start. Prints the runs and the seek distance (bytes skipped\n"
+			 "between runs, in logical addresses) before and after, and what moved.\n",
+	},
+	{
 		.name = "filesystem defragment",
 		.main = cmd_defrag,
 		.summary = "make files' data lie in one run, keeping what snapshots share",
-		.synopsis = "[-r] [-v] [-t SIZE] [-s START] [-l LEN] PATH... | "
+		.synopsis = "[-r] [-v] [-c[ALGO]] [-L LEVEL] [-t SIZE] [-s START] [-l LEN] PATH... | "
 			    "[--device DEV]... IMAGE [PATH...]",
-		.usage = "Move the data of each file so that it lies in one contiguous run, in\n"
-			 "file order. Snapshot-aware: an extent shared with snapshots or reflinked\n"
-			 "files moves once and every file that shares it follows, so nothing\n"
-			 "shared is copied apart (the kernel's defragment breaks sharing). Extents\n"
-			 "keep their size and compression; checksums move with them. PATHs inside\n"
-			 "a live `butter mount` are defragmented by the mount; with an IMAGE first,\n"
-			 "PATHs are inside it (default \"/\"). Every file is committed when done.\n"
+		.usage = "Lay the data of each file out again so that it lies in one contiguous\n"
+			 "run, in file order. Data only the file uses is rewritten into extents as\n"
+			 "large as the free space allows. Snapshot-aware: an extent shared with\n"
+			 "snapshots or reflinked files is moved once and every file that shares it\n"
+			 "follows, so nothing shared is copied apart (the kernel's defragment\n"
+			 "breaks sharing); checksums move with it. PATHs inside a live\n"
+			 "`butter mount` are defragmented by the mount; with an IMAGE first, PATHs\n"
+			 "are inside it (default \"/\"). Every file is committed when done.\n"
 			 "\n"
 			 "  -r          files in directories too, recursively (within one subvolume)\n"
 			 "  -v          a line for each file\n"
+			 "  -c[ALGO]    rewrite the files' own data compressed with zlib (default),\n"
+			 "              lzo or zstd, fragmented or not; shared data keeps its own\n"
+			 "  -L LEVEL    the compression level (zlib 1-9, zstd 1-15)\n"
 			 "  -t SIZE     leave files whose every run is at least SIZE (default 32M)\n"
 			 "  -s START    from this file offset (default 0)\n"
 			 "  -l LEN      this many bytes (default: to the end)\n"

@@ -727,13 +727,17 @@ int butter_device_resize_step(struct butter_fs *fs, uint64_t devid, uint64_t siz
 /*
  * Defragment regular file @ino: when the pieces of [start, start + len) (len 0:
  * to the end) do not lie one after another on disk and some stretch of
- * consecutive ones is shorter than @target (0: 32 MiB, btrfs-progs' -t), its
- * data extents are moved, in file order, to one contiguous run of free space.
- * **Snapshot-aware**: an extent shared with snapshots or reflinked files moves
- * once, and every file extent item that names it, in every subvolume,
- * follows; sharing and compression are kept, checksums carried over. Extents
- * move whole (a file using part of an extent moves all of it); preallocated
- * ones stay. Commits. Adds to @st (may be NULL). -EISDIR for a directory,
+ * consecutive ones is shorter than @target (0: 32 MiB, btrfs-progs' -t), they
+ * are laid out again, in file order, one after another: data only this file
+ * uses (one reference, younger than the subvolume's last snapshot) is
+ * rewritten through the file into extents as large as the free space allows
+ * (the file's times stay); everything else is **moved, snapshot-aware**: an
+ * extent shared with snapshots or reflinked files moves once, and every file
+ * extent item that names it, in every subvolume, follows, so sharing is kept
+ * (the kernel's defragment breaks it), checksums carried over, compression
+ * kept, unused ends left behind. Preallocated extents stay. With @compress
+ * the file's own data is rewritten compressed so (all of it, fragmented or
+ * not), shared data keeps its compression. Commits. Adds to @st (may be NULL). -EISDIR for a directory,
  * -EINVAL for another non-regular file, -EROFS on a read-only handle, -ENOSPC
  * when no free space can take the extents (nothing changed then).
  */
@@ -741,12 +745,14 @@ struct butter_defrag_args {
 	uint64_t start, len;  /* the file range */
 	uint64_t target;      /* stretches at least this long are fine (0: 32 MiB) */
 	unsigned flags;       /* none yet: 0 */
+	char compress[16];    /* "": keep; else a butter_set_compression() spec: recompress */
 };
 
 struct butter_defrag_stats {
 	uint64_t files;         /* files looked at */
-	uint64_t files_moved;   /* files whose data moved */
-	uint64_t extents_moved, bytes_moved;
+	uint64_t files_moved;   /* files whose data moved or was rewritten */
+	uint64_t extents_moved, bytes_moved;          /* moved for all their owners */
+	uint64_t extents_rewritten, bytes_rewritten;  /* the file's own, written anew */
 	uint64_t runs_before, runs_after; /* contiguous stretches, summed over the files */
 };
 

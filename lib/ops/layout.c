@@ -30,6 +30,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "data/data.h"
+#include "inode/inode.h"
 #include "ops/ops.h"
 
 #define DEFRAG_DEFAULT_TARGET (32ULL << 20)
@@ -224,18 +226,190 @@ static int move_items(const struct piece_list *l, struct ops_move_item **out, si
 	return 0;
 }
 
+/*
+ * Is the extent of @p this piece's alone: one reference, from this file's
+ * one item, made after the subvolume's last snapshot (so no snapshot's
+ * shared leaf can hold it either)? Such data can be rewritten through the
+ * file, as the kernel's defragment does; anything else is moved.
+ */
+static int exclusive(struct fs_write_state *w, butter_ino_t ino,
+		     const struct subvol *sv, const struct piece *p)
+{
+	struct extent_refs refs;
+	int ret = extent_get_refs(&w->es, p->bytenr, &refs);
+
+	if (ret)
+		return ret < 0 ? ret : 0;
+	ret = refs.refs == 1 && refs.n == 1 && refs.r[0].type == BTRFS_EXTENT_DATA_REF_KEY &&
+	      refs.r[0].root_or_parent == ino.subvol && refs.r[0].owner == ino.ino &&
+	      refs.r[0].count == 1 && refs.generation > sv->root.last_snapshot;
+	extent_refs_free(&refs);
+	return ret;
+}
+
+struct saved_times {
+	struct btrfs_timespec mtime, ctime;
+};
+
+static void restore_times(struct btrfs_inode_item *ii, void *arg)
+{
+	const struct saved_times *t = arg;
+
+	ii->mtime = t->mtime;
+	ii->ctime = t->ctime;
+}
+
+#define DEFRAG_REWRITE_PIECE (16ULL << 20)
+
+/*
+ * Where @len bytes of new data can lie in one piece: *hint when the space
+ * there is free, else the first free range that long, else a new data chunk
+ * (made now). Leaves *hint alone when none can be had (the write then takes
+ * what the allocator finds).
+ */
+static int find_room(struct butter_fs *fs, u64 len, u64 *hint)
+{
+	struct fs_write_state *w;
+	u64 ss = fs->vol.sectorsize, start, chunk;
+	size_t i;
+	int ret = fs_begin_change(fs, &w), made = 0;
+
+	if (ret)
+		return ret;
+	len = (len + ss - 1) / ss * ss;
+	if (len > (1ULL << 30))
+		len = 1ULL << 30;
+	for (i = 0; i < w->es.nbgs; i++) {
+		struct block_group *bg = w->es.bgs[i];
+
+		if (!(bg->flags & BTRFS_BLOCK_GROUP_DATA) || !extent_bg_allocatable(bg))
+			continue;
+		if (*hint && bg->start <= *hint && *hint < bg->start + bg->length &&
+		    range_contains(&bg->free, *hint, *hint + len))
+			return fs_end_change(w, 0, 0);
+	}
+	for (i = 0; i < w->es.nbgs; i++) {
+		struct block_group *bg = w->es.bgs[i];
+
+		if ((bg->flags & BTRFS_BLOCK_GROUP_DATA) && extent_bg_allocatable(bg) &&
+		    bg->free.total >= len && range_find(&bg->free, len, ss, bg->start, &start) == 0) {
+			*hint = start;
+			return fs_end_change(w, 0, 0);
+		}
+	}
+	ret = chunk_create(&w->es, BTRFS_BLOCK_GROUP_DATA | w->data_profile,
+			   chunk_max_size(&w->es, len > (1ULL << 30) ? len : (1ULL << 30)), &chunk);
+	if (ret == 0) {
+		made = 1;
+		ret = chunk_insert_items(&w->es, &w->txn.tt, chunk);
+	}
+	if (ret == 0)
+		*hint = chunk;
+	else if (ret == -ENOSPC && !made)
+		ret = 0;
+	return fs_end_change(w, ret, made);
+}
+
+/*
+ * Rewrite file bytes [start, end) through the file (read, then written
+ * anew: new extents, as large as the free space allows, with the handle's
+ * compression), keeping the file's times. The allocator starts at *hint;
+ * *hint gets where the new data ends.
+ */
+static int rewrite_range(struct butter_fs *fs, butter_ino_t ino, u64 start, u64 end, u64 *hint)
+{
+	struct fs_write_state *w = fs->w;
+	struct btrfs_inode_item ii;
+	struct saved_times t;
+	struct subvol *sv;
+	u8 *buf = malloc(DEFRAG_REWRITE_PIECE);
+	u64 off;
+	int ret;
+
+	if (!buf)
+		return -ENOMEM;
+	ret = inode_read(fs, ino, &ii);
+	t.mtime = ii.mtime;
+	t.ctime = ii.ctime;
+	if (ret == 0)
+		ret = find_room(fs, end - start, hint);
+	for (off = start; ret == 0 && off < end; off += DEFRAG_REWRITE_PIECE) {
+		size_t len = end - off < DEFRAG_REWRITE_PIECE ? (size_t)(end - off) : DEFRAG_REWRITE_PIECE;
+		ssize_t n = data_read(fs, ino, buf, len, off);
+
+		if (n < 0) {
+			ret = (int)n;
+			break;
+		}
+		if (n == 0)
+			break;
+		if (*hint)
+			w->es.hint_data = *hint;
+		n = data_write(fs, ino, buf, (size_t)n, off);
+		if (n < 0)
+			ret = (int)n;
+		else
+			*hint = w->es.hint_data;
+	}
+	free(buf);
+	if (ret == 0) {
+		struct fs_write_state *cw;
+
+		ret = fs_begin_change(fs, &cw);
+		if (ret)
+			return ret;
+		sv = fs_subvol_mut(fs, ino.subvol, &ret);
+		if (sv)
+			ret = inode_modify(fs, sv, ino.ino, restore_times, &t);
+		ret = fs_end_change(cw, ret, 1);
+	}
+	return ret;
+}
+
+/* Move the extents of pieces [a, b) of @l after *hint; *hint gets where they end. */
+static int move_range(struct butter_fs *fs, const struct piece_list *l, size_t a, size_t b,
+		      u64 *hint, struct butter_defrag_stats *st)
+{
+	struct piece_list part = { l->p + a, b - a, b - a };
+	struct ops_move_item *items = NULL;
+	struct ops_move_stats mst;
+	struct fs_write_state *w;
+	size_t n;
+	int ret = move_items(&part, &items, &n);
+
+	if (ret)
+		return ret;
+	ret = fs_begin_change(fs, &w);
+	if (ret) {
+		free(items);
+		return ret;
+	}
+	memset(&mst, 0, sizeof(mst));
+	mst.hint = *hint;
+	ret = ops_move_data_locked(fs, w, items, n, 0, &mst);
+	free(items);
+	if (ret == 0) {
+		*hint = mst.hint;
+		st->extents_moved += mst.extents;
+		st->bytes_moved += mst.bytes;
+	}
+	/* the move aborts its own transaction on a failure in the trees */
+	return fs_end_change(w, ret, 0);
+}
+
 int ops_defrag(struct butter_fs *fs, butter_ino_t ino, const struct butter_defrag_args *args,
 	       struct butter_defrag_stats *st)
 {
 	struct butter_defrag_args none;
+	struct butter_defrag_stats local;
 	struct piece_list l = { 0 };
-	struct ops_move_item *items = NULL;
-	struct ops_move_stats mst;
 	struct btrfs_inode_item inode;
 	struct fs_write_state *w;
-	u64 runs, shortest, target;
-	size_t n = 0;
-	int ret;
+	struct subvol *sv;
+	u8 *rewrite = NULL;
+	u64 runs, shortest, target, hint = 0;
+	int ret, recompress, fragmented, old_type = 0, old_level = 0, old_force = 0;
+	size_t i, j;
 
 	if (!fs->w)
 		return -EROFS;
@@ -243,34 +417,91 @@ int ops_defrag(struct butter_fs *fs, butter_ino_t ino, const struct butter_defra
 		memset(&none, 0, sizeof(none));
 		args = &none;
 	}
+	if (!st) {
+		memset(&local, 0, sizeof(local));
+		st = &local;
+	}
+	if (memchr(args->compress, 0, sizeof(args->compress)) == NULL)
+		return -EINVAL;
+	recompress = args->compress[0] != 0;
 	target = args->target ? args->target : DEFRAG_DEFAULT_TARGET;
 	ret = inode_read(fs, ino, &inode);
 	if (ret)
 		return ret;
 	if (!S_ISREG(btrfs_inode_mode(&inode)))
 		return S_ISDIR(btrfs_inode_mode(&inode)) ? -EISDIR : -EINVAL;
-	ret = fs_begin_change(fs, &w);
-	if (ret)
+	sv = fs_subvol_cached(fs, ino.subvol, &ret);
+	if (!sv)
 		return ret;
+	if (sv->flags & BTRFS_ROOT_SUBVOL_RDONLY)
+		recompress = 0; /* a read-only snapshot's files are moved, never rewritten */
 	ret = collect_pieces(fs, ino, args->start, args->len, &l);
 	if (ret)
 		goto out;
 	measure(&l, &runs, &shortest, NULL);
-	if (st) {
-		st->files++;
-		st->runs_before += runs;
-	}
-	/* nothing to gain: one run, long runs, or runs that moving whole extents keeps */
-	if (runs <= 1 || shortest >= target || best_runs(&l) >= runs) {
-		if (st)
-			st->runs_after += runs;
+	st->files++;
+	st->runs_before += runs;
+	/* nothing to gain: one run, long runs, or runs that moving cannot join */
+	fragmented = runs > 1 && shortest < target && best_runs(&l) < runs;
+	if (!recompress && !fragmented) {
+		st->runs_after += runs;
 		goto out;
 	}
-	ret = move_items(&l, &items, &n);
-	if (ret)
+	/* which pieces are rewritten through the file, which moved for all their owners */
+	rewrite = calloc(l.n ? l.n : 1, 1);
+	if (!rewrite) {
+		ret = -ENOMEM;
 		goto out;
-	memset(&mst, 0, sizeof(mst));
-	ret = ops_move_data_locked(fs, w, items, n, 0, &mst);
+	}
+	w = fs->w;
+	for (i = 0; i < l.n; i++) {
+		const struct piece *p = &l.p[i];
+
+		if (p->prealloc || (btrfs_inode_flags(&inode) & BTRFS_INODE_NODATACOW_FLAG) ||
+		    (sv->flags & BTRFS_ROOT_SUBVOL_RDONLY) ||
+		    (p->disk_len != p->len && !recompress)) /* compressed: moved unless asked */
+			continue;
+		ret = exclusive(w, ino, sv, p);
+		if (ret < 0)
+			goto out;
+		rewrite[i] = (u8)ret;
+		ret = 0;
+	}
+	if (recompress) {
+		old_type = w->compress_type;
+		old_level = w->compress_level;
+		old_force = w->compress_force;
+		ret = fs_set_compression(fs, args->compress, 1);
+		if (ret)
+			goto out;
+	}
+	/* in file order: runs of pieces of one kind (rewritten ones also without a gap) */
+	for (i = 0; i < l.n && ret == 0; i = j) {
+		for (j = i + 1; j < l.n && rewrite[j] == rewrite[i] &&
+				(!rewrite[i] || l.p[j].file_off == l.p[j - 1].file_off + l.p[j - 1].len);
+		     j++)
+			;
+		if (rewrite[i]) {
+			u64 a = l.p[i].file_off > args->start ? l.p[i].file_off : args->start;
+			u64 b = l.p[j - 1].file_off + l.p[j - 1].len;
+
+			if (args->len && b > args->start + args->len)
+				b = args->start + args->len;
+			ret = rewrite_range(fs, ino, a, b, &hint);
+			if (ret == 0) {
+				st->bytes_rewritten += b - a;
+				for (size_t k = i; k < j; k++)
+					st->extents_rewritten++;
+			}
+		} else if (fragmented) {
+			ret = move_range(fs, &l, i, j, &hint, st);
+		}
+	}
+	if (recompress) {
+		w->compress_type = old_type;
+		w->compress_level = old_level;
+		w->compress_force = old_force;
+	}
 	if (ret)
 		goto out;
 	l.n = 0;
@@ -278,17 +509,12 @@ int ops_defrag(struct butter_fs *fs, butter_ino_t ino, const struct butter_defra
 	if (ret)
 		goto out;
 	measure(&l, &runs, NULL, NULL);
-	if (st) {
-		st->files_moved++;
-		st->extents_moved += mst.extents;
-		st->bytes_moved += mst.bytes;
-		st->runs_after += runs;
-	}
+	st->files_moved++;
+	st->runs_after += runs;
 out:
-	free(items);
+	free(rewrite);
 	free(l.p);
-	/* the move aborts its own transaction on a failure in the trees */
-	return fs_end_change(w, ret, 0);
+	return ret;
 }
 
 int ops_layout(struct butter_fs *fs, const struct butter_layout_range *ranges, size_t nranges,
@@ -300,7 +526,7 @@ int ops_layout(struct butter_fs *fs, const struct butter_layout_range *ranges, s
 	struct fs_write_state *w;
 	struct butter_layout_stats local;
 	size_t i, n = 0;
-	u64 files = 0, runs, seek;
+	u64 files = 0, runs, seek, prev_end;
 	int ret;
 
 	if (!fs->w)
@@ -337,6 +563,15 @@ int ops_layout(struct butter_fs *fs, const struct butter_layout_range *ranges, s
 	measure(&l, &runs, NULL, &seek);
 	st->runs_before += runs;
 	st->seek_before += seek;
+	if (runs <= best_runs(&l) && (!(flags & BUTTER_LAYOUT_CONTINUE) || !st->hint ||
+				      !l.n || l.p[0].logical == st->hint)) {
+		/* laid out already (and, going on, right where the last piece ended) */
+		st->runs_after += runs;
+		st->seek_after += seek;
+		if (l.n)
+			st->hint = l.p[l.n - 1].logical + l.p[l.n - 1].disk_len;
+		goto out;
+	}
 	ret = move_items(&l, &items, &n);
 	if (ret)
 		goto out;
@@ -347,6 +582,7 @@ int ops_layout(struct butter_fs *fs, const struct butter_layout_range *ranges, s
 				   &mst);
 	if (ret)
 		goto out;
+	prev_end = (flags & BUTTER_LAYOUT_CONTINUE) ? st->hint : 0;
 	st->hint = mst.hint;
 	st->extents_moved += mst.extents;
 	st->bytes_moved += mst.bytes;
@@ -358,6 +594,9 @@ int ops_layout(struct butter_fs *fs, const struct butter_layout_range *ranges, s
 	}
 	if (ret == 0) {
 		measure(&l, &runs, NULL, &seek);
+		/* going on from the previous piece of the trace: its last run continues */
+		if (runs && prev_end && l.p[0].logical == prev_end)
+			runs--;
 		st->runs_after += runs;
 		st->seek_after += seek;
 	}

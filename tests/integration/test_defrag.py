@@ -208,3 +208,58 @@ def test_defragment_on_a_live_mount(fuse, butter, workdir):
         assert len(a) == 1 and len(extents(os.path.join(root, "b"))) == 1, a
         assert extents(os.path.join(root, "a.clone")) == a
         assert extents(os.path.join(root, "snap", "a")) == a
+
+
+FIEMAP_EXTENT_ENCODED = 0x8
+
+
+def test_own_data_is_rewritten_and_recompressed(kernel, butter, workdir):
+    """Data only one file uses is written anew (as the kernel's defragment does): fewer,
+    larger extents, the file's times kept; -c compresses it; shared data is only moved."""
+    with kfs.kernel_fs(workdir, size=1 << 30) as fs:
+        m = fs.mnt
+        # text-like data, so that -c has something to gain
+        def piece(i):
+            return (b"line %06d of a log that butter will compress\n" % i) * 1400
+        fds = [os.open(os.path.join(m, n), os.O_CREAT | os.O_WRONLY, 0o644) for n in "pq"]
+        for i in range(40):
+            for fd in fds:
+                os.write(fd, piece(i))
+                os.fdatasync(fd)
+        for fd in fds:
+            os.close(fd)
+        interleave([os.path.join(m, "s")], 8, seed=5)
+        kfs.run(["cp", "--reflink=always", os.path.join(m, "s"), os.path.join(m, "s.clone")])
+        kfs.run(["btrfs", "filesystem", "sync", m])
+        fs.release()
+        img = fs.images[0]
+    look = os.path.join(workdir, "look")
+    with oracle.kernel_mount(img, mnt=look) as root:
+        before = manifest.take(root)
+        s_places = extents(os.path.join(root, "s"))
+        assert len(extents(os.path.join(root, "p"))) > 10
+    r = kfs.run([butter.path, "filesystem", "defragment", "-v", img, "/p", "/q", "/s"])
+    assert "/p: " in r.stdout and " 0 bytes rewritten" not in r.stdout.split("\n")[0], r.stdout
+    oracle.btrfs_check(img, strict=True)
+    with oracle.kernel_mount(img, mnt=look) as root:
+        oracle.assert_tree(before, manifest.take(root), "after the rewrite")  # times kept too
+        for n in "pq":
+            assert len(extents(os.path.join(root, n))) == 1, n
+        # the reflinked file was not rewritten: its copy still shares it
+        assert extents(os.path.join(root, "s")) == extents(os.path.join(root, "s.clone"))
+        s_places = extents(os.path.join(root, "s"))
+    r = kfs.run([butter.path, "filesystem", "defragment", "-czstd", "-L", "3", img, "/p", "/s"])
+    oracle.btrfs_check(img, strict=True)
+    with oracle.kernel_mount(img, mnt=look) as root:
+        oracle.assert_tree(before, manifest.take(root), "after -czstd")
+        p = kfs.fiemap(os.path.join(root, "p"))
+        assert p and all(flags & FIEMAP_EXTENT_ENCODED for _, _, _, flags in p), p
+        # shared data keeps its form and place, shared with its clone
+        assert extents(os.path.join(root, "s")) == s_places
+        assert extents(os.path.join(root, "s.clone")) == s_places
+        assert not any(f & FIEMAP_EXTENT_ENCODED for _, _, _, f in kfs.fiemap(os.path.join(root, "s")))
+    # bad arguments: a usage error, nothing changed
+    r = kfs.run([butter.path, "filesystem", "defragment", "-cbrotli", img, "/p"], check=False)
+    assert r.returncode == 2 and "zlib, lzo or zstd" in r.stderr, r.stderr
+    r = kfs.run([butter.path, "filesystem", "defragment", "-L", "3", img, "/p"], check=False)
+    assert r.returncode == 2, r.stderr
