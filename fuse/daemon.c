@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "trace.h"
 #include "mount.h"
 
 #define BTRFS_FIRST_FREE_OBJECTID 256u /* a subvolume's root directory */
@@ -125,6 +126,8 @@ const char butter_mount_usage[] =
 	"  messages\n"
 	"    log=FILE                   where the daemon in the background writes its\n"
 	"                               messages (one line each, with time and pid)\n"
+	"    trace=FILE                 record the first read of each file range, in\n"
+	"                               order, for `butter layout --trace FILE`\n"
 	"  Any other option (noatime, nodev, nosuid, fsname=, ...) goes to libfuse.\n"
 	"\n"
 	"Messages go to stderr until the daemon is in the background (always with\n"
@@ -798,6 +801,11 @@ static int run(const struct mount_opts *o)
 		butter_close(d.fs);
 		return 1;
 	}
+	if (o->trace && trace_open(&d, o->trace, root) < 0) {
+		nodes_destroy(&d.nodes);
+		butter_close(d.fs);
+		return 1;
+	}
 	fsync_queue_init(&d.fsyncq);
 	pthread_mutex_init(&d.balancer_lock, NULL);
 
@@ -870,6 +878,7 @@ out:
 			status = 1;
 		}
 	}
+	trace_close(&d);
 	if (mounted) {
 		struct butter_info info;
 

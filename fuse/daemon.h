@@ -57,6 +57,8 @@ struct daemon {
 	pthread_mutex_t balancer_lock;
 	struct balancer *balancer;
 
+	struct tracer *tracer;        /* -o trace=FILE (trace.c); NULL: none */
+
 	/* shutdown: see daemon.c */
 	pthread_t main_thread;
 	atomic_bool loop_done;        /* the session loop has returned */

@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "trace.h"
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
@@ -829,6 +830,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (n >= 0 && !(fi->flags & O_NOATIME))
 			due = butter_atime_due(d->fs, id, atime_policy(d->opts));
 		section_end(d);
+		if (n > 0 && d->tracer)
+			trace_read(d, id, (uint64_t)off, (uint64_t)n);
 	}
 	touch_atime(d, ino, id, due);
 	if (n < 0)

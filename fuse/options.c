@@ -104,6 +104,7 @@ static const struct opt_def mount_options[] = {
 	{ "max_threads=", OPT_UINT, F(max_threads), false },
 	{ "spin=", OPT_UINT, F(spin_us), false },
 	{ "log=", OPT_STRING, F(log_file), false },
+	{ "trace=", OPT_STRING, F(trace), false },
 };
 
 #define NOPTIONS (sizeof(mount_options) / sizeof(mount_options[0]))

@@ -38,6 +38,7 @@ struct mount_opts {
 	bool noatime;            /* noatime (atime: off again); passed on to the kernel too */
 	bool strictatime;        /* strictatime; relatime (the default): off again */
 	bool nodiratime;         /* nodiratime; diratime: off again */
+	const char *trace;       /* trace=FILE: record first reads (trace.c); absolute */
 
 	/* FUSE behaviour */
 	int writeback_cache;     /* -1: on when read-write; 0/1 as asked */

@@ -200,6 +200,13 @@ struct butter_stat {
 	struct timespec atime, mtime, ctime, otime;
 };
 
+/*
+ * One path of @ino from its subvolume's root directory ("a/b/c"; "" for the
+ * root itself), following the first name of each inode up. -ENOENT (no name:
+ * an orphan), -ENAMETOOLONG when it does not fit @cap bytes, -ELOOP.
+ */
+int butter_ino_path(struct butter_fs *fs, butter_ino_t ino, char *out, size_t cap);
+
 /* The root directory of subvolume @subvolid (5: top level; 0: the default subvolume). */
 int butter_root(struct butter_fs *fs, uint64_t subvolid, butter_ino_t *out);
 

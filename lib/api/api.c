@@ -496,6 +496,11 @@ int butter_balance_step(struct butter_fs *fs, const struct butter_balance_args *
 	LOCKED(fs, HOLD_EXCL, int, ops_balance_step(fs, args, cursor, st));
 }
 
+int butter_ino_path(struct butter_fs *fs, butter_ino_t ino, char *out, size_t cap)
+{
+	LOCKED(fs, HOLD_SHARED, int, inode_path(fs, ino.subvol, ino.ino, out, cap));
+}
+
 int butter_defrag(struct butter_fs *fs, butter_ino_t ino, const struct butter_defrag_args *args,
 		  struct butter_defrag_stats *st)
 {
