@@ -157,6 +157,19 @@ def test_bad_traces_are_refused(kernel, butter, workdir):
         assert r.returncode == 1 and want in r.stderr, (text, r.stderr)
     r = kfs.run([butter.path, "layout", img], check=False)
     assert r.returncode == 2 and "--trace" in r.stderr, r.stderr
+    # mutated traces: an error or a layout, never a crash (the ASan build reports any)
+    rng = random.Random(11)
+    seed = b"# butter-trace 1\n5\t256\t0\t4096\t/\n5\t257\t0\t0\t/a\\tb\\101\n"
+    for i in range(60):
+        b = bytearray(seed)
+        for _ in range(rng.randint(1, 6)):
+            b[rng.randrange(len(b))] = rng.choice(b"\t\n\\0123456789/#x\x00\xff")
+        path = os.path.join(workdir, "m%d" % i)
+        with open(path, "wb") as f:
+            f.write(bytes(b))
+        r = kfs.run([butter.path, "layout", "--trace", path, img], check=False)
+        assert r.returncode in (0, 1), (bytes(b), r.returncode, r.stderr)
+        assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr
     oracle.btrfs_check(img, strict=True)
 
 
