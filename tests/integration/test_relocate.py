@@ -906,6 +906,11 @@ def test_replace_on_a_live_mount_while_writing(fuse, butter, workdir):
             r = kfs.run([butter.path, "replace", "start", "2", e, mnt], check=False)
             assert r.returncode == 0 and "started" in r.stdout, r.stdout + r.stderr
             r = kfs.run([butter.path, "replace", "cancel", mnt], check=False, timeout=600)
+            if r.returncode == 1 and "replace finished" in r.stderr:
+                # the copy won the race against the cancel (a loaded machine starts the
+                # command late): known timing flake, not a wrong result
+                stop.set()
+                pytest.xfail("the replace finished before the cancel arrived")
             assert r.returncode == 0 and "canceled" in r.stdout, (r.stdout + r.stderr +
                                                                   fm.log_text()[-3000:])
             r = kfs.run([butter.path, "replace", "status", "-1", mnt], check=False)
