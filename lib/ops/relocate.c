@@ -953,102 +953,161 @@ static int dest_take(struct reloc *rc, u64 len, u64 *logical)
 
 /* ---- data extents ---- */
 
+static int add_leaf(struct reloc *rc, u64 bytenr, u64 root, const struct btrfs_key *key)
+{
+	struct leaf_ref *l = realloc(rc->leaves, (rc->nleaves + 1) * sizeof(*l));
+
+	if (!l)
+		return -ENOMEM;
+	rc->leaves = l;
+	l[rc->nleaves].bytenr = bytenr;
+	l[rc->nleaves].root = root;
+	if (key)
+		l[rc->nleaves].key = *key;
+	else
+		memset(&l[rc->nleaves].key, 0, sizeof(*key));
+	rc->nleaves++;
+	return 0;
+}
+
 /*
- * The part of data extent @refs that any file extent item uses: [*lo, *hi)
- * of it, found through every reference (the items collect_leaves() will
- * find). *whole is set when the extent must move whole: a compressed or
- * inline-adjacent item, or one of an unknown kind.
+ * Call @fn for every file extent item that names data extent @refs, found
+ * through its references: a SHARED_DATA_REF names the leaf (its items are
+ * scanned), an EXTENT_DATA_REF is searched for in its tree at the inode and
+ * offset. @root is the tree to search again for a never-shared tree, else 0.
  */
-static int used_span(struct reloc *rc, const struct extent_refs *refs, u64 *lo, u64 *hi,
-		     int *whole)
+typedef int (*item_fn)(struct reloc *rc, const struct tree_node *leaf, const struct btrfs_key *key,
+		       const struct btrfs_file_extent_item *fi, u64 root, void *arg);
+
+static int names_extent(const struct btrfs_file_extent_item *fi, u32 size, u64 bytenr)
+{
+	return size >= sizeof(*fi) && fi->type != BTRFS_FILE_EXTENT_INLINE &&
+	       btrfs_file_extent_disk_bytenr(fi) == bytenr;
+}
+
+static int for_each_item(struct reloc *rc, const struct extent_refs *refs, item_fn fn, void *arg)
 {
 	struct node_cache *cache = &rc->fs->cache;
 	size_t i;
 	int ret = 0;
 
-	*lo = refs->num_bytes;
-	*hi = 0;
-	*whole = 0;
-	for (i = 0; i < refs->n && ret == 0 && !*whole; i++) {
+	for (i = 0; i < refs->n && ret == 0; i++) {
 		const struct extent_ref *r = &refs->r[i];
+		struct btrfs_key key = { r->owner, BTRFS_EXTENT_DATA_KEY, r->offset };
+		struct tree_root *tr;
 		struct tree_path path;
-		struct tree_node *leaf = NULL;
-		u32 slot;
+		u32 found = 0;
+		int shareable;
 
 		if (r->type == BTRFS_SHARED_DATA_REF_KEY) {
+			struct tree_node *leaf;
+			u32 slot;
+
 			ret = node_read(cache, r->root_or_parent, 0, 0, NULL, &leaf);
 			for (slot = 0; ret == 0 && slot < leaf->nritems; slot++) {
-				const struct btrfs_file_extent_item *fi;
-				struct btrfs_key k;
-
-				node_key(leaf, slot, &k);
-				if (k.type != BTRFS_EXTENT_DATA_KEY ||
-				    leaf_item_size(leaf, slot) < sizeof(*fi))
-					continue;
-				fi = (const void *)leaf_item_data(leaf, slot);
-				if (fi->type == BTRFS_FILE_EXTENT_INLINE ||
-				    btrfs_file_extent_disk_bytenr(fi) != refs->bytenr)
-					continue;
-				if (fi->compression || fi->encryption || fi->other_encoding)
-					*whole = 1;
-				if (btrfs_file_extent_offset(fi) < *lo)
-					*lo = btrfs_file_extent_offset(fi);
-				if (btrfs_file_extent_offset(fi) + btrfs_file_extent_num_bytes(fi) > *hi)
-					*hi = btrfs_file_extent_offset(fi) +
-					      btrfs_file_extent_num_bytes(fi);
+				node_key(leaf, slot, &key);
+				if (key.type == BTRFS_EXTENT_DATA_KEY &&
+				    names_extent((const void *)leaf_item_data(leaf, slot),
+						 leaf_item_size(leaf, slot), refs->bytenr))
+					ret = fn(rc, leaf, &key, (const void *)leaf_item_data(leaf, slot),
+						 0, arg);
 			}
 			if (leaf)
 				node_put(cache, leaf);
 			continue;
 		}
 		if (r->type != BTRFS_EXTENT_DATA_REF_KEY) {
-			*whole = 1;
+			ret = BLOG_CORRUPT(&rc->fs->log, "data extent %llu: reference of type %u",
+					   (unsigned long long)refs->bytenr, r->type);
 			break;
 		}
-		{
-			struct btrfs_key key = { r->owner, BTRFS_EXTENT_DATA_KEY, r->offset };
-			struct tree_root *tr;
-			u32 found = 0;
-			int shareable;
+		ret = tree_of(rc, r->root_or_parent, &tr, &shareable);
+		if (ret)
+			break;
+		tree_path_init(&path);
+		ret = tree_search_forward(cache, tr, &key, &path);
+		while (ret == 0 && found < r->count) {
+			const struct btrfs_file_extent_item *fi;
+			struct btrfs_key k;
+			u32 size;
 
-			ret = tree_of(rc, r->root_or_parent, &tr, &shareable);
-			if (ret)
+			path_key(&path, &k);
+			if (k.objectid != r->owner || k.type != BTRFS_EXTENT_DATA_KEY)
 				break;
-			tree_path_init(&path);
-			ret = tree_search_forward(cache, tr, &key, &path);
-			while (ret == 0 && found < r->count) {
-				const struct btrfs_file_extent_item *fi;
-				struct btrfs_key k;
-				u32 size;
+			fi = (const void *)path_item(&path, &size);
+			if (names_extent(fi, size, refs->bytenr) &&
+			    k.offset - btrfs_file_extent_offset(fi) == r->offset) {
+				struct tree_node *leaf = path_leaf(&path);
 
-				path_key(&path, &k);
-				if (k.objectid != r->owner || k.type != BTRFS_EXTENT_DATA_KEY)
+				if (leaf->owner == r->root_or_parent)
+					found++;
+				ret = fn(rc, leaf, &k, fi, shareable ? 0 : r->root_or_parent, arg);
+				if (ret)
 					break;
-				fi = (const void *)path_item(&path, &size);
-				if (size >= sizeof(*fi) && fi->type != BTRFS_FILE_EXTENT_INLINE &&
-				    btrfs_file_extent_disk_bytenr(fi) == refs->bytenr &&
-				    k.offset - btrfs_file_extent_offset(fi) == r->offset) {
-					if (path_leaf(&path)->owner == r->root_or_parent)
-						found++;
-					if (fi->compression || fi->encryption || fi->other_encoding)
-						*whole = 1;
-					if (btrfs_file_extent_offset(fi) < *lo)
-						*lo = btrfs_file_extent_offset(fi);
-					if (btrfs_file_extent_offset(fi) +
-						    btrfs_file_extent_num_bytes(fi) > *hi)
-						*hi = btrfs_file_extent_offset(fi) +
-						      btrfs_file_extent_num_bytes(fi);
-				}
-				ret = tree_next_item(cache, &path);
 			}
-			tree_path_release(cache, &path);
-			if (ret == 1)
-				ret = 0;
+			ret = tree_next_item(cache, &path);
 		}
+		tree_path_release(cache, &path);
+		if (ret == 1)
+			ret = 0;
 	}
-	if (ret == 0 && (*lo >= *hi || *hi > refs->num_bytes || *lo % rc->fs->vol.sectorsize ||
-			 *hi % rc->fs->vol.sectorsize))
-		*whole = 1; /* nothing found, or not on sector bounds: keep it as it is */
+	return ret;
+}
+
+static int take_leaf(struct reloc *rc, const struct tree_node *leaf, const struct btrfs_key *key,
+		     const struct btrfs_file_extent_item *fi, u64 root, void *arg)
+{
+	(void)fi;
+	(void)arg;
+	return add_leaf(rc, leaf->bytenr, root, key);
+}
+
+/* Find the leaves whose file extent items name data extent @refs (one entry per item). */
+static int collect_leaves(struct reloc *rc, const struct extent_refs *refs)
+{
+	return for_each_item(rc, refs, take_leaf, NULL);
+}
+
+struct span {
+	u64 lo, hi;
+	int whole;
+};
+
+static int widen_span(struct reloc *rc, const struct tree_node *leaf, const struct btrfs_key *key,
+		      const struct btrfs_file_extent_item *fi, u64 root, void *arg)
+{
+	struct span *sp = arg;
+	u64 start = btrfs_file_extent_offset(fi), end = start + btrfs_file_extent_num_bytes(fi);
+
+	(void)rc;
+	(void)leaf;
+	(void)key;
+	(void)root;
+	if (fi->compression || fi->encryption || fi->other_encoding)
+		sp->whole = 1;
+	if (start < sp->lo)
+		sp->lo = start;
+	if (end > sp->hi)
+		sp->hi = end;
+	return 0;
+}
+
+/*
+ * The part of data extent @refs that any file extent item uses: [*lo, *hi)
+ * of it, over every item for_each_item() finds. *whole is set when the
+ * extent must move whole: a compressed (or encoded) item, no item, or a part
+ * not on sector bounds.
+ */
+static int used_span(struct reloc *rc, const struct extent_refs *refs, u64 *lo, u64 *hi,
+		     int *whole)
+{
+	struct span sp = { refs->num_bytes, 0, 0 };
+	u32 ss = rc->fs->vol.sectorsize;
+	int ret = for_each_item(rc, refs, widen_span, &sp);
+
+	*lo = sp.lo;
+	*hi = sp.hi;
+	*whole = sp.whole || sp.lo >= sp.hi || sp.hi > refs->num_bytes || sp.lo % ss || sp.hi % ss;
 	return ret;
 }
 
@@ -1131,81 +1190,6 @@ fail:
 	free(buf);
 	free(md->csums);
 	free(md->have);
-	return ret;
-}
-
-static int add_leaf(struct reloc *rc, u64 bytenr, u64 root, const struct btrfs_key *key)
-{
-	struct leaf_ref *l = realloc(rc->leaves, (rc->nleaves + 1) * sizeof(*l));
-
-	if (!l)
-		return -ENOMEM;
-	rc->leaves = l;
-	l[rc->nleaves].bytenr = bytenr;
-	l[rc->nleaves].root = root;
-	if (key)
-		l[rc->nleaves].key = *key;
-	else
-		memset(&l[rc->nleaves].key, 0, sizeof(*key));
-	rc->nleaves++;
-	return 0;
-}
-
-/* Find the leaves whose file extent items name data extent @refs. */
-static int collect_leaves(struct reloc *rc, const struct extent_refs *refs)
-{
-	struct node_cache *cache = &rc->fs->cache;
-	size_t i;
-	int ret = 0;
-
-	for (i = 0; i < refs->n && ret == 0; i++) {
-		const struct extent_ref *r = &refs->r[i];
-		struct btrfs_key key = { r->owner, BTRFS_EXTENT_DATA_KEY, r->offset };
-		struct tree_root *tr;
-		struct tree_path path;
-		u32 found = 0;
-		int shareable;
-
-		if (r->type == BTRFS_SHARED_DATA_REF_KEY) {
-			ret = add_leaf(rc, r->root_or_parent, 0, NULL);
-			continue;
-		}
-		if (r->type != BTRFS_EXTENT_DATA_REF_KEY) {
-			ret = BLOG_CORRUPT(&rc->fs->log, "data extent %llu: reference of type %u",
-					   (unsigned long long)refs->bytenr, r->type);
-			break;
-		}
-		ret = tree_of(rc, r->root_or_parent, &tr, &shareable);
-		if (ret)
-			break;
-		tree_path_init(&path);
-		ret = tree_search_forward(cache, tr, &key, &path);
-		while (ret == 0 && found < r->count) {
-			const struct btrfs_file_extent_item *fi;
-			struct btrfs_key k;
-			u32 size;
-
-			path_key(&path, &k);
-			if (k.objectid != r->owner || k.type != BTRFS_EXTENT_DATA_KEY)
-				break;
-			fi = (const void *)path_item(&path, &size);
-			if (size >= sizeof(*fi) && fi->type != BTRFS_FILE_EXTENT_INLINE &&
-			    btrfs_file_extent_disk_bytenr(fi) == refs->bytenr &&
-			    k.offset - btrfs_file_extent_offset(fi) == r->offset) {
-				struct tree_node *leaf = path_leaf(&path);
-
-				if (leaf->owner == r->root_or_parent)
-					found++;
-				ret = add_leaf(rc, leaf->bytenr, shareable ? 0 : r->root_or_parent, &k);
-				if (ret)
-					break;
-			}
-			ret = tree_next_item(cache, &path);
-		}
-		tree_path_release(cache, &path);
-		if (ret == 1)
-			ret = 0;
-	}
 	return ret;
 }
 
