@@ -91,6 +91,10 @@ const char butter_mount_usage[] =
 	"                               profiles allow it (read-write: new chunks\n"
 	"                               go to the devices present)\n"
 	"    skip_balance               do not resume a balance recorded on disk\n"
+	"    write_buffer=SIZE          file data held in memory before it gets its\n"
+	"                               extents (delayed allocation: large extents,\n"
+	"                               fsync writes only its file); 0: write at\n"
+	"                               once (default: 1/16 of RAM, at most 1G)\n"
 	"    commit=SECONDS             commit a change at most this long after it\n"
 	"                               (default 30); changes are also committed\n"
 	"                               about 1 s after they stop\n"
@@ -662,6 +666,27 @@ static int apply_compression(struct daemon *d)
 	return r < 0 ? r : 0;
 }
 
+/*
+ * Delayed allocation's bound (write_buffer=): as given, else 1/16 of the
+ * machine's memory, at most 1 GiB (the kernel lets a tenth to a fifth of
+ * memory be dirty; butter's part of it is this).
+ */
+static int apply_write_buffer(struct daemon *d)
+{
+	uint64_t bytes = d->opts->write_buffer;
+
+	if (d->handle_rdonly)
+		return 0;
+	if (bytes == UINT64_MAX) {
+		long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+
+		bytes = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / 16 : 0;
+		if (bytes > (1ULL << 30))
+			bytes = 1ULL << 30;
+	}
+	return butter_set_write_buffer(d->fs, bytes);
+}
+
 int daemon_remount(struct daemon *d, bool readonly)
 {
 	int ret;
@@ -688,6 +713,8 @@ int daemon_remount(struct daemon *d, bool readonly)
 				atomic_store(&d->handle_rdonly, false);
 				d->reopened = true;
 				ret = apply_compression(d);
+				if (ret == 0)
+					ret = apply_write_buffer(d);
 			}
 		} else if (was_rdonly) {
 			struct butter_info info;
@@ -793,7 +820,7 @@ static int run(const struct mount_opts *o)
 	}
 	if (open_fs(&d, o->readonly))
 		return 1;
-	if (apply_compression(&d)) {
+	if (apply_compression(&d) || apply_write_buffer(&d)) {
 		butter_close(d.fs);
 		return 1;
 	}

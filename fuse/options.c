@@ -54,6 +54,7 @@ enum opt_kind {
 	OPT_OFF,     /* int field := 0 */
 	OPT_UINT,    /* unsigned field := NAME=N */
 	OPT_U64,     /* uint64_t field := NAME=N */
+	OPT_SIZE,    /* uint64_t field := NAME=N[KMG] (bytes, binary units) */
 	OPT_SECONDS, /* double field := NAME=S (decimal seconds, >= 0) */
 	OPT_STRING,  /* const char * field := NAME=VALUE */
 	OPT_DEVICE,  /* append to devices */
@@ -79,6 +80,7 @@ static const struct opt_def mount_options[] = {
 	{ "subvolid=", OPT_U64, F(subvolid), false },
 	{ "device=", OPT_DEVICE, 0, false },
 	{ "commit=", OPT_UINT, F(commit_secs), false },
+	{ "write_buffer=", OPT_SIZE, F(write_buffer), false },
 	{ "degraded", OPT_TRUE, F(degraded), false },
 	{ "skip_balance", OPT_TRUE, F(skip_balance), false },
 	{ "compress", OPT_COMPRESS, 0, false },
@@ -217,6 +219,27 @@ static int apply_option(struct mount_opts *o, const char *opt)
 				return usage_error("bad number in -o %s", opt);
 			*(uint64_t *)field = u;
 			break;
+		case OPT_SIZE: {
+			char *end;
+			unsigned shift = 0;
+
+			errno = 0;
+			u = strtoull(val, &end, 10);
+			if (*end == 'k' || *end == 'K')
+				shift = 10;
+			else if (*end == 'm' || *end == 'M')
+				shift = 20;
+			else if (*end == 'g' || *end == 'G')
+				shift = 30;
+			if (shift)
+				end++;
+			if (*val < '0' || *val > '9' || errno || *end != '\0' ||
+			    u > (UINT64_MAX >> shift))
+				return usage_error("bad size in -o %s (BYTES, or a number with K, M or G)",
+						   opt);
+			*(uint64_t *)field = u << shift;
+			break;
+		}
 		case OPT_SECONDS: {
 			char *end;
 			double v = strtod(val, &end);
@@ -279,6 +302,7 @@ int mount_opts_parse(struct mount_opts *o, int argc, char **argv)
 
 	memset(o, 0, sizeof(*o));
 	o->commit_secs = MOUNT_DEFAULT_COMMIT;
+	o->write_buffer = UINT64_MAX; /* the daemon's default (daemon.c) */
 	o->writeback_cache = -1;
 	o->keep_cache = true;
 	o->max_write = MOUNT_DEFAULT_MAX_WRITE;

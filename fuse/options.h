@@ -34,6 +34,7 @@ struct mount_opts {
 	const char *subvol;      /* subvol=PATH; NULL: not given */
 	uint64_t subvolid;       /* subvolid=ID; 0: not given */
 	unsigned commit_secs;    /* commit=SECONDS */
+	uint64_t write_buffer;   /* write_buffer=SIZE: delayed allocation's bound; UINT64_MAX: default */
 	const char *compress;    /* the compress= or compress-force= option as given */
 	bool noatime;            /* noatime (atime: off again); passed on to the kernel too */
 	bool strictatime;        /* strictatime; relatime (the default): off again */

@@ -452,6 +452,19 @@ int butter_set_readonly(struct butter_fs *fs, int readonly);
 int butter_set_compression(struct butter_fs *fs, const char *spec, int force);
 
 /*
+ * Delayed allocation: butter_write() keeps file data in memory, up to
+ * @max_bytes over all files, and gives it extents when it is written back:
+ * at every commit, at butter_fsync() of its file (that file only), when the
+ * bound is passed (the largest files first), and before anything else
+ * changes or maps the file's extents. A file written in many calls, or
+ * several written at once, so lands in large extents, and an fsync does not
+ * carry other files' data. Reads and butter_stat() see the buffered bytes.
+ * 0 (the default) turns it off and writes back what is held. -EROFS on a
+ * read-only handle (for a non-zero bound).
+ */
+int butter_set_write_buffer(struct butter_fs *fs, uint64_t max_bytes);
+
+/*
  * Make the filesystem use *size bytes of device @devid (0: as few as its
  * allocated chunks allow), rounded down to the sector size; committed at
  * once, and *size gets the size set. -ENOSPC when chunks lie beyond the size

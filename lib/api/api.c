@@ -12,7 +12,8 @@
  *   exclusive  calls that change anything or commit: every change, sync,
  *              fsync, scrub, receive, device add/resize, check, the settings;
  *   adaptive   butter_release() runs shared unless it frees an orphan (then
- *              again, exclusive); butter_device_stats() runs shared unless it
+ *              again, exclusive); butter_seek() shared unless the file has
+ *              buffered data (lib/data/delalloc.c) to write first; butter_device_stats() runs shared unless it
  *              resets the counters; butter_close() waits for every call.
  *   none       calls without a handle (open, mkfs, parsers, names) and
  *              butter_begin_close(), which only drops device claims.
@@ -191,6 +192,11 @@ int butter_set_compression(struct butter_fs *fs, const char *spec, int force)
 	LOCKED(fs, HOLD_EXCL, int, fs_set_compression(fs, spec, force));
 }
 
+int butter_set_write_buffer(struct butter_fs *fs, uint64_t max_bytes)
+{
+	LOCKED(fs, HOLD_EXCL, int, data_set_write_buffer(fs, max_bytes));
+}
+
 int butter_set_label(struct butter_fs *fs, const char *label)
 {
 	LOCKED(fs, HOLD_EXCL, int, fs_set_label(fs, label));
@@ -242,7 +248,7 @@ int butter_root(struct butter_fs *fs, uint64_t subvolid, butter_ino_t *out)
 
 int butter_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 {
-	LOCKED(fs, HOLD_SHARED, int, inode_stat(fs, ino, st));
+	LOCKED(fs, HOLD_SHARED, int, data_stat(fs, ino, st));
 }
 
 /* ---- file data (lib/data) ---- */
@@ -270,13 +276,24 @@ ssize_t butter_readlink(struct butter_fs *fs, butter_ino_t ino, char *buf, size_
 
 int butter_seek(struct butter_fs *fs, butter_ino_t ino, uint64_t off, int whence, uint64_t *result)
 {
-	LOCKED(fs, HOLD_SHARED, int, data_seek(fs, ino, off, whence, result));
+	int taken = enter(fs, HOLD_SHARED), ret = 0, buffered;
+
+	if (taken < 0)
+		return taken;
+	/* shared, unless the file has buffered data: then it is written first */
+	buffered = data_buffered(fs, ino);
+	if (!buffered)
+		ret = data_seek(fs, ino, off, whence, result);
+	leave(fs, taken);
+	if (!buffered)
+		return ret;
+	LOCKED(fs, HOLD_EXCL, int, data_seek_written(fs, ino, off, whence, result));
 }
 
 ssize_t butter_write(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
 	uint64_t off)
 {
-	LOCKED(fs, HOLD_EXCL, ssize_t, data_write(fs, ino, buf, len, off));
+	LOCKED(fs, HOLD_EXCL, ssize_t, data_write_buffered(fs, ino, buf, len, off));
 }
 
 /* ---- names, attributes, open files (lib/namespace) ---- */

@@ -376,7 +376,12 @@ int data_clone_range(struct butter_fs *fs, butter_ino_t src, uint64_t src_off, b
 	u64 olen, alen;
 	int ret, err = 0;
 
-	ret = fs_begin_change_rsv(fs, &w, 2ULL * fs->vol.sectorsize, 0);
+	/* both files' buffered data first (delalloc.c): clones copy extents */
+	ret = data_flush_ino(fs, src);
+	if (ret == 0)
+		ret = data_flush_ino(fs, dst);
+	if (ret == 0)
+		ret = fs_begin_change_rsv(fs, &w, 2ULL * fs->vol.sectorsize, 0);
 	if (ret)
 		return ret;
 	memset(&c, 0, sizeof(c));

@@ -75,6 +75,34 @@ int data_queue_data_ref(struct fs_write_state *w, u64 bytenr, u64 num_bytes, u64
  */
 ssize_t data_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
 			  u64 off, int *changed);
+/* data_write_locked() past delayed allocation: what @ino has buffered stays buffered. */
+ssize_t data_write_direct_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf,
+				 size_t len, u64 off, int *changed);
+
+/* ---- delalloc.c: delayed allocation (see its first comment) ---- */
+/* butter_write(): buffer the bytes (or write them at once when buffering is off). */
+ssize_t data_write_buffered(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
+			    uint64_t off);
+/* Whether @ino has buffered data (any lock mode). */
+int data_buffered(struct butter_fs *fs, butter_ino_t ino);
+/* Write back what @ino has buffered: inside a running change, or as a change of its own. */
+int data_flush_ino_locked(struct butter_fs *fs, butter_ino_t ino);
+int data_flush_ino(struct butter_fs *fs, butter_ino_t ino);
+/* Write back every buffer: inside a running change, or as a change of its own. */
+int data_flush_all_locked(struct butter_fs *fs);
+int data_flush_all(struct butter_fs *fs);
+/* Forget what @ino has buffered (the inode is deleted). */
+void data_discard_ino(struct butter_fs *fs, u64 subvol, u64 ino);
+/* Free every buffer unwritten (teardown of the write state). */
+void data_buffers_destroy(struct fs_write_state *w);
+/* For data_read(): the size with buffered bytes, and the buffered bytes over @buf. */
+u64 data_buffered_size(struct butter_fs *fs, butter_ino_t ino, u64 size);
+void data_buffer_overlay(struct butter_fs *fs, butter_ino_t ino, u8 *buf, u64 len, u64 off);
+/* The bodies of butter_set_write_buffer(), butter_stat() and butter_seek() on buffered data. */
+int data_set_write_buffer(struct butter_fs *fs, uint64_t max_bytes);
+int data_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st);
+int data_seek_written(struct butter_fs *fs, butter_ino_t ino, uint64_t off, int whence,
+		      uint64_t *result);
 
 /* ---- fallocate.c ---- */
 /*

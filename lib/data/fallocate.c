@@ -473,6 +473,8 @@ int data_fallocate(struct butter_fs *fs, butter_ino_t ino, int mode, uint64_t of
 	int ret, err = 0;
 
 	ret = check_mode(mode, off, len);
+	if (ret == 0)
+		ret = data_flush_ino(fs, ino); /* buffered data first (delalloc.c) */
 	if (ret)
 		return ret;
 	if (!fs->w)

@@ -436,8 +436,8 @@ ssize_t data_read(struct butter_fs *fs, butter_ino_t ino, void *buf, size_t len,
 {
 	struct btrfs_inode_item inode;
 	struct subvol sv;
-	u64 size, end;
-	int ret;
+	u64 size, stored, end;
+	int ret = 0;
 
 	ret = inode_read(fs, ino, &inode);
 	if (ret)
@@ -447,14 +447,21 @@ ssize_t data_read(struct butter_fs *fs, butter_ino_t ino, void *buf, size_t len,
 	ret = fs_get_subvol(fs, ino.subvol, &sv);
 	if (ret)
 		return ret;
-	size = btrfs_inode_size(&inode);
+	stored = btrfs_inode_size(&inode);
+	/* bytes buffered by delayed allocation (delalloc.c) count as written */
+	size = data_buffered_size(fs, ino, stored);
 	if (off >= size || len == 0)
 		return 0;
 	end = size - off < len ? size : off + len;
-	ret = read_range(fs, ino, &sv, buf, off, end,
-			 !!(btrfs_inode_flags(&inode) & BTRFS_INODE_NODATASUM_FLAG));
+	if (off < stored)
+		ret = read_range(fs, ino, &sv, buf, off, end < stored ? end : stored,
+				 !!(btrfs_inode_flags(&inode) & BTRFS_INODE_NODATASUM_FLAG));
 	if (ret)
 		return ret;
+	if (end > stored)
+		memset((u8 *)buf + (off > stored ? 0 : stored - off), 0,
+		       end - (off > stored ? off : stored));
+	data_buffer_overlay(fs, ino, buf, end - off, off);
 	return (ssize_t)(end - off);
 }
 

@@ -72,9 +72,11 @@ int data_alloc(struct butter_fs *fs, u64 want, u64 *logical, u64 *got)
 	int ret, tried_chunk = 0;
 
 	/*
-	 * Big pieces first; below 16 sectors a new data chunk is tried once;
-	 * then pieces down to one sector, so a write the reservation accepted
-	 * finds room in fragmented free space instead of failing half way.
+	 * The whole piece; when no free space holds it, a new data chunk is
+	 * tried once (so written-back data lands in one extent, as the kernel
+	 * allocates a chunk before it splits an extent); then pieces down to
+	 * one sector, so a write the reservation accepted finds room in
+	 * fragmented free space instead of failing half way.
 	 */
 	for (;;) {
 		ret = extent_alloc(&w->es, BTRFS_BLOCK_GROUP_DATA, len, logical);
@@ -84,7 +86,7 @@ int data_alloc(struct butter_fs *fs, u64 want, u64 *logical, u64 *got)
 		}
 		if (ret != -ENOSPC)
 			return ret;
-		if (len > ss * 16ULL || (tried_chunk && len > ss)) {
+		if (tried_chunk && len > ss) {
 			len = len / 2 / ss * ss;
 			if (len < ss)
 				len = ss;
@@ -477,6 +479,22 @@ static int read_existing(struct butter_fs *fs, butter_ino_t ino, u8 *buf, u64 le
 ssize_t data_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf, size_t len,
 			  u64 off, int *changed)
 {
+	int ret;
+
+	*changed = 0;
+	if (data_buffered(fs, ino)) {
+		/* what butter_write() buffered for the inode goes first */
+		*changed = 1;
+		ret = data_flush_ino_locked(fs, ino);
+		if (ret)
+			return ret;
+	}
+	return data_write_direct_locked(fs, ino, buf, len, off, changed);
+}
+
+ssize_t data_write_direct_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf,
+				 size_t len, u64 off, int *changed)
+{
 	u32 ss = fs->vol.sectorsize;
 	struct btrfs_inode_item ii;
 	struct subvol *sv = NULL;
@@ -485,7 +503,6 @@ ssize_t data_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *bu
 	int ret, is_inline, err = 0;
 	u64 iflags;
 
-	*changed = 0;
 	if (len == 0)
 		return 0;
 	ret = inode_read(fs, ino, &ii);
@@ -615,6 +632,10 @@ int data_truncate(struct butter_fs *fs, struct subvol *sv, butter_ino_t ino, u64
 	int ret, is_inline;
 	u8 *head = NULL;
 
+	if (size == 0)
+		data_discard_ino(fs, ino.subvol, ino.ino); /* nothing buffered survives */
+	else if ((ret = data_flush_ino_locked(fs, ino)) != 0)
+		return ret;
 	ret = inode_read(fs, ino, &ii);
 	if (ret == 0)
 		ret = data_end(fs, sv, ino.ino, &end, &is_inline);

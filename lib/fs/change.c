@@ -276,6 +276,8 @@ static int reserve_space(struct fs_write_state *w, u64 data_bytes, int deleting)
 	u64 floor = deleting ? META_RESERVE / 4 : META_RESERVE;
 	int ret;
 
+	/* room for what delayed allocation holds comes first */
+	data_bytes += w->delalloc_bytes;
 	if (w->es.mixed)
 		return reserve_mixed(w, data_bytes, floor, low);
 	meta_free = group_free(&w->es, BTRFS_BLOCK_GROUP_METADATA, &meta_profile);

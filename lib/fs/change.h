@@ -41,6 +41,13 @@ struct fs_write_state {
 	struct tree_root quota_tree;
 	int quota_marked;
 	struct ops_replace_state *replace; /* lib/ops/replace.c: the running replace, or NULL */
+	/*
+	 * lib/data/delalloc.c: file data waiting for its extents (NULL until the
+	 * first buffered write), the bytes it holds (every change reserves room
+	 * for them) and the bound (0: butter_write() writes at once).
+	 */
+	struct data_buffers *buffers;
+	u64 delalloc_bytes, delalloc_limit;
 };
 
 struct dir_update {

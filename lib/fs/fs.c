@@ -582,6 +582,7 @@ int fs_statfs(struct butter_fs *fs, struct butter_statfs *out)
 
 		fs_live_data_usage(fs, &data_total, &bg_used);
 		space_now(fs, &data_used, &unalloc);
+		data_used += fs->w->delalloc_bytes; /* buffered data has room promised */
 	}
 	out->bsize = fs->vol.sectorsize;
 	out->blocks = (data_total + unalloc / factor) / out->bsize;

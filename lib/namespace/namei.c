@@ -24,6 +24,7 @@ int ns_delete_inode(struct butter_fs *fs, struct subvol *sv, u64 ino)
 	struct tree_trans *t = &fs->w->txn.tt;
 	int ret;
 
+	data_discard_ino(fs, sv->id, ino); /* buffered data dies with the inode */
 	ret = data_drop_extents(fs, sv, ino, 0, (u64)-1);
 	if (ret)
 		return ret;

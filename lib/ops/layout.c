@@ -413,6 +413,9 @@ int ops_defrag(struct butter_fs *fs, butter_ino_t ino, const struct butter_defra
 
 	if (!fs->w)
 		return -EROFS;
+	ret = data_flush_ino(fs, ino); /* buffered data first: it has no extents yet */
+	if (ret)
+		return ret;
 	if (!args) {
 		memset(&none, 0, sizeof(none));
 		args = &none;
@@ -538,6 +541,9 @@ int ops_layout(struct butter_fs *fs, const struct butter_layout_range *ranges, s
 	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
+	ret = data_flush_all_locked(fs); /* buffered data has no place yet: give it one first */
+	if (ret)
+		return fs_end_change(w, ret, 1);
 	for (i = 0; i < nranges && ret == 0; i++) {
 		const struct butter_layout_range *r = &ranges[i];
 		struct btrfs_inode_item inode;

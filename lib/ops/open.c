@@ -169,6 +169,7 @@ static void close_write(struct butter_fs *fs, int commit)
 	}
 	tlog_destroy(w);
 	ns_open_files_destroy(w);
+	data_buffers_destroy(w);
 	fs_teardown_write(fs);
 }
 

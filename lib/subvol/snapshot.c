@@ -54,6 +54,10 @@ int subvol_snapshot(struct butter_fs *fs, uint64_t src_id, butter_ino_t dir, con
 	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
+	/* the snapshot holds what was written, buffered data too (lib/data/delalloc.c) */
+	ret = data_flush_all_locked(fs);
+	if (ret)
+		return fs_end_change(w, ret, 1);
 	src = fs_subvol_cached(fs, src_id, &err);
 	if (!src)
 		ret = err;
@@ -492,6 +496,10 @@ int subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *name,
 	ret = fs_begin_change_rsv(fs, &w, 0, 1);
 	if (ret)
 		return ret;
+	/* no buffered data may outlive its subvolume (lib/data/delalloc.c) */
+	ret = data_flush_all_locked(fs);
+	if (ret)
+		return fs_end_change(w, ret, 1);
 	ret = inode_lookup(fs, dir, name, namelen, &target);
 	if (ret == 0 && (target.subvol == dir.subvol || target.ino != BTRFS_FIRST_FREE_OBJECTID))
 		ret = -EINVAL; /* not a subvolume root (or a placeholder: not ours) */

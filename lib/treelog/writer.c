@@ -1197,6 +1197,14 @@ int tlog_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, in
 	}
 	if (!w->txn.running)
 		goto out; /* everything is committed */
+	/* the files' buffered data gets its extents now (lib/data/delalloc.c), theirs alone */
+	for (i = 0; i < n; i++) {
+		ret = data_flush_ino_locked(fs, inos[i]);
+		if (ret) {
+			txn_abort(&w->txn, ret, "writing back an fsynced file's buffered data");
+			goto out;
+		}
+	}
 	l = log_get(fs);
 	if (!l) {
 		ret = -ENOMEM;
