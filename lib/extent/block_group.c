@@ -30,6 +30,7 @@ int extent_state_init(struct extent_state *es, struct btrfs_volumes *vol, struct
 	es->mixed = !!(btrfs_super_incompat_flags(&vol->super) &
 		       BTRFS_FEATURE_INCOMPAT_MIXED_GROUPS);
 	range_set_init(&es->pinned);
+	range_set_init(&es->fresh_rows);
 	return 0;
 }
 
@@ -46,6 +47,7 @@ void extent_state_destroy(struct extent_state *es)
 		range_set_free(&es->devspace[i].free);
 	free(es->devspace);
 	range_set_free(&es->pinned);
+	range_set_free(&es->fresh_rows);
 	free(es->refs);
 	free(es->pend);
 	memset(es, 0, sizeof(*es));
@@ -308,6 +310,64 @@ u64 extent_forced_profile(const struct extent_state *es, u64 type)
 	return es->force_profile_data;
 }
 
+/* The data bytes of one full stripe of @bg if it is RAID5/6, else 0 (cached in the group). */
+static u64 row_bytes(struct extent_state *es, struct block_group *bg)
+{
+	const struct chunk_map *map;
+
+	if (!(bg->flags & (BTRFS_BLOCK_GROUP_RAID5 | BTRFS_BLOCK_GROUP_RAID6)))
+		return 0;
+	if (!bg->row_bytes && (map = volumes_find_chunk(es->vol, bg->start)) != NULL)
+		bg->row_bytes = (u64)chunk_data_stripes(map) * map->stripe_len;
+	return bg->row_bytes;
+}
+
+/*
+ * May new bytes go into the row of @bg starting at @row? Only if nothing
+ * durable lies in it: the whole row is free, or this transaction opened it.
+ * (Writing into a row recomputes its parity: a crash between the data and
+ * the parity writes would leave durable data in the row unrecoverable once
+ * a device is missing, the RAID5/6 write hole.)
+ */
+static int row_writable(const struct extent_state *es, const struct block_group *bg, u64 row,
+			u64 rbytes)
+{
+	u64 end = row + rbytes < bg->start + bg->length ? row + rbytes : bg->start + bg->length;
+
+	return range_contains(&es->fresh_rows, row, end) || range_contains(&bg->free, row, end);
+}
+
+/*
+ * Find @len free bytes in RAID5/6 group @bg at or after @from whose first
+ * and last rows are writable (the rows between are wholly inside the free
+ * range, so free). 0 and *start, or -ENOSPC.
+ */
+static int find_in_rows(const struct extent_state *es, const struct block_group *bg, u64 rbytes,
+			u64 len, u64 align, u64 from, u64 *start)
+{
+	u64 bg_end = bg->start + bg->length;
+
+	while (from < bg_end) {
+		u64 s, first, last;
+
+		if (range_find(&bg->free, len, align, from, &s) != 0 || s < from)
+			return -ENOSPC; /* none left past @from (range_find wraps around) */
+		first = bg->start + (s - bg->start) / rbytes * rbytes;
+		last = bg->start + (s + len - 1 - bg->start) / rbytes * rbytes;
+		if (!row_writable(es, bg, first, rbytes)) {
+			from = first + rbytes;
+			continue;
+		}
+		if (last != first && !row_writable(es, bg, last, rbytes)) {
+			from = last + rbytes;
+			continue;
+		}
+		*start = s;
+		return 0;
+	}
+	return -ENOSPC;
+}
+
 int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical)
 {
 	u64 *hint = type == BTRFS_BLOCK_GROUP_DATA	 ? &es->hint_data
@@ -316,6 +376,7 @@ int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical)
 	u64 align = type == BTRFS_BLOCK_GROUP_DATA ? es->vol->sectorsize : es->vol->nodesize;
 	size_t i, n = es->nbgs, first = 0;
 	u64 forced = extent_forced_profile(es, type);
+	int pass;
 
 	/* start at the group holding the hint */
 	for (i = 0; i < n; i++)
@@ -323,9 +384,16 @@ int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical)
 			first = i;
 			break;
 		}
+	/*
+	 * Pass 0 keeps RAID5/6 writes out of rows holding durable data (see
+	 * row_writable()); when no group has such room, pass 1 takes any free
+	 * space, as the kernel does, rather than fail a change the space
+	 * reservation accepted.
+	 */
+	for (pass = 0; pass < 2; pass++)
 	for (i = 0; i < n; i++) {
 		struct block_group *bg = es->bgs[(first + i) % n];
-		u64 start;
+		u64 start, rbytes, from;
 
 		if (!(bg->flags & type) || !extent_bg_allocatable(bg))
 			continue;
@@ -334,10 +402,27 @@ int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical)
 			continue;
 		if (bg->free.total < len)
 			continue;
-		if (range_find(&bg->free, len, align, i == 0 ? *hint : bg->start, &start) != 0)
+		rbytes = row_bytes(es, bg);
+		from = i == 0 ? *hint : bg->start;
+		if (pass == 1 && !rbytes)
+			continue; /* pass 0 looked at it the same way */
+		if (rbytes && pass == 0) {
+			if (find_in_rows(es, bg, rbytes, len, align, from, &start) != 0 &&
+			    (from == bg->start ||
+			     find_in_rows(es, bg, rbytes, len, align, bg->start, &start) != 0))
+				continue;
+		} else if (range_find(&bg->free, len, align, from, &start) != 0) {
 			continue;
+		}
 		if (range_remove(&bg->free, start, start + len))
 			return -ENOMEM;
+		if (rbytes) {
+			u64 row0 = bg->start + (start - bg->start) / rbytes * rbytes;
+			u64 row1 = bg->start + (start + len - 1 - bg->start) / rbytes * rbytes + rbytes;
+
+			if (range_add(&es->fresh_rows, row0, row1))
+				return -ENOMEM;
+		}
 		bg->fst_dirty = 1;
 		*hint = start + len;
 		*logical = start;
@@ -376,9 +461,16 @@ int extent_unpin(struct extent_state *es)
 	}
 	range_set_free(&es->pinned);
 	range_set_init(&es->pinned);
+	extent_seal_rows(es);
 	if (ret == 0)
 		note_all_unusable(es);
 	return ret;
+}
+
+void extent_seal_rows(struct extent_state *es)
+{
+	range_set_free(&es->fresh_rows);
+	range_set_init(&es->fresh_rows);
 }
 
 u64 extent_bytes_used(const struct extent_state *es)

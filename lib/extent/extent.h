@@ -32,6 +32,7 @@ struct block_group {
 	int is_new;          /* no block group item on disk yet */
 	int ro;              /* being emptied (relocation): the allocator skips it */
 	int degraded;        /* a stripe on a missing device: the allocator skips it */
+	u64 row_bytes;       /* RAID5/6: bytes of data in one full stripe; 0: not RAID5/6 or not known yet */
 };
 
 /* May the allocator take space in @bg? */
@@ -96,6 +97,13 @@ struct extent_state {
 	u64 transid;
 	u64 hint_meta, hint_data, hint_sys;
 	/*
+	 * RAID5/6 rows (full stripes) that held nothing durable when this
+	 * transaction first wrote into them: the allocator may add to them until
+	 * the commit or a log sync makes what they hold durable
+	 * (extent_seal_rows()). See extent_alloc().
+	 */
+	struct range_set fresh_rows;
+	/*
 	 * New chunks start at or above this logical address: the end of the
 	 * highest chunk ever removed, so a logical address is never reused
 	 * (as the kernel never reuses one; stale cached blocks stay harmless).
@@ -157,6 +165,8 @@ int extent_exclude_super_stripes(struct extent_state *es, struct block_group *bg
  * serve data and metadata. -ENOSPC when no such group has room.
  */
 int extent_alloc(struct extent_state *es, u64 type, u64 len, u64 *logical);
+/* What RAID5/6 rows hold is durable now (a commit or a log sync): no more writes go into them. */
+void extent_seal_rows(struct extent_state *es);
 
 /*
  * The extent item at @bytenr and all its references, inline and keyed, as the
