@@ -5,22 +5,31 @@
  * written at once) lands in extents as large as the data, and an fsync
  * writes only its own file's data.
  *
- * A buffer holds the bytes [start, start + len) of one inode (subvolume,
- * inode number); they override what the trees hold there. Only the bytes
- * are held: the inode item keeps its committed size and extents until the
- * buffer is written back, so every tree (and the tree log) stays a state a
- * crash may find. The write stamps mtime/ctime at once (the write's time),
- * and the write-back keeps them.
+ * A buffer holds ranges of bytes of one inode (subvolume, inode number),
+ * up to MAX_RANGES (requests served on several threads reach the lock out
+ * of order: the gaps fill and the ranges merge); they override what the
+ * trees hold there. Only the bytes are held: the inode item keeps its size
+ * and extents until the buffer is written back, so every tree (and the tree
+ * log) stays a state a crash may find. The write stamps mtime/ctime at once
+ * (the write's time), and the write-back keeps them. Written back, each
+ * range goes in pieces of up to MAX_EXTENT_SIZE, placed to continue the
+ * file's extent before it on disk (hint_after_extent()).
  *
  * Readers see the buffer through data_read() (its bytes over the stored ones,
  * the size as if written) and data_stat() (size and blocks); both run under
  * the shared lock, buffers only change under the exclusive one.
  *
  * Written back (data_flush_*), in the order the buffers were made:
- *   every commit             the txn_ctx flush_data hook: all of them;
+ *   butter_sync(), the final commit, the read-only switch: all of them
+ *                            (fs_write_state.flush_data); other commits
+ *                            (fsync's fallback, space, dirty trees) leave
+ *                            buffers in memory, as the kernel's commits
+ *                            leave delalloc: buffers are bytes only, no
+ *                            transaction's state;
  *   fsync of an inode        that inode only (tlog_fsync_many);
- *   memory over the bound    the largest until half the bound is left;
- *   a write that does not touch the buffer of its inode;
+ *   memory over the bound    the largest until half the bound is left,
+ *                            whole MAX_EXTENT_SIZE pieces first;
+ *   a write that would make a MAX_RANGES + 1st range (a random writer);
  *   any other change to the inode's data: data_write_locked(), truncate,
  *   fallocate, clone, seek, defragment; snapshots and subvolume deletion
  *   write back all.
@@ -30,9 +39,8 @@
  * (w->delalloc_bytes in reserve_space()), so a write the buffer accepted
  * finds its room when it is written back.
  *
- * Invariants: at most one buffer per inode; len > 0; w->delalloc_bytes is
- * the sum of the buffers' lens; a buffer exists only while a transaction runs
- * (the commit writes every buffer back before it writes anything).
+ * Invariants: at most one buffer per inode, its ranges sorted, disjoint and
+ * not touching; w->delalloc_bytes is the sum of the buffers' lens.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -65,7 +73,7 @@ struct data_buffers {
 	struct data_buffer **buckets;
 	size_t nbuckets, count;
 	u64 next_seq;
-	int flushing;                /* a write-back runs: the commit hook does nothing */
+	int flushing;                /* a write-back runs: flush_some() does nothing */
 };
 
 #define MIN_BUCKETS 256
@@ -458,8 +466,8 @@ int data_flush_all_locked(struct butter_fs *fs)
 	return flush_some(fs, 0);
 }
 
-/* The commit's hook (txn_ctx.flush_data): every buffer goes into this commit. */
-static int flush_at_commit(void *arg)
+/* fs_write_state.flush_data: every buffer into the running transaction (butter_sync() and the like). */
+static int flush_for_sync(void *arg)
 {
 	return flush_some(arg, 0);
 }
@@ -493,10 +501,8 @@ void data_buffers_destroy(struct fs_write_state *w)
 	free(bs);
 	w->buffers = NULL;
 	w->delalloc_bytes = 0;
-	if (w->txn.flush_data == flush_at_commit) {
-		w->txn.flush_data = NULL;
-		w->txn.flush_data_arg = NULL;
-	}
+	w->flush_data = NULL;
+	w->flush_data_arg = NULL;
 }
 
 int data_set_write_buffer(struct butter_fs *fs, uint64_t max_bytes)
@@ -562,8 +568,8 @@ ssize_t data_write_buffered(struct butter_fs *fs, butter_ino_t ino, const void *
 			free(w->buffers);
 			w->buffers = NULL;
 		} else {
-			w->txn.flush_data = flush_at_commit;
-			w->txn.flush_data_arg = fs;
+			w->flush_data = flush_for_sync;
+			w->flush_data_arg = fs;
 		}
 	}
 	if (ret)

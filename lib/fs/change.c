@@ -30,14 +30,35 @@
 #include "format/checksum.h"
 #include "fs/change.h"
 
+/*
+ * Commit with every buffered write in it (see fs_write_state.flush_data);
+ * lock held. A failed write-back aborts: the trees may hold part of it.
+ */
+static int commit_everything(struct fs_write_state *w)
+{
+	int ret = 0;
+
+	if (w->flush_data && w->delalloc_bytes && !w->txn.aborted) {
+		ret = txn_begin(&w->txn);
+		if (ret == 0)
+			ret = w->flush_data(w->flush_data_arg);
+		if (ret) {
+			txn_abort(&w->txn, ret, "writing back buffered file data");
+			return ret;
+		}
+	}
+	return txn_commit(&w->txn);
+}
+
 void fs_final_commit(struct butter_fs *fs)
 {
 	struct fs_write_state *w = fs->w;
 
 	if (!w)
 		return;
-	if ((w->txn.running || volumes_stats_dirty(&fs->vol)) && !w->txn.aborted) {
-		int ret = txn_commit(&w->txn);
+	if ((w->txn.running || w->delalloc_bytes || volumes_stats_dirty(&fs->vol)) &&
+	    !w->txn.aborted) {
+		int ret = commit_everything(w);
 
 		if (ret)
 			blog_err(&fs->log, "final commit failed: %s", strerror(-ret));
@@ -414,7 +435,7 @@ int fs_sync(struct butter_fs *fs)
 	if (!w)
 		return 0;
 	pthread_mutex_lock(&w->lock);
-	ret = txn_commit(&w->txn);
+	ret = commit_everything(w);
 	pthread_mutex_unlock(&w->lock);
 	return ret;
 }
@@ -436,7 +457,7 @@ int fs_set_readonly(struct butter_fs *fs, int readonly)
 		return readonly ? 0 : -EROFS;
 	pthread_mutex_lock(&w->lock);
 	if (readonly && !w->readonly) {
-		ret = txn_commit(&w->txn);
+		ret = commit_everything(w);
 		if (ret == 0)
 			w->readonly = true;
 	} else if (!readonly && w->txn.aborted) {

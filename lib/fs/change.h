@@ -48,6 +48,15 @@ struct fs_write_state {
 	 */
 	struct data_buffers *buffers;
 	u64 delalloc_bytes, delalloc_limit;
+	/*
+	 * Writes every buffer back inside the running transaction (NULL while
+	 * nothing was buffered): called by the commits that promise everything
+	 * written is on disk (fs_sync(), the final commit, the read-only
+	 * switch); other commits (fsync's fallback, space, size) leave buffered
+	 * data in memory, as the kernel's commits leave delalloc.
+	 */
+	int (*flush_data)(void *arg);
+	void *flush_data_arg;
 };
 
 struct dir_update {

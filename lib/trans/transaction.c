@@ -255,11 +255,6 @@ int txn_commit(struct txn_ctx *ctx)
 	}
 	if (!ctx->running)
 		return 0;
-	if (ctx->flush_data) {
-		ret = ctx->flush_data(ctx->flush_data_arg);
-		if (ret)
-			goto abort;
-	}
 	if (ctx->pre_commit) {
 		ret = ctx->pre_commit(ctx->pre_commit_arg);
 		if (ret)

@@ -12,7 +12,6 @@
  * Commit order (written once, here and in txn_commit()):
  *   0. the device error counters that changed go into the device tree
  *      (a commit runs for them alone if nothing else changed); then the
- *      flush_data hook (buffered file data gets its extents); then the
  *      pre_commit hook: the tree log's blocks are pinned and the
  *      superblock's log root is cleared (this commit holds what it held);
  *      then, if anything changed, the pre_write hook (quota status);
@@ -51,13 +50,7 @@ struct txn_ctx {
 	 */
 	int (*pre_commit)(void *arg);
 	void *pre_commit_arg;
-	/*
-	 * Called by every commit of a running transaction before pre_commit
-	 * (NULL: none): delayed allocation (lib/data/delalloc.c) writes the
-	 * file data it buffers into this transaction.
-	 */
-	int (*flush_data)(void *arg);
-	void *flush_data_arg;
+
 	/*
 	 * Called by every commit that has changes to write, after pre_commit,
 	 * before step 1 (NULL: none): quotas (lib/subvol/qgroup.c) mark their
