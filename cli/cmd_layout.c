@@ -24,88 +24,6 @@
 #include "copyin.h"
 #include "trace.h"
 
-/* Look up a plain list's paths through @fs, or through the mount at @top_fd. */
-static int resolve_plain(struct trace *t, struct butter_fs *fs, int top_fd, size_t *missing)
-{
-	size_t i;
-
-	for (i = 0; i < t->nfiles; i++) {
-		struct trace_file *f = &t->files[i];
-		const char *rel = f->path;
-
-		if (f->ino)
-			continue;
-		if (fs) {
-			char *abs = NULL;
-			butter_ino_t ino;
-			int ret;
-
-			if (rel[0] != '/' && asprintf(&abs, "/%s", rel) < 0)
-				return -ENOMEM;
-			ret = cli_resolve(fs, abs ? abs : rel, true, &ino);
-			free(abs);
-			if (ret == 0) {
-				f->subvol = ino.subvol;
-				f->ino = ino.ino;
-			} else if (ret == -ENOENT || ret == -ENOTDIR) {
-				(*missing)++;
-			} else {
-				return ret;
-			}
-		} else {
-			struct butter_ioc_info info;
-			int fd;
-
-			while (*rel == '/')
-				rel++;
-			fd = openat(top_fd, *rel ? rel : ".", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-			if (fd < 0) {
-				if (errno != ENOENT && errno != ENOTDIR)
-					return -errno;
-				(*missing)++;
-				continue;
-			}
-			if (ioctl(fd, BUTTER_IOC_INFO, &info) == 0) {
-				f->subvol = info.subvol;
-				f->ino = info.ino;
-			} else {
-				(*missing)++;
-			}
-			close(fd);
-		}
-	}
-	return 0;
-}
-
-/* The trace's ranges, in order, as the library takes them. */
-static struct butter_layout_range *trace_ranges(const struct trace *t, size_t *n)
-{
-	struct butter_layout_range *r;
-	size_t i, k, total = 0;
-
-	for (i = 0; i < t->nfiles; i++)
-		if (t->files[i].ino)
-			total += t->files[i].nranges;
-	r = calloc(total ? total : 1, sizeof(*r));
-	if (!r)
-		return NULL;
-	*n = 0;
-	for (i = 0; i < t->nfiles; i++) {
-		const struct trace_file *f = &t->files[i];
-
-		if (!f->ino)
-			continue;
-		for (k = 0; k < f->nranges; k++) {
-			r[*n].ino.subvol = f->subvol;
-			r[*n].ino.ino = f->ino;
-			r[*n].off = f->ranges[k].off;
-			r[*n].len = f->ranges[k].len;
-			(*n)++;
-		}
-	}
-	return r;
-}
-
 static void print_stats(const struct butter_layout_stats *st, size_t unresolved)
 {
 	char a[32], b[32];
@@ -202,9 +120,9 @@ int cmd_layout(const struct cli_command *cmd, int argc, char **argv)
 		return CLI_EXIT_ERROR;
 	}
 	free(args.devices);
-	ret = resolve_plain(&t, fs, top_fd, &unresolved);
+	ret = trace_resolve(&t, fs, top_fd, &unresolved);
 	if (ret == 0) {
-		ranges = trace_ranges(&t, &n);
+		ranges = trace_to_ranges(&t, &n);
 		if (!ranges)
 			ret = -ENOMEM;
 	}

@@ -112,6 +112,25 @@ static const struct cli_command commands[] = {
 		.usage = "Commit everything written to the `butter mount` holding PATH so far.\n",
 	},
 	{
+		.name = "heatmap",
+		.main = cmd_heatmap,
+		.summary = "draw where data and metadata lie on each device (PNG)",
+		.synopsis = "[--trace FILE] [--size PIXELS] [-o FILE.png] [--device DEV]... IMAGE|PATH",
+		.usage = "Draw each device's bytes as a square (a Hilbert curve through it, so\n"
+			 "bytes close on the device are close in the picture), side by side:\n"
+			 "black is unallocated; white data, blue metadata, red system, purple mixed\n"
+			 "block groups, dim when empty and bright when full; with --trace, the\n"
+			 "places the traced files' data is read from in orange (a trace as\n"
+			 "`layout` takes it). See before and after `layout` or `filesystem\n"
+			 "defragment`. Prints each device's allocated, used and traced bytes.\n"
+			 "IMAGE is read offline; a PATH inside a live `butter mount` commits it\n"
+			 "first and reads its image.\n"
+			 "  --trace FILE    highlight the files of this access trace\n"
+			 "  --size PIXELS   side of each device's square, a power of two from 16\n"
+			 "                  to 4096 (default 256)\n"
+			 "  -o FILE.png     where to write the picture (default heatmap.png)\n",
+	},
+	{
 		.name = "layout",
 		.main = cmd_layout,
 		.summary = "place the files an access trace reads one after another, in its order",

@@ -3,12 +3,19 @@
  * per file in order of first appearance, each file's ranges sorted and
  * merged. Files are found again by (subvolume, inode), or by path in a
  * plain list, through a hash table, so a trace of a million reads loads in
- * one pass.
+ * one pass. Then a plain list's paths are looked up (trace_resolve()) and
+ * the whole becomes the library's file ranges (trace_to_ranges()), for
+ * `butter layout` and `butter heatmap`.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <butter/control.h>
 
 #include "cli.h"
 #include "trace.h"
@@ -350,4 +357,84 @@ void trace_free(struct trace *t)
 	}
 	free(t->files);
 	memset(t, 0, sizeof(*t));
+}
+
+int trace_resolve(struct trace *t, struct butter_fs *fs, int top_fd, size_t *missing)
+{
+	size_t i;
+
+	for (i = 0; i < t->nfiles; i++) {
+		struct trace_file *f = &t->files[i];
+		const char *rel = f->path;
+
+		if (f->ino)
+			continue;
+		if (fs) {
+			char *abs = NULL;
+			butter_ino_t ino;
+			int ret;
+
+			if (rel[0] != '/' && asprintf(&abs, "/%s", rel) < 0)
+				return -ENOMEM;
+			ret = cli_resolve(fs, abs ? abs : rel, true, &ino);
+			free(abs);
+			if (ret == 0) {
+				f->subvol = ino.subvol;
+				f->ino = ino.ino;
+			} else if (ret == -ENOENT || ret == -ENOTDIR) {
+				(*missing)++;
+			} else {
+				return ret;
+			}
+		} else {
+			struct butter_ioc_info info;
+			int fd;
+
+			while (*rel == '/')
+				rel++;
+			fd = openat(top_fd, *rel ? rel : ".", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+			if (fd < 0) {
+				if (errno != ENOENT && errno != ENOTDIR)
+					return -errno;
+				(*missing)++;
+				continue;
+			}
+			if (ioctl(fd, BUTTER_IOC_INFO, &info) == 0) {
+				f->subvol = info.subvol;
+				f->ino = info.ino;
+			} else {
+				(*missing)++;
+			}
+			close(fd);
+		}
+	}
+	return 0;
+}
+
+struct butter_layout_range *trace_to_ranges(const struct trace *t, size_t *n)
+{
+	struct butter_layout_range *r;
+	size_t i, k, total = 0;
+
+	for (i = 0; i < t->nfiles; i++)
+		if (t->files[i].ino)
+			total += t->files[i].nranges;
+	r = calloc(total ? total : 1, sizeof(*r));
+	if (!r)
+		return NULL;
+	*n = 0;
+	for (i = 0; i < t->nfiles; i++) {
+		const struct trace_file *f = &t->files[i];
+
+		if (!f->ino)
+			continue;
+		for (k = 0; k < f->nranges; k++) {
+			r[*n].ino.subvol = f->subvol;
+			r[*n].ino.ino = f->ino;
+			r[*n].off = f->ranges[k].off;
+			r[*n].len = f->ranges[k].len;
+			(*n)++;
+		}
+	}
+	return r;
 }

@@ -43,4 +43,15 @@ struct trace {
 int trace_load(const char *path, struct trace *out);
 void trace_free(struct trace *t);
 
+/*
+ * Give the files of a plain list (those without an inode) their subvolume
+ * and inode: looked up by path from the top of @fs, or (@fs NULL) inside the
+ * `butter mount` whose top directory is open as @top_fd. Paths that name
+ * nothing count in *missing. 0 or a negative errno.
+ */
+struct butter_fs;
+int trace_resolve(struct trace *t, struct butter_fs *fs, int top_fd, size_t *missing);
+/* The ranges of the files with an inode, in trace order, as butter_layout() takes them (*n of them). */
+struct butter_layout_range *trace_to_ranges(const struct trace *t, size_t *n);
+
 #endif

@@ -808,6 +808,35 @@ struct butter_layout_stats {
 int butter_layout(struct butter_fs *fs, const struct butter_layout_range *ranges, size_t n,
 		  unsigned flags, struct butter_layout_stats *st);
 
+/* ---- the space map (butter heatmap) ---------------------------------------- */
+/*
+ * One cell of device @devid's bytes [i * cell_bytes, (i + 1) * cell_bytes):
+ * what butter_space_map() found there.
+ */
+/* The type bits of block group flags (btrfs's BTRFS_BLOCK_GROUP_DATA, _SYSTEM, _METADATA). */
+#define BUTTER_BG_DATA 0x1ull
+#define BUTTER_BG_SYSTEM 0x2ull
+#define BUTTER_BG_METADATA 0x4ull
+
+struct butter_space_cell {
+	uint64_t flags;     /* block group type (BUTTER_BG_*) and profile of the chunk there; 0: none */
+	uint64_t allocated; /* bytes in chunks */
+	uint64_t used;      /* bytes holding extents or tree blocks (every copy, RAID5/6 parity) */
+	uint64_t marked;    /* bytes holding the data of the @marks ranges */
+};
+
+/*
+ * Fill @ncells cells of @cell_bytes each from byte 0 of device @devid (the
+ * device's size divided by @ncells, rounded up, covers it): allocation from
+ * the chunks, use from the extent tree (as the running transaction sees it),
+ * and the disk places of the file ranges @marks (a trace, see
+ * butter_layout(); files gone are skipped). -ENODEV for an unknown devid,
+ * -EINVAL for a zero @cell_bytes.
+ */
+int butter_space_map(struct butter_fs *fs, uint64_t devid, uint64_t cell_bytes,
+		     const struct butter_layout_range *marks, size_t nmarks,
+		     struct butter_space_cell *cells, size_t ncells);
+
 /* ---- check ---------------------------------------------------------------- */
 /*
  * A read-only consistency check (lib/ops/check.c says what it covers): every

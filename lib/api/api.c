@@ -532,6 +532,14 @@ int butter_layout(struct butter_fs *fs, const struct butter_layout_range *ranges
 	LOCKED(fs, HOLD_EXCL, int, ops_layout(fs, ranges, n, flags, st));
 }
 
+int butter_space_map(struct butter_fs *fs, uint64_t devid, uint64_t cell_bytes,
+		     const struct butter_layout_range *marks, size_t nmarks,
+		     struct butter_space_cell *cells, size_t ncells)
+{
+	LOCKED(fs, HOLD_SHARED, int, ops_space_map(fs, devid, cell_bytes, marks, nmarks, cells,
+						   ncells));
+}
+
 int butter_balance_item(struct butter_fs *fs, struct butter_balance_args *out)
 {
 	LOCKED(fs, HOLD_SHARED, int, ops_balance_item(fs, out));

@@ -121,6 +121,18 @@ next:
 	return ret < 0 ? ret : 0;
 }
 
+int ops_file_pieces(struct butter_fs *fs, butter_ino_t ino, u64 off, u64 len,
+		    int (*fn)(void *arg, u64 logical, u64 len), void *arg)
+{
+	struct piece_list l = { 0 };
+	int ret = collect_pieces(fs, ino, off, len, &l);
+
+	for (size_t i = 0; ret == 0 && i < l.n; i++)
+		ret = fn(arg, l.p[i].logical, l.p[i].disk_len);
+	free(l.p);
+	return ret;
+}
+
 /* Runs, the shortest run and the seek distance of @l's pieces, read in order. */
 static void measure(const struct piece_list *l, u64 *runs, u64 *shortest, u64 *seek)
 {

@@ -39,6 +39,17 @@ int ops_balance_cancel(struct butter_fs *fs);
 int ops_check(struct butter_fs *fs, struct butter_check_result *res);
 int ops_defrag(struct butter_fs *fs, butter_ino_t ino, const struct butter_defrag_args *args,
 	struct butter_defrag_stats *st);
+/*
+ * Call @fn for each place on disk (logical address, bytes) that file @ino's
+ * data in [off, off + len) (len 0: to the end) is read from, in file order;
+ * holes and inline data have none. (layout.c)
+ */
+int ops_file_pieces(struct butter_fs *fs, butter_ino_t ino, u64 off, u64 len,
+		    int (*fn)(void *arg, u64 logical, u64 len), void *arg);
+/* The body of butter_space_map() (spacemap.c). */
+int ops_space_map(struct butter_fs *fs, uint64_t devid, uint64_t cell_bytes,
+		  const struct butter_layout_range *marks, size_t nmarks,
+		  struct butter_space_cell *cells, size_t ncells);
 int ops_layout(struct butter_fs *fs, const struct butter_layout_range *ranges, size_t n,
 	unsigned flags, struct butter_layout_stats *st);
 void ops_close(struct butter_fs *fs);
