@@ -45,28 +45,36 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "data/data.h"
 
-/* Bytes [start, start + len) of a file; cap: what data has room for. */
-struct data_range {
-	u64 start, len, cap;
+/*
+ * File bytes [index * BLOCK + lo, index * BLOCK + hi) of one inode; data
+ * holds the block from its start (cap bytes of room, lo..hi valid).
+ */
+struct data_block {
+	u64 index;
+	u32 lo, hi, cap;
 	u8 *data;
 };
 
 /*
- * What one inode has buffered: ranges sorted by start, neither overlapping
- * nor touching (touching ones are merged), at most MAX_RANGES of them.
+ * What one inode has buffered: blocks sorted by index, each with one valid
+ * stretch. A run is blocks that continue each other (the next index, this
+ * one valid to its end and the next from its start): at most MAX_RANGES runs.
+ * Blocks, not one growing buffer: bytes arriving out of order join a run
+ * without moving what it holds.
  */
 struct data_buffer {
 	struct data_buffer *next;    /* hash chain */
 	u64 subvol, ino;
-	u64 len;                     /* the bytes of all ranges */
+	u64 len;                     /* the valid bytes of all blocks */
 	u64 seq;                     /* creation order: written back oldest first */
-	struct data_range *ranges;
-	size_t nranges;
+	struct data_block *blocks;
+	size_t nblocks, cap;
 };
 
 struct data_buffers {
@@ -74,10 +82,28 @@ struct data_buffers {
 	size_t nbuckets, count;
 	u64 next_seq;
 	int flushing;                /* a write-back runs: flush_some() does nothing */
+	/*
+	 * Where a run is put together for the write path (up to an extent),
+	 * kept from one write-back to the next: fresh memory costs a page fault
+	 * a page, which is dear on virtual machines.
+	 */
+	u8 *stage;
+	u64 stage_cap;
+	/*
+	 * Full blocks come from arenas mapped populated (and as huge pages where
+	 * the kernel gives them): a page fault per 4 KiB of buffered data would
+	 * cost more than the write. Free full blocks wait in a list for the
+	 * next; the arenas go when no block is in use.
+	 */
+	u8 **arenas;
+	size_t narenas;
+	void *free_blocks;           /* a list through the blocks' first bytes */
+	size_t blocks_in_use;
 };
 
 #define MIN_BUCKETS 256
-#define MIN_CAP (64ULL << 10)
+#define BLOCK (256u << 10)
+#define MIN_CAP 4096u
 /*
  * Ranges an inode may have: requests served on several threads reach the
  * lock out of order, so a sequential writer leaves a few gaps that the next
@@ -117,11 +143,64 @@ static void unlink_buffer(struct fs_write_state *w, struct data_buffer *b)
 	w->delalloc_bytes -= b->len;
 }
 
-static void free_buffer(struct data_buffer *b)
+#define ARENA (64u << 20)
+#define STRETCH_MIN (8u << 20) /* contiguous block memory worth writing without a copy */
+
+/* A full block's memory (BLOCK bytes), from the arenas. */
+static u8 *block_get(struct data_buffers *bs)
 {
-	for (size_t i = 0; i < b->nranges; i++)
-		free(b->ranges[i].data);
-	free(b->ranges);
+	u8 *p = bs->free_blocks, **na;
+
+	if (!p) {
+		void *a = mmap(NULL, ARENA, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+
+		if (a == MAP_FAILED)
+			return NULL;
+		na = realloc(bs->arenas, (bs->narenas + 1) * sizeof(*na));
+		if (!na) {
+			munmap(a, ARENA);
+			return NULL;
+		}
+		madvise(a, ARENA, MADV_HUGEPAGE);
+		bs->arenas = na;
+		bs->arenas[bs->narenas++] = a;
+		/* the list in address order: blocks taken one after another are contiguous */
+		for (u32 off = ARENA; off > 0; off -= BLOCK) {
+			*(void **)((u8 *)a + off - BLOCK) = bs->free_blocks;
+			bs->free_blocks = (u8 *)a + off - BLOCK;
+		}
+		p = bs->free_blocks;
+	}
+	bs->free_blocks = *(void **)p;
+	bs->blocks_in_use++;
+	return p;
+}
+
+/* Give back a block's memory: a full one to the list (the arenas go with the last), else to malloc. */
+static void block_put(struct data_buffers *bs, struct data_block *blk)
+{
+	if (blk->cap != BLOCK) {
+		free(blk->data);
+		return;
+	}
+	*(void **)blk->data = bs->free_blocks;
+	bs->free_blocks = blk->data;
+	if (--bs->blocks_in_use == 0) {
+		for (size_t i = 0; i < bs->narenas; i++)
+			munmap(bs->arenas[i], ARENA);
+		free(bs->arenas);
+		bs->arenas = NULL;
+		bs->narenas = 0;
+		bs->free_blocks = NULL;
+	}
+}
+
+static void free_buffer(struct data_buffers *bs, struct data_buffer *b)
+{
+	for (size_t i = 0; i < b->nblocks; i++)
+		block_put(bs, &b->blocks[i]);
+	free(b->blocks);
 	free(b);
 }
 
@@ -152,88 +231,197 @@ static int grow_table(struct data_buffers *bs)
 	return 0;
 }
 
-/*
- * Put @len bytes at @off into @b: the ranges overlapping or touching [off,
- * off + len) become one (the first of them grows, or a new one), the new
- * bytes over the old. *added: how many bytes @b holds more.
- */
-static int buffer_put(struct data_buffer *b, const u8 *buf, u64 len, u64 off, u64 *added)
+/* Does block @i + 1 of @b continue block @i (so one run holds both)? */
+static int joins(const struct data_buffer *b, size_t i)
 {
-	u64 end = off + len, nstart = off, nend = end, cap;
-	size_t first = 0, last, i;
-	struct data_range *r;
+	const struct data_block *x = &b->blocks[i], *y = &b->blocks[i + 1];
 
-	while (first < b->nranges && b->ranges[first].start + b->ranges[first].len < off)
-		first++;
-	last = first;
-	while (last < b->nranges && b->ranges[last].start <= end)
-		last++;
-	/* ranges [first, last) merge with the new bytes */
-	if (first < last) {
-		if (b->ranges[first].start < nstart)
-			nstart = b->ranges[first].start;
-		r = &b->ranges[last - 1];
-		if (r->start + r->len > nend)
-			nend = r->start + r->len;
-	} else {
-		struct data_range *nr;
+	return y->index == x->index + 1 && x->hi == BLOCK && y->lo == 0;
+}
 
-		if (b->nranges + 1 > MAX_RANGES)
-			return -E2BIG;
-		nr = realloc(b->ranges, (b->nranges + 1) * sizeof(*nr));
-		if (!nr)
-			return -ENOMEM;
-		b->ranges = nr;
-		memmove(&nr[first + 1], &nr[first], (b->nranges - first) * sizeof(*nr));
-		memset(&nr[first], 0, sizeof(*nr));
-		nr[first].start = off;
-		b->nranges++;
-		last = first + 1;
+/* The end of the run starting at block @i (the index past its last block). */
+static size_t run_end(const struct data_buffer *b, size_t i)
+{
+	while (i + 1 < b->nblocks && joins(b, i))
+		i++;
+	return i + 1;
+}
+
+static size_t count_runs(const struct data_buffer *b)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < b->nblocks; i = run_end(b, i))
+		n++;
+	return n;
+}
+
+/* The first block of @b with index >= @index (nblocks if none). */
+static size_t block_at(const struct data_buffer *b, u64 index)
+{
+	size_t lo = 0, hi = b->nblocks;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (b->blocks[mid].index < index)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	r = &b->ranges[first];
-	cap = r->cap;
-	if (r->start != nstart || cap < nend - nstart) {
-		u8 *data;
+	return lo;
+}
 
-		while (cap < nend - nstart)
-			cap = cap ? cap * 2 : MIN_CAP;
-		if (r->start != nstart) {
-			/* the bytes start earlier now: a new copy, the old bytes after the head */
-			data = malloc(cap);
-			if (data && r->len)
-				memcpy(data + (r->start - nstart), r->data, r->len);
-			if (data)
-				free(r->data);
-		} else {
-			data = realloc(r->data, cap);
-		}
-		if (!data) {
-			if (r->len == 0) { /* the range just made: take it out again */
-				memmove(r, r + 1, (b->nranges - first - 1) * sizeof(*r));
-				b->nranges--;
-			}
-			return -ENOMEM;
-		}
-		r->data = data;
-		r->cap = cap;
-	}
+/*
+ * Put @len bytes at @off into @b; *added: how many bytes @b holds more.
+ * -E2BIG when a block would hold two stretches, or @b more than MAX_RANGES
+ * runs (a random writer): the caller writes @b back and puts again (what
+ * was put already is the same bytes).
+ */
+static int buffer_put(struct data_buffers *bs, struct data_buffer *b, const u8 *buf, u64 len,
+		      u64 off, u64 *added)
+{
+	u64 end = off + len;
+
 	*added = 0;
-	for (i = first + 1; i < last; i++) {
-		struct data_range *o = &b->ranges[i];
+	for (u64 k = off / BLOCK; k * BLOCK < end; k++) {
+		u32 a = (u32)((off > k * BLOCK ? off : k * BLOCK) - k * BLOCK);
+		u32 z = (u32)((end < (k + 1) * BLOCK ? end : (k + 1) * BLOCK) - k * BLOCK);
+		size_t pos = block_at(b, k);
+		struct data_block *blk;
+		u32 before;
 
-		memcpy(r->data + (o->start - nstart), o->data, o->len);
-		*added -= o->len; /* counted again below as part of the merged range */
-		free(o->data);
+		if (pos == b->nblocks || b->blocks[pos].index != k) {
+			if (b->nblocks == b->cap) {
+				size_t cap = b->cap ? b->cap * 2 : 8;
+				struct data_block *nb = realloc(b->blocks, cap * sizeof(*nb));
+
+				if (!nb)
+					return -ENOMEM;
+				b->blocks = nb;
+				b->cap = cap;
+			}
+			memmove(&b->blocks[pos + 1], &b->blocks[pos],
+				(b->nblocks - pos) * sizeof(*b->blocks));
+			memset(&b->blocks[pos], 0, sizeof(*b->blocks));
+			b->blocks[pos].index = k;
+			b->blocks[pos].lo = a;
+			b->blocks[pos].hi = a;
+			b->nblocks++;
+		}
+		blk = &b->blocks[pos];
+		if (blk->hi > blk->lo && (a > blk->hi || z < blk->lo))
+			return -E2BIG; /* a second stretch in the block */
+		if (z > blk->cap) {
+			u32 cap = blk->cap ? blk->cap : MIN_CAP;
+			u8 *data;
+
+			while (cap < z)
+				cap *= 2;
+			if (cap >= BLOCK / 2) {
+				/* a full block: from the arenas */
+				cap = BLOCK;
+				data = block_get(bs);
+				if (data && blk->hi > blk->lo)
+					memcpy(data + blk->lo, blk->data + blk->lo, blk->hi - blk->lo);
+				if (data)
+					free(blk->data);
+			} else {
+				data = realloc(blk->data, cap);
+			}
+			if (!data)
+				return -ENOMEM;
+			blk->data = data;
+			blk->cap = cap;
+		}
+		before = blk->hi - blk->lo;
+		memcpy(blk->data + a, buf + (k * BLOCK + a - off), z - a);
+		if (blk->hi == blk->lo) {
+			blk->lo = a;
+			blk->hi = z;
+		} else {
+			if (a < blk->lo)
+				blk->lo = a;
+			if (z > blk->hi)
+				blk->hi = z;
+		}
+		*added += (blk->hi - blk->lo) - before;
 	}
-	*added -= r->len;
-	r->start = nstart;
-	r->len = nend - nstart;
-	*added += r->len;
-	memcpy(r->data + (off - nstart), buf, len);
-	memmove(&b->ranges[first + 1], &b->ranges[last], (b->nranges - last) * sizeof(*r));
-	b->nranges -= last - first - 1;
 	b->len += *added;
-	return 0;
+	return count_runs(b) > MAX_RANGES ? -E2BIG : 0;
+}
+
+static void hint_after_extent(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 off);
+
+/* Copy @b's bytes [from, to) (inside run [i, j)) to @dst. */
+static void gather(const struct data_buffer *b, size_t i, size_t j, u64 from, u64 to, u8 *dst)
+{
+	for (size_t p = i + (size_t)(from / BLOCK - b->blocks[i].index); p < j; p++) {
+		const struct data_block *blk = &b->blocks[p];
+		u64 s = blk->index * BLOCK + blk->lo, e = blk->index * BLOCK + blk->hi;
+
+		if (s >= to)
+			break;
+		if (s < from)
+			s = from;
+		if (e > to)
+			e = to;
+		if (s < e)
+			memcpy(dst + (s - from), blk->data + (s - blk->index * BLOCK), e - s);
+	}
+}
+
+/*
+ * Write bytes [from, to) of run [i, j) of @b into the trees, in pieces of up
+ * to MAX_EXTENT_SIZE, placed after the file's extent before @from.
+ */
+static int write_run(struct butter_fs *fs, struct subvol *sv, const struct data_buffer *b,
+		     size_t i, size_t j, u64 from, u64 to)
+{
+	struct data_buffers *bs = fs->w->buffers;
+	butter_ino_t ino = { b->subvol, b->ino };
+	u64 piece = to - from < MAX_EXTENT_SIZE ? to - from : MAX_EXTENT_SIZE;
+	u8 *stage = bs->stage;
+	int ret = 0, changed = 0;
+
+	if (piece > bs->stage_cap) {
+		free(bs->stage);
+		bs->stage = stage = malloc(piece);
+		bs->stage_cap = stage ? piece : 0;
+		if (!stage)
+			return -ENOMEM;
+	}
+	hint_after_extent(fs, sv, b->ino, from);
+	for (u64 at = from, len; at < to && ret == 0; at += len) {
+		size_t p = i + (size_t)(at / BLOCK - b->blocks[i].index), q = p + 1;
+		const u8 *src;
+		ssize_t n;
+
+		len = to - at < MAX_EXTENT_SIZE ? to - at : MAX_EXTENT_SIZE;
+		/*
+		 * Blocks a sequential writer filled lie one after another in an
+		 * arena: a long stretch of them is written from where it is (no
+		 * copy); the allocator puts the next stretch right after it.
+		 */
+		while (q < j && b->blocks[q].data == b->blocks[q - 1].data + BLOCK &&
+		       (b->blocks[q].index - b->blocks[p].index) * BLOCK < len)
+			q++;
+		if ((q - p) * BLOCK >= STRETCH_MIN && b->blocks[q - 1].index * BLOCK +
+							   b->blocks[q - 1].hi > at) {
+			u64 stretch_end = b->blocks[q - 1].index * BLOCK + b->blocks[q - 1].hi;
+
+			if (stretch_end - at < len)
+				len = stretch_end - at;
+			src = b->blocks[p].data + (at - b->blocks[p].index * BLOCK);
+		} else {
+			gather(b, i, j, at, at + len, stage);
+			src = stage;
+		}
+		n = data_write_direct_locked(fs, ino, src, (size_t)len, at, &changed);
+		if (n < 0)
+			ret = (int)n;
+	}
+	return ret;
 }
 
 /*
@@ -289,8 +477,7 @@ static int write_back(struct butter_fs *fs, struct data_buffer *b)
 	butter_ino_t ino = { b->subvol, b->ino };
 	struct btrfs_inode_item ii;
 	struct subvol *sv;
-	u64 done, piece;
-	int ret, err = 0, changed = 0;
+	int ret, err = 0;
 
 	ret = inode_read(fs, ino, &ii);
 	if (ret == -ENOENT)
@@ -300,23 +487,12 @@ static int write_back(struct butter_fs *fs, struct data_buffer *b)
 	sv = fs_subvol_mut(fs, b->subvol, &err);
 	if (!sv)
 		return err;
-	for (size_t i = 0; i < b->nranges; i++) {
-		const struct data_range *r = &b->ranges[i];
-
-		hint_after_extent(fs, sv, b->ino, r->start);
-		for (done = 0; done < r->len; done += piece) {
-			ssize_t n;
-
-			piece = r->len - done;
-			if (piece > MAX_EXTENT_SIZE)
-				piece = MAX_EXTENT_SIZE;
-			n = data_write_direct_locked(fs, ino, r->data + done, (size_t)piece,
-						     r->start + done, &changed);
-			if (n < 0)
-				return (int)n;
-		}
+	for (size_t i = 0, j; i < b->nblocks && ret == 0; i = j) {
+		j = run_end(b, i);
+		ret = write_run(fs, sv, b, i, j, b->blocks[i].index * BLOCK + b->blocks[i].lo,
+				b->blocks[j - 1].index * BLOCK + b->blocks[j - 1].hi);
 	}
-	return inode_modify(fs, sv, b->ino, keep_times, &ii);
+	return ret ? ret : inode_modify(fs, sv, b->ino, keep_times, &ii);
 }
 
 /* Write back and free @b (taken out of the table first). */
@@ -329,7 +505,7 @@ static int flush_buffer(struct butter_fs *fs, struct data_buffer *b)
 	w->buffers->flushing++;
 	ret = write_back(fs, b);
 	w->buffers->flushing--;
-	free_buffer(b);
+	free_buffer(w->buffers, b);
 	return ret;
 }
 
@@ -355,7 +531,7 @@ int data_flush_ino(struct butter_fs *fs, butter_ino_t ino)
 }
 
 /*
- * Under memory pressure: write back the head of each range of @b that holds
+ * Under memory pressure: write back the head of each run of @b that holds
  * a whole extent or more (MAX_EXTENT_SIZE pieces), keeping the rest, so a
  * sequential writer's extents stay whole. *freed: the bytes written back.
  */
@@ -365,7 +541,7 @@ static int flush_pieces(struct butter_fs *fs, struct data_buffer *b, u64 *freed)
 	butter_ino_t ino = { b->subvol, b->ino };
 	struct btrfs_inode_item ii;
 	struct subvol *sv;
-	int ret, err = 0, changed = 0;
+	int ret, err = 0;
 
 	*freed = 0;
 	ret = inode_read(fs, ino, &ii);
@@ -375,28 +551,30 @@ static int flush_pieces(struct butter_fs *fs, struct data_buffer *b, u64 *freed)
 	if (!sv)
 		return err;
 	w->buffers->flushing++;
-	for (size_t i = 0; i < b->nranges && ret == 0; i++) {
-		struct data_range *r = &b->ranges[i];
-		u64 head = r->len / MAX_EXTENT_SIZE * MAX_EXTENT_SIZE, done;
+	for (size_t i = 0, j; i < b->nblocks && ret == 0; i = j) {
+		u64 from = b->blocks[i].index * BLOCK + b->blocks[i].lo, to, head;
+		size_t k, keep;
 
-		if (!head || head == r->len)
+		j = run_end(b, i);
+		to = b->blocks[j - 1].index * BLOCK + b->blocks[j - 1].hi;
+		head = (to - from) / MAX_EXTENT_SIZE * MAX_EXTENT_SIZE;
+		if (!head || head == to - from)
 			continue; /* too short, or goes whole with the rest */
-		hint_after_extent(fs, sv, b->ino, r->start);
-		for (done = 0; done < head && ret == 0; done += MAX_EXTENT_SIZE) {
-			ssize_t n = data_write_direct_locked(fs, ino, r->data + done,
-							     (size_t)MAX_EXTENT_SIZE, r->start + done,
-							     &changed);
-			if (n < 0)
-				ret = (int)n;
-		}
+		ret = write_run(fs, sv, b, i, j, from, from + head);
 		if (ret)
 			break;
-		memmove(r->data, r->data + head, r->len - head);
-		r->start += head;
-		r->len -= head;
+		/* drop what went: whole blocks, and the written head of the block it ends in */
+		for (k = i; k < j && b->blocks[k].index * BLOCK + b->blocks[k].hi <= from + head; k++)
+			block_put(w->buffers, &b->blocks[k]);
+		if (k < j && b->blocks[k].index * BLOCK + b->blocks[k].lo < from + head)
+			b->blocks[k].lo = (u32)(from + head - b->blocks[k].index * BLOCK);
+		keep = b->nblocks - k;
+		memmove(&b->blocks[i], &b->blocks[k], keep * sizeof(*b->blocks));
+		b->nblocks = i + keep;
 		b->len -= head;
 		w->delalloc_bytes -= head;
 		*freed += head;
+		j = run_end(b, i); /* the run's rest, shorter than an extent now: stays */
 	}
 	w->buffers->flushing--;
 	if (ret == 0 && *freed)
@@ -479,7 +657,7 @@ void data_discard_ino(struct butter_fs *fs, u64 subvol, u64 ino)
 
 	if (b) {
 		unlink_buffer(fs->w, b);
-		free_buffer(b);
+		free_buffer(fs->w->buffers, b);
 	}
 }
 
@@ -494,10 +672,14 @@ void data_buffers_destroy(struct fs_write_state *w)
 
 		for (; b; b = next) {
 			next = b->next;
-			free_buffer(b);
+			free_buffer(w->buffers, b);
 		}
 	}
+	for (size_t i = 0; i < bs->narenas; i++)
+		munmap(bs->arenas[i], ARENA);
+	free(bs->arenas);
 	free(bs->buckets);
+	free(bs->stage);
 	free(bs);
 	w->buffers = NULL;
 	w->delalloc_bytes = 0;
@@ -594,7 +776,7 @@ again:
 			bs->count++;
 		}
 	}
-	ret = buffer_put(b, buf, len, off, &added);
+	ret = buffer_put(bs, b, buf, len, off, &added);
 	if (ret == -E2BIG) {
 		/* a random writer: what it has buffered goes now, this write starts anew */
 		changed = 1;
@@ -605,9 +787,9 @@ again:
 	}
 	if (ret == 0)
 		w->delalloc_bytes += added;
-	else if (b && b->nranges == 0) {
+	else if (b && b->nblocks == 0) {
 		unlink_buffer(w, b);
-		free_buffer(b);
+		free_buffer(w->buffers, b);
 	}
 	if (ret == 0) {
 		changed = 1;
@@ -629,22 +811,27 @@ void data_buffer_overlay(struct butter_fs *fs, butter_ino_t ino, u8 *buf, u64 le
 {
 	struct data_buffer *b = find(fs, ino);
 
-	for (size_t i = 0; b && i < b->nranges; i++) {
-		const struct data_range *r = &b->ranges[i];
-		u64 from = r->start > off ? r->start : off;
-		u64 to = r->start + r->len < off + len ? r->start + r->len : off + len;
+	for (size_t i = b ? block_at(b, off / BLOCK) : 0; b && i < b->nblocks; i++) {
+		const struct data_block *blk = &b->blocks[i];
+		u64 s = blk->index * BLOCK + blk->lo, e = blk->index * BLOCK + blk->hi;
 
-		if (from < to)
-			memcpy(buf + (from - off), r->data + (from - r->start), to - from);
+		if (s >= off + len)
+			break;
+		if (s < off)
+			s = off;
+		if (e > off + len)
+			e = off + len;
+		if (s < e)
+			memcpy(buf + (s - off), blk->data + (s - blk->index * BLOCK), e - s);
 	}
 }
 
 /* The end of the last buffered byte of @b. */
 static u64 buffer_end(const struct data_buffer *b)
 {
-	const struct data_range *r = &b->ranges[b->nranges - 1];
+	const struct data_block *blk = &b->blocks[b->nblocks - 1];
 
-	return r->start + r->len;
+	return blk->index * BLOCK + blk->hi;
 }
 
 u64 data_buffered_size(struct butter_fs *fs, butter_ino_t ino, u64 size)

@@ -573,26 +573,31 @@ ssize_t data_write_direct_locked(struct butter_fs *fs, butter_ino_t ino, const v
 		free(tmp);
 		return ret < 0 ? ret : (ssize_t)len;
 	}
-	/* whole sectors: read the partial edge sectors, drop the range, write anew */
+	/*
+	 * Whole sectors: read the partial edge sectors, drop the range, write
+	 * anew (the caller's bytes as they are when they are whole sectors).
+	 */
 	astart = off / ss * ss;
 	aend = (off + len + ss - 1) / ss * ss;
-	tmp = malloc(aend - astart);
-	if (!tmp)
-		return -ENOMEM;
 	ret = 0;
-	if (astart < off)
-		ret = read_existing(fs, ino, tmp, ss, astart);
-	if (ret == 0 && aend > off + len && aend - ss >= astart)
-		ret = read_existing(fs, ino, tmp + (aend - ss - astart), ss, aend - ss);
-	if (ret) {
-		free(tmp);
-		return ret;
+	if (astart < off || aend > off + len) {
+		tmp = malloc(aend - astart);
+		if (!tmp)
+			return -ENOMEM;
+		if (astart < off)
+			ret = read_existing(fs, ino, tmp, ss, astart);
+		if (ret == 0 && aend > off + len && aend - ss >= astart)
+			ret = read_existing(fs, ino, tmp + (aend - ss - astart), ss, aend - ss);
+		if (ret) {
+			free(tmp);
+			return ret;
+		}
+		memcpy(tmp + (off - astart), buf, len);
 	}
-	memcpy(tmp + (off - astart), buf, len);
 	*changed = 1;
 	ret = data_drop_extents(fs, sv, ino.ino, astart, aend);
 	if (ret == 0)
-		ret = write_extents(fs, sv, ino.ino, iflags, tmp, aend - astart, astart);
+		ret = write_extents(fs, sv, ino.ino, iflags, tmp ? tmp : buf, aend - astart, astart);
 	if (ret == 0 && astart > isize) /* without NO_HOLES the gap gets a hole item */
 		ret = data_fill_holes(fs, sv, ino.ino, isize / ss * ss, astart);
 	if (ret == 0) {
