@@ -145,6 +145,14 @@ static void unlink_buffer(struct fs_write_state *w, struct data_buffer *b)
 
 #define ARENA (64u << 20)
 #define STRETCH_MIN (8u << 20) /* contiguous block memory worth writing without a copy */
+#define THROUGH_MIN (1u << 20) /* pieces written past the page cache (write_run) */
+/*
+ * A file holding this much is written back at once in whole extents
+ * (flush_pieces), past the page cache: a sequential writer streams to the
+ * disk in MAX_EXTENT_SIZE pieces instead of leaving it all to its fsync,
+ * and other files' fsyncs find nothing of it to flush.
+ */
+#define EARLY_BYTES (2 * MAX_EXTENT_SIZE)
 
 /* A full block's memory (BLOCK bytes), from the arenas. */
 static u8 *block_get(struct data_buffers *bs)
@@ -386,7 +394,9 @@ static int write_run(struct butter_fs *fs, struct subvol *sv, const struct data_
 
 	if (piece > bs->stage_cap) {
 		free(bs->stage);
-		bs->stage = stage = malloc(piece);
+		if (posix_memalign((void **)&bs->stage, 4096, piece))
+			bs->stage = NULL;
+		stage = bs->stage;
 		bs->stage_cap = stage ? piece : 0;
 		if (!stage)
 			return -ENOMEM;
@@ -417,7 +427,10 @@ static int write_run(struct butter_fs *fs, struct subvol *sv, const struct data_
 			gather(b, i, j, at, at + len, stage);
 			src = stage;
 		}
+		/* big pieces past the page cache: a later flush (anyone's fsync) has them written */
+		volumes_set_write_through(&fs->vol, len >= THROUGH_MIN);
 		n = data_write_direct_locked(fs, ino, src, (size_t)len, at, &changed);
+		volumes_set_write_through(&fs->vol, 0);
 		if (n < 0)
 			ret = (int)n;
 	}
@@ -794,6 +807,11 @@ again:
 	if (ret == 0) {
 		changed = 1;
 		ret = inode_modify(fs, sv, ino.ino, stamp_write, NULL);
+	}
+	if (ret == 0 && b && b->len >= EARLY_BYTES) {
+		u64 freed;
+
+		ret = flush_pieces(fs, b, &freed);
 	}
 	if (ret == 0 && w->delalloc_bytes > w->delalloc_limit)
 		ret = flush_some(fs, w->delalloc_limit / 2);

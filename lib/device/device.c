@@ -34,6 +34,16 @@ int blockdev_write(struct blockdev *dev, const void *buf, size_t len, uint64_t o
 	return dev->ops->write(dev, buf, len, offset);
 }
 
+int blockdev_write_through(struct blockdev *dev, const void *buf, size_t len, uint64_t offset)
+{
+	if (dev->readonly)
+		return -EROFS;
+	if (!range_ok(dev, len, offset))
+		return -EIO;
+	return dev->ops->write_through ? dev->ops->write_through(dev, buf, len, offset)
+				       : dev->ops->write(dev, buf, len, offset);
+}
+
 int blockdev_flush(struct blockdev *dev)
 {
 	if (dev->readonly)

@@ -29,6 +29,13 @@ struct blockdev_ops {
 	int (*flush)(struct blockdev *dev);
 	void (*close)(struct blockdev *dev);
 	void (*end_service)(struct blockdev *dev);
+	/*
+	 * Optional: write bytes that need not stay in any cache (large data
+	 * written back from memory), past the page cache where the backend can
+	 * (file.c: O_DIRECT for aligned buffers), so a later flush has them
+	 * written already. Without it, write.
+	 */
+	int (*write_through)(struct blockdev *dev, const void *buf, size_t len, uint64_t offset);
 };
 
 struct blockdev {
@@ -48,6 +55,8 @@ struct blockdev {
 
 int blockdev_read(struct blockdev *dev, void *buf, size_t len, uint64_t offset);
 int blockdev_write(struct blockdev *dev, const void *buf, size_t len, uint64_t offset);
+/* blockdev_write() through ops->write_through when the backend has it. */
+int blockdev_write_through(struct blockdev *dev, const void *buf, size_t len, uint64_t offset);
 int blockdev_flush(struct blockdev *dev);
 void blockdev_close(struct blockdev *dev);
 

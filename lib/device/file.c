@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -25,7 +27,10 @@
 struct file_priv {
 	int fd;      /* I/O, and the claim's locks */
 	int excl_fd; /* a read-write block device held with O_EXCL; -1 otherwise */
+	int direct_fd; /* O_DIRECT, opened at the first write through; -1: not yet; -2: not possible */
 };
+
+#define DIRECT_ALIGN 4096u
 
 /*
  * Read into @rbuf (pread) or, with @rbuf NULL, write @wbuf (pwrite): all
@@ -66,6 +71,40 @@ static int file_write(struct blockdev *dev, const void *buf, size_t len, uint64_
 	return file_io(fp->fd, NULL, buf, len, offset);
 }
 
+/*
+ * Past the page cache (O_DIRECT, a second descriptor of the same file) when
+ * buffer, length and offset are DIRECT_ALIGN-aligned and the file allows
+ * it; otherwise as file_write. The kernel writes back and drops cached
+ * pages of the range, so reads through the first descriptor stay coherent.
+ */
+static int file_write_through(struct blockdev *dev, const void *buf, size_t len, uint64_t offset)
+{
+	struct file_priv *fp = dev->priv;
+	int ret;
+
+	if (((uintptr_t)buf | len | offset) % DIRECT_ALIGN || fp->direct_fd == -2)
+		return file_io(fp->fd, NULL, buf, len, offset);
+	if (fp->direct_fd == -1) {
+		char self[64];
+
+		/* the same file whatever its path is now */
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", fp->fd);
+		fp->direct_fd = open(self, O_WRONLY | O_DIRECT | O_CLOEXEC);
+		if (fp->direct_fd < 0) {
+			fp->direct_fd = -2;
+			return file_io(fp->fd, NULL, buf, len, offset);
+		}
+	}
+	ret = file_io(fp->direct_fd, NULL, buf, len, offset);
+	if (ret == -EINVAL) {
+		/* the filesystem under the file takes no direct I/O after all */
+		close(fp->direct_fd);
+		fp->direct_fd = -2;
+		ret = file_io(fp->fd, NULL, buf, len, offset);
+	}
+	return ret;
+}
+
 static int file_flush(struct blockdev *dev)
 {
 	struct file_priv *fp = dev->priv;
@@ -81,6 +120,8 @@ static void file_close(struct blockdev *dev)
 
 	if (fp->excl_fd >= 0)
 		close(fp->excl_fd);
+	if (fp->direct_fd >= 0)
+		close(fp->direct_fd);
 	close(fp->fd);
 	free(fp);
 	free(dev->name);
@@ -100,6 +141,7 @@ static const struct blockdev_ops file_ops = {
 	.flush = file_flush,
 	.close = file_close,
 	.end_service = file_end_service,
+	.write_through = file_write_through,
 };
 
 /* O_EXCL on a read-write block device: 0 with the descriptor in *excl_fd, or -EBUSY (logged). */
@@ -178,6 +220,7 @@ static int open_file(const char *path, unsigned flags, int create, uint64_t grow
 	}
 	fp->fd = fd;
 	fp->excl_fd = excl_fd;
+	fp->direct_fd = -1;
 	dev->ops = &file_ops;
 	dev->size = size;
 	dev->readonly = readonly;

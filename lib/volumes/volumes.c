@@ -171,9 +171,16 @@ void volumes_dev_stat_inc(struct btrfs_device *dev, int which)
 	__atomic_store_n(&dev->stats_dirty, 1, __ATOMIC_RELEASE);
 }
 
+void volumes_set_write_through(struct btrfs_volumes *vol, int on)
+{
+	for (size_t i = 0; i < vol->ndevs; i++)
+		vol->devs[i]->write_through = on;
+}
+
 int volumes_dev_write(struct btrfs_device *dev, const void *buf, size_t len, u64 physical)
 {
-	int ret = blockdev_write(dev->bdev, buf, len, physical);
+	int ret = dev->write_through ? blockdev_write_through(dev->bdev, buf, len, physical)
+				     : blockdev_write(dev->bdev, buf, len, physical);
 
 	if (ret) {
 		volumes_dev_stat_inc(dev, BTRFS_DEV_STAT_WRITE_ERRS);

@@ -28,6 +28,7 @@ struct btrfs_device {
 	u64 generation;         /* superblock generation read from this device */
 	struct blockdev *bdev;  /* NULL: missing */
 	char *path;
+	int write_through;      /* data writes now go past the page cache (volumes_set_write_through) */
 	/*
 	 * Error counters as the device tree's DEV_STATS item keeps them
 	 * (BTRFS_DEV_STAT_*): loaded at open and added to, by any thread, with
@@ -203,6 +204,13 @@ void volumes_count_error(struct btrfs_volumes *vol, u64 logical, int mirror, int
 
 /* Does some device hold counts not yet written to the device tree? */
 int volumes_stats_dirty(const struct btrfs_volumes *vol);
+
+/*
+ * From now on (@on) write data past the page cache where the device can
+ * (blockdev_write_through), or not: delayed allocation writes large
+ * written-back pieces so; the writes of the change path are serialised.
+ */
+void volumes_set_write_through(struct btrfs_volumes *vol, int on);
 
 /* Flush every present device. */
 int volumes_flush(struct btrfs_volumes *vol);
