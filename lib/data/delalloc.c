@@ -29,7 +29,7 @@
  *   fsync of an inode        that inode only (tlog_fsync_many);
  *   memory over the bound    the largest until half the bound is left,
  *                            whole MAX_EXTENT_SIZE pieces first;
- *   a write that would make a MAX_RANGES + 1st range (a random writer);
+ *   a write that would make a MAX_RANGES + 1st run (a random writer);
  *   any other change to the inode's data: data_write_locked(), truncate,
  *   fallocate, clone, seek, defragment; snapshots and subvolume deletion
  *   write back all.
@@ -281,14 +281,17 @@ static size_t block_at(const struct data_buffer *b, u64 index)
 }
 
 /*
- * Put @len bytes at @off into @b; *added: how many bytes @b holds more.
- * -E2BIG when a block would hold two stretches, or @b more than MAX_RANGES
- * runs (a random writer): the caller writes @b back and puts again (what
- * was put already is the same bytes).
+ * Put @len bytes at @off into @b; *added: how many bytes @b holds more (also
+ * when it fails half way). A block keeps one stretch: bytes apart from it
+ * get the stored bytes between read in. -E2BIG when @b would have more than
+ * MAX_RANGES runs (a random writer): the caller writes @b back and puts
+ * again (what was put already is the same bytes).
  */
-static int buffer_put(struct data_buffers *bs, struct data_buffer *b, const u8 *buf, u64 len,
+static int buffer_put(struct butter_fs *fs, struct data_buffer *b, const u8 *buf, u64 len,
 		      u64 off, u64 *added)
 {
+	struct data_buffers *bs = fs->w->buffers;
+	butter_ino_t ino = { b->subvol, b->ino };
 	u64 end = off + len;
 
 	*added = 0;
@@ -318,8 +321,6 @@ static int buffer_put(struct data_buffers *bs, struct data_buffer *b, const u8 *
 			b->nblocks++;
 		}
 		blk = &b->blocks[pos];
-		if (blk->hi > blk->lo && (a > blk->hi || z < blk->lo))
-			return -E2BIG; /* a second stretch in the block */
 		if (z > blk->cap) {
 			u32 cap = blk->cap ? blk->cap : MIN_CAP;
 			u8 *data;
@@ -343,6 +344,19 @@ static int buffer_put(struct data_buffers *bs, struct data_buffer *b, const u8 *
 			blk->cap = cap;
 		}
 		before = blk->hi - blk->lo;
+		if (blk->hi > blk->lo && (a > blk->hi || z < blk->lo)) {
+			/*
+			 * Apart from what the block holds (requests out of order): the
+			 * bytes between are the file's as stored, read in, so the block
+			 * keeps one stretch.
+			 */
+			u32 g0 = a > blk->hi ? blk->hi : z, g1 = a > blk->hi ? a : blk->lo;
+			ssize_t n = data_read(fs, ino, blk->data + g0, g1 - g0, k * BLOCK + g0);
+
+			if (n < 0)
+				return (int)n;
+			memset(blk->data + g0 + n, 0, g1 - g0 - (u32)n);
+		}
 		memcpy(blk->data + a, buf + (k * BLOCK + a - off), z - a);
 		if (blk->hi == blk->lo) {
 			blk->lo = a;
@@ -354,8 +368,8 @@ static int buffer_put(struct data_buffers *bs, struct data_buffer *b, const u8 *
 				blk->hi = z;
 		}
 		*added += (blk->hi - blk->lo) - before;
+		b->len += (blk->hi - blk->lo) - before;
 	}
-	b->len += *added;
 	return count_runs(b) > MAX_RANGES ? -E2BIG : 0;
 }
 
@@ -789,7 +803,8 @@ again:
 			bs->count++;
 		}
 	}
-	ret = buffer_put(bs, b, buf, len, off, &added);
+	ret = buffer_put(fs, b, buf, len, off, &added);
+	w->delalloc_bytes += added; /* what went in, also when the put stopped half way */
 	if (ret == -E2BIG) {
 		/* a random writer: what it has buffered goes now, this write starts anew */
 		changed = 1;
@@ -798,9 +813,7 @@ again:
 		if (ret == 0)
 			goto again;
 	}
-	if (ret == 0)
-		w->delalloc_bytes += added;
-	else if (b && b->nblocks == 0) {
+	if (ret && b && b->nblocks == 0) {
 		unlink_buffer(w, b);
 		free_buffer(w->buffers, b);
 	}

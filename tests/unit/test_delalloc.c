@@ -8,7 +8,8 @@
  * end the image, closed and opened again, holds the model and passes
  * butter_check(). Then the extent promise: eight files written at once in
  * 1 MiB requests each come out in one extent.
- * On 512 MiB images made by butter_mkfs() in $TMPDIR.
+ * On 512 MiB images made by butter_mkfs() in $TMPDIR; BUTTER_TEST_SEED picks
+ * another sequence of random steps.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -327,6 +328,10 @@ static void test_concurrent_writers_one_extent_each(void)
 
 int main(void)
 {
+	const char *seed = getenv("BUTTER_TEST_SEED"); /* another sequence of steps */
+
+	if (seed && strtoull(seed, NULL, 0))
+		rng = strtoull(seed, NULL, 0);
 	RUN(test_model);
 	RUN(test_concurrent_writers_one_extent_each);
 	return check_summary();
