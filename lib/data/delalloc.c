@@ -872,16 +872,102 @@ u64 data_buffered_size(struct butter_fs *fs, butter_ino_t ino, u64 size)
 	return b && buffer_end(b) > size ? buffer_end(b) : size;
 }
 
+/*
+ * The bytes of stored data (regular and preallocated extents, inline data)
+ * of @ino in [from, to), which a write-back of that range replaces. *regular:
+ * whether the file has any extent that is not inline.
+ */
+static int stored_in(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 from, u64 to,
+		     u64 *bytes, int *regular)
+{
+	struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, 0 };
+	struct tree_path path;
+	int ret;
+
+	*bytes = 0;
+	*regular = 0;
+	tree_path_init(&path);
+	ret = tree_search_forward(&fs->cache, &sv->root, &key, &path);
+	while (ret == 0) {
+		const struct btrfs_file_extent_item *fi;
+		u64 s, e, len;
+		u32 size;
+
+		path_key(&path, &key);
+		if (key.objectid != ino || key.type != BTRFS_EXTENT_DATA_KEY)
+			break;
+		fi = (const void *)path_item(&path, &size);
+		if (size < BTRFS_FILE_EXTENT_INLINE_DATA_START) {
+			ret = -EUCLEAN;
+			break;
+		}
+		if (fi->type == BTRFS_FILE_EXTENT_INLINE) {
+			len = btrfs_file_extent_ram_bytes(fi);
+			if (from == 0)
+				*bytes += len;
+		} else if (size >= sizeof(*fi)) {
+			*regular = 1;
+			len = btrfs_file_extent_num_bytes(fi);
+			s = key.offset > from ? key.offset : from;
+			e = key.offset + len < to ? key.offset + len : to;
+			if (s < e && (btrfs_file_extent_disk_bytenr(fi) ||
+				      fi->type == BTRFS_FILE_EXTENT_PREALLOC))
+				*bytes += e - s;
+		}
+		ret = tree_next_item(&fs->cache, &path);
+	}
+	tree_path_release(&fs->cache, &path);
+	return ret < 0 ? ret : 0;
+}
+
+/*
+ * butter_stat() of a file with buffered data: the size and blocks its
+ * write-back will leave (as the kernel's stat counts delalloc), so they do
+ * not change when it happens: each run replaces the stored data of its
+ * sectors with its sectors, and a small file written from its start stays
+ * inline (data_write_direct_locked()'s rule).
+ */
 int data_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 {
+	u32 ss = fs->vol.sectorsize;
 	struct data_buffer *b;
-	int ret = inode_stat(fs, ino, st);
+	struct subvol *sv;
+	u64 nbytes, size, stored_size;
+	int ret = inode_stat(fs, ino, st), err = 0, regular = 0;
 
 	if (ret || !(b = find(fs, ino)))
 		return ret;
-	if (buffer_end(b) > st->size)
-		st->size = buffer_end(b);
-	st->blocks += (b->len + 511) / 512;
+	stored_size = st->size;
+	size = buffer_end(b) > st->size ? buffer_end(b) : st->size;
+	sv = fs_subvol_cached(fs, ino.subvol, &err);
+	if (!sv)
+		return err;
+	/* blocks back to bytes: exact for what the write-back adds and takes away */
+	nbytes = st->blocks * 512;
+	if (b->blocks[0].index == 0 && b->blocks[0].lo == 0 && run_end(b, 0) == b->nblocks &&
+	    size < ss && size <= MAX_INLINE && size >= stored_size) {
+		ret = stored_in(fs, sv, ino.ino, 0, (u64)-1, &nbytes, &regular);
+		if (ret)
+			return ret;
+		if (!regular)
+			nbytes = size; /* written back inline, whole */
+		else
+			nbytes = st->blocks * 512 - nbytes + ss;
+	} else {
+		for (size_t i = 0, j; i < b->nblocks; i = j) {
+			u64 from, to, old;
+
+			j = run_end(b, i);
+			from = (b->blocks[i].index * BLOCK + b->blocks[i].lo) / ss * ss;
+			to = (b->blocks[j - 1].index * BLOCK + b->blocks[j - 1].hi + ss - 1) / ss * ss;
+			ret = stored_in(fs, sv, ino.ino, from, to, &old, &regular);
+			if (ret)
+				return ret;
+			nbytes = nbytes + (to - from) - (old < nbytes + (to - from) ? old : 0);
+		}
+	}
+	st->size = size;
+	st->blocks = (nbytes + ss - 1) / ss * (ss / 512);
 	return 0;
 }
 

@@ -209,7 +209,20 @@ static void step(void)
 	} else if (op < 80) {
 		CHECK(butter_fsync(fs, m->ino, rnd(2)) == 0);
 	} else if (op < 83) {
+		/* the write-back changes no size and no block count */
+		struct butter_stat before[NFILES], after;
+
+		for (int i = 0; i < NFILES; i++)
+			if (files[i].exists)
+				CHECK(butter_stat(fs, files[i].ino, &before[i]) == 0);
 		CHECK(butter_sync(fs) == 0);
+		for (int i = 0; i < NFILES; i++) {
+			if (!files[i].exists)
+				continue;
+			CHECK(butter_stat(fs, files[i].ino, &after) == 0);
+			CHECK_EQ_U64(after.size, before[i].size);
+			CHECK_EQ_U64(after.blocks, before[i].blocks);
+		}
 	} else if (op < 88) {
 		/* SEEK_DATA from 0 finds the first byte the model has data at, or a hole before it */
 		uint64_t at = 0;
