@@ -282,16 +282,14 @@ static size_t block_at(const struct data_buffer *b, u64 index)
 
 /*
  * Put @len bytes at @off into @b; *added: how many bytes @b holds more (also
- * when it fails half way). A block keeps one stretch: bytes apart from it
- * get the stored bytes between read in. -E2BIG when @b would have more than
- * MAX_RANGES runs (a random writer): the caller writes @b back and puts
- * again (what was put already is the same bytes).
+ * when it fails half way). -E2BIG when a block would hold two stretches or
+ * @b more than MAX_RANGES runs (a random writer): the caller writes @b back
+ * and puts again (what was put already is the same bytes).
  */
 static int buffer_put(struct butter_fs *fs, struct data_buffer *b, const u8 *buf, u64 len,
 		      u64 off, u64 *added)
 {
 	struct data_buffers *bs = fs->w->buffers;
-	butter_ino_t ino = { b->subvol, b->ino };
 	u64 end = off + len;
 
 	*added = 0;
@@ -321,6 +319,13 @@ static int buffer_put(struct butter_fs *fs, struct data_buffer *b, const u8 *buf
 			b->nblocks++;
 		}
 		blk = &b->blocks[pos];
+		/*
+		 * Apart from what the block holds (a random writer, or requests
+		 * out of order): written back first. Reading the stored bytes in
+		 * between would turn holes into data.
+		 */
+		if (blk->hi > blk->lo && (a > blk->hi || z < blk->lo))
+			return -E2BIG;
 		if (z > blk->cap) {
 			u32 cap = blk->cap ? blk->cap : MIN_CAP;
 			u8 *data;
@@ -344,19 +349,6 @@ static int buffer_put(struct butter_fs *fs, struct data_buffer *b, const u8 *buf
 			blk->cap = cap;
 		}
 		before = blk->hi - blk->lo;
-		if (blk->hi > blk->lo && (a > blk->hi || z < blk->lo)) {
-			/*
-			 * Apart from what the block holds (requests out of order): the
-			 * bytes between are the file's as stored, read in, so the block
-			 * keeps one stretch.
-			 */
-			u32 g0 = a > blk->hi ? blk->hi : z, g1 = a > blk->hi ? a : blk->lo;
-			ssize_t n = data_read(fs, ino, blk->data + g0, g1 - g0, k * BLOCK + g0);
-
-			if (n < 0)
-				return (int)n;
-			memset(blk->data + g0 + n, 0, g1 - g0 - (u32)n);
-		}
 		memcpy(blk->data + a, buf + (k * BLOCK + a - off), z - a);
 		if (blk->hi == blk->lo) {
 			blk->lo = a;
