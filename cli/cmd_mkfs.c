@@ -37,6 +37,7 @@ enum {
 	OPT_SUBVOL,
 	OPT_COMPRESS,
 	OPT_SHRINK,
+	OPT_MAX_INLINE,
 };
 
 /* Block group type bits (on-disk values), for the summary. */
@@ -220,8 +221,8 @@ static int shrink_images(const char *const *devs, size_t ndevs)
 
 /* Fill the new filesystem from @rootdir (promise 2); 0, 1 (files failed) or -1. */
 static int fill(const char *const *devs, size_t ndevs, const char *rootdir,
-		const char *const *subvols, size_t nsubvols, const char *compress, bool verbose,
-		struct copyin_stats *stats)
+		const char *const *subvols, size_t nsubvols, const char *compress,
+		uint64_t max_inline, bool verbose, struct copyin_stats *stats)
 {
 	uint64_t (*skip)[2] = calloc(ndevs, sizeof(*skip));
 	struct butter_fs *fs;
@@ -254,6 +255,14 @@ static int fill(const char *const *devs, size_t ndevs, const char *rootdir,
 		cli_error("--compress %s: %s", compress,
 			  ret == -EINVAL ? "unknown algorithm or level (zlib[:1-9], lzo, zstd[:1-15])"
 					 : strerror(-ret));
+		butter_close(fs);
+		free(skip);
+		return -1;
+	}
+	/* the tree is read far more than written: inline what fits, as mkfs.btrfs */
+	ret = butter_set_max_inline(fs, max_inline);
+	if (ret < 0) {
+		cli_error("%s: --max-inline: %s", devs[0], strerror(-ret));
 		butter_close(fs);
 		free(skip);
 		return -1;
@@ -345,6 +354,7 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 		{ "subvol", required_argument, NULL, OPT_SUBVOL },
 		{ "compress", required_argument, NULL, OPT_COMPRESS },
 		{ "shrink", no_argument, NULL, OPT_SHRINK },
+		{ "max-inline", required_argument, NULL, OPT_MAX_INLINE },
 		{ 0 },
 	};
 	struct cli_args args = { .cmd = cmd };
@@ -352,6 +362,8 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 	const char *rootdir = NULL;
 	bool shrink = false;
 	const char *compress = NULL;
+	uint64_t max_inline = UINT64_MAX; /* below a sector (the library bounds it) */
+	bool max_inline_given = false;
 	char **subvols = NULL;
 	size_t nsubvols = 0;
 	bool quiet = false, verbose = false;
@@ -438,6 +450,13 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 		case OPT_COMPRESS:
 			compress = optarg;
 			break;
+		case OPT_MAX_INLINE:
+			if (cli_parse_size(optarg, &max_inline) < 0) {
+				status = cli_usage_error(cmd, "--max-inline: invalid size '%s'", optarg);
+				goto out;
+			}
+			max_inline_given = true;
+			break;
 		}
 	}
 	if (optind >= argc && args.ndevices == 0) {
@@ -498,6 +517,10 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 		status = cli_usage_error(cmd, "--compress needs --rootdir");
 		goto out;
 	}
+	if (max_inline_given && !rootdir) {
+		status = cli_usage_error(cmd, "--max-inline needs --rootdir");
+		goto out;
+	}
 	if (shrink && !rootdir) {
 		status = cli_usage_error(cmd, "--shrink needs --rootdir");
 		goto out;
@@ -543,7 +566,7 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 	status = CLI_EXIT_OK;
 	if (rootdir) {
 		ret = fill(devs, ndevs, rootdir, (const char *const *)subvols, nsubvols, compress,
-			   verbose, &copied);
+			   max_inline, verbose, &copied);
 		if (ret != 0)
 			status = CLI_EXIT_ERROR;
 		if (ret < 0)

@@ -427,7 +427,7 @@ static const struct cli_command commands[] = {
 		.summary = "make a btrfs filesystem, optionally filled from a host directory",
 		.synopsis = "[-L LABEL] [-d PROFILE] [-m PROFILE] [-n NODESIZE] [-s SECTORSIZE]\n"
 			    "                   [--csum ALGO] [-b SIZE] [-f] [-M] [-q] [-v] [--rootdir DIR [--subvol PATH]...\n"
-			    "                   [--compress ALGO] [--shrink]]"
+			    "                   [--compress ALGO] [--max-inline SIZE] [--shrink]]"
 			    "                   DEV...",
 		.usage = "Make one btrfs filesystem over the image files or block devices DEV...\n"
 			 "(with the features of current mkfs.btrfs: no-holes, free-space-tree,\n"
@@ -458,6 +458,10 @@ static const struct cli_command commands[] = {
 			 "      --compress ALGO[:LEVEL]  compress the copied files: zlib[:1-9], lzo,\n"
 			 "                           zstd[:1-15] (what does not compress is stored\n"
 			 "                           plainly)\n"
+			 "      --max-inline SIZE    store copied files of at most SIZE bytes inline,\n"
+			 "                           in the metadata (default: below one sector, as\n"
+			 "                           mkfs.btrfs; 2048 is the kernel's default for\n"
+			 "                           new writes; 0: none)\n"
 			 "      --shrink             cut the image files to what the copied tree\n"
 			 "                           needs (image files only)\n"
 			 "  -q, --quiet              no summary\n"

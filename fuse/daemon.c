@@ -95,6 +95,9 @@ const char butter_mount_usage[] =
 	"                               extents (delayed allocation: large extents,\n"
 	"                               fsync writes only its file); 0: write at\n"
 	"                               once (default: 1/16 of RAM, at most 1G)\n"
+	"    max_inline=SIZE            files up to SIZE bytes are stored in the\n"
+	"                               metadata (default 2048, at most a sector\n"
+	"                               less one byte; 0: none), as the kernel's\n"
 	"    commit=SECONDS             commit a change at most this long after it\n"
 	"                               (default 30); changes are also committed\n"
 	"                               about 1 s after they stop\n"
@@ -687,6 +690,20 @@ static int apply_write_buffer(struct daemon *d)
 	return butter_set_write_buffer(d->fs, bytes);
 }
 
+/* Every setting of a writable handle from the options: compress=, write_buffer=, max_inline=. */
+static int apply_settings(struct daemon *d)
+{
+	int ret = apply_compression(d);
+
+	if (ret == 0)
+		ret = apply_write_buffer(d);
+	if (ret == 0 && !d->handle_rdonly && d->opts->max_inline != UINT64_MAX) {
+		ret = butter_set_max_inline(d->fs, d->opts->max_inline);
+		ret = ret < 0 ? ret : 0;
+	}
+	return ret;
+}
+
 int daemon_remount(struct daemon *d, bool readonly)
 {
 	int ret;
@@ -712,9 +729,7 @@ int daemon_remount(struct daemon *d, bool readonly)
 			if (was_rdonly) {
 				atomic_store(&d->handle_rdonly, false);
 				d->reopened = true;
-				ret = apply_compression(d);
-				if (ret == 0)
-					ret = apply_write_buffer(d);
+				ret = apply_settings(d);
 			}
 		} else if (was_rdonly) {
 			struct butter_info info;
@@ -820,7 +835,7 @@ static int run(const struct mount_opts *o)
 	}
 	if (open_fs(&d, o->readonly))
 		return 1;
-	if (apply_compression(&d) || apply_write_buffer(&d)) {
+	if (apply_settings(&d)) {
 		butter_close(d.fs);
 		return 1;
 	}

@@ -81,6 +81,7 @@ static const struct opt_def mount_options[] = {
 	{ "device=", OPT_DEVICE, 0, false },
 	{ "commit=", OPT_UINT, F(commit_secs), false },
 	{ "write_buffer=", OPT_SIZE, F(write_buffer), false },
+	{ "max_inline=", OPT_SIZE, F(max_inline), false },
 	{ "degraded", OPT_TRUE, F(degraded), false },
 	{ "skip_balance", OPT_TRUE, F(skip_balance), false },
 	{ "compress", OPT_COMPRESS, 0, false },
@@ -303,6 +304,7 @@ int mount_opts_parse(struct mount_opts *o, int argc, char **argv)
 	memset(o, 0, sizeof(*o));
 	o->commit_secs = MOUNT_DEFAULT_COMMIT;
 	o->write_buffer = UINT64_MAX; /* the daemon's default (daemon.c) */
+	o->max_inline = UINT64_MAX;   /* the library's default */
 	o->writeback_cache = -1;
 	o->keep_cache = true;
 	o->max_write = MOUNT_DEFAULT_MAX_WRITE;

@@ -35,6 +35,7 @@ struct mount_opts {
 	uint64_t subvolid;       /* subvolid=ID; 0: not given */
 	unsigned commit_secs;    /* commit=SECONDS */
 	uint64_t write_buffer;   /* write_buffer=SIZE: delayed allocation's bound; UINT64_MAX: default */
+	uint64_t max_inline;     /* max_inline=SIZE; UINT64_MAX: the library's default */
 	const char *compress;    /* the compress= or compress-force= option as given */
 	bool noatime;            /* noatime (atime: off again); passed on to the kernel too */
 	bool strictatime;        /* strictatime; relatime (the default): off again */

@@ -452,6 +452,16 @@ int butter_set_readonly(struct butter_fs *fs, int readonly);
 int butter_set_compression(struct butter_fs *fs, const char *spec, int force);
 
 /*
+ * Store files of at most @max_bytes inline, in the metadata leaf beside
+ * their inode (the kernel's max_inline= mount option; 0 turns inlining
+ * off). The default is the kernel's, 2048; mkfs.btrfs --rootdir inlines
+ * everything below a sector. Bounded to what a leaf item holds and below
+ * the sector size. Returns the bound in effect, or -EROFS on a read-only
+ * handle. Files already stored keep their form until rewritten.
+ */
+int butter_set_max_inline(struct butter_fs *fs, uint64_t max_bytes);
+
+/*
  * Delayed allocation: butter_write() keeps file data in memory, up to
  * @max_bytes over all files, and gives it extents when it is written back:
  * at every commit, at butter_fsync() of its file (that file only), when the

@@ -192,6 +192,11 @@ int butter_set_compression(struct butter_fs *fs, const char *spec, int force)
 	LOCKED(fs, HOLD_EXCL, int, fs_set_compression(fs, spec, force));
 }
 
+int butter_set_max_inline(struct butter_fs *fs, uint64_t max_bytes)
+{
+	LOCKED(fs, HOLD_EXCL, int, fs_set_max_inline(fs, max_bytes));
+}
+
 int butter_set_write_buffer(struct butter_fs *fs, uint64_t max_bytes)
 {
 	LOCKED(fs, HOLD_EXCL, int, data_set_write_buffer(fs, max_bytes));

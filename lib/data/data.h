@@ -10,7 +10,6 @@
 #include "data/compression.h"
 #include "inode/inode.h"
 
-#define MAX_INLINE 2048u
 #define COMPRESSED_EXTENT_MAX (128ULL << 10) /* ram bytes of one compressed extent */
 
 /* ---- read.c ---- */

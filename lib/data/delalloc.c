@@ -53,11 +53,13 @@
 
 /*
  * File bytes [index * BLOCK + lo, index * BLOCK + hi) of one inode; data
- * holds the block from its start (cap bytes of room, lo..hi valid).
+ * holds block bytes [base, base + cap), base <= lo <= hi <= base + cap. A
+ * full block (cap BLOCK, base 0) comes from an arena, a smaller one from
+ * malloc, so a 4 KiB write anywhere in a block costs about 4 KiB.
  */
 struct data_block {
 	u64 index;
-	u32 lo, hi, cap;
+	u32 lo, hi, base, cap;
 	u8 *data;
 };
 
@@ -185,7 +187,7 @@ static u8 *block_get(struct data_buffers *bs)
 	return p;
 }
 
-/* Give back a block's memory: a full one to the list (the arenas go with the last), else to malloc. */
+/* Give back a block's memory: a full one to the list, else to malloc. */
 static void block_put(struct data_buffers *bs, struct data_block *blk)
 {
 	if (blk->cap != BLOCK) {
@@ -194,14 +196,25 @@ static void block_put(struct data_buffers *bs, struct data_block *blk)
 	}
 	*(void **)blk->data = bs->free_blocks;
 	bs->free_blocks = blk->data;
-	if (--bs->blocks_in_use == 0) {
-		for (size_t i = 0; i < bs->narenas; i++)
-			munmap(bs->arenas[i], ARENA);
-		free(bs->arenas);
-		bs->arenas = NULL;
-		bs->narenas = 0;
-		bs->free_blocks = NULL;
-	}
+	bs->blocks_in_use--;
+}
+
+/*
+ * The arenas go when no block is in use, at a write-back of everything
+ * (butter_sync(): about a second after writes stop, or at the commit
+ * interval): between write-backs of a busy writer they are reused, since
+ * mapping fresh memory costs more than writing it.
+ */
+static void release_arenas(struct data_buffers *bs)
+{
+	if (!bs || bs->blocks_in_use)
+		return;
+	for (size_t i = 0; i < bs->narenas; i++)
+		munmap(bs->arenas[i], ARENA);
+	free(bs->arenas);
+	bs->arenas = NULL;
+	bs->narenas = 0;
+	bs->free_blocks = NULL;
 }
 
 static void free_buffer(struct data_buffers *bs, struct data_buffer *b)
@@ -326,30 +339,34 @@ static int buffer_put(struct butter_fs *fs, struct data_buffer *b, const u8 *buf
 		 */
 		if (blk->hi > blk->lo && (a > blk->hi || z < blk->lo))
 			return -E2BIG;
-		if (z > blk->cap) {
-			u32 cap = blk->cap ? blk->cap : MIN_CAP;
+		if (!blk->data || a < blk->base || z > blk->base + blk->cap) {
+			/* more room: what the block will hold, from a MIN_CAP boundary */
+			u32 lo = blk->hi > blk->lo && blk->lo < a ? blk->lo : a;
+			u32 hi = blk->hi > blk->lo && blk->hi > z ? blk->hi : z;
+			u32 base = lo & ~(MIN_CAP - 1), cap = MIN_CAP;
 			u8 *data;
 
-			while (cap < z)
+			while (cap < hi - base)
 				cap *= 2;
 			if (cap >= BLOCK / 2) {
-				/* a full block: from the arenas */
+				base = 0;
 				cap = BLOCK;
 				data = block_get(bs);
-				if (data && blk->hi > blk->lo)
-					memcpy(data + blk->lo, blk->data + blk->lo, blk->hi - blk->lo);
-				if (data)
-					free(blk->data);
 			} else {
-				data = realloc(blk->data, cap);
+				data = malloc(cap);
 			}
 			if (!data)
 				return -ENOMEM;
+			if (blk->hi > blk->lo)
+				memcpy(data + (blk->lo - base), blk->data + (blk->lo - blk->base),
+				       blk->hi - blk->lo);
+			free(blk->data); /* never a full block: that one has room for all */
 			blk->data = data;
+			blk->base = base;
 			blk->cap = cap;
 		}
 		before = blk->hi - blk->lo;
-		memcpy(blk->data + a, buf + (k * BLOCK + a - off), z - a);
+		memcpy(blk->data + (a - blk->base), buf + (k * BLOCK + a - off), z - a);
 		if (blk->hi == blk->lo) {
 			blk->lo = a;
 			blk->hi = z;
@@ -381,7 +398,8 @@ static void gather(const struct data_buffer *b, size_t i, size_t j, u64 from, u6
 		if (e > to)
 			e = to;
 		if (s < e)
-			memcpy(dst + (s - from), blk->data + (s - blk->index * BLOCK), e - s);
+			memcpy(dst + (s - from), blk->data + (s - blk->index * BLOCK - blk->base),
+			       e - s);
 	}
 }
 
@@ -419,7 +437,8 @@ static int write_run(struct butter_fs *fs, struct subvol *sv, const struct data_
 		 * arena: a long stretch of them is written from where it is (no
 		 * copy); the allocator puts the next stretch right after it.
 		 */
-		while (q < j && b->blocks[q].data == b->blocks[q - 1].data + BLOCK &&
+		while (q < j && b->blocks[q - 1].cap == BLOCK && b->blocks[q].cap == BLOCK &&
+		       b->blocks[q].data == b->blocks[q - 1].data + BLOCK &&
 		       (b->blocks[q].index - b->blocks[p].index) * BLOCK < len)
 			q++;
 		if ((q - p) * BLOCK >= STRETCH_MIN && b->blocks[q - 1].index * BLOCK +
@@ -428,7 +447,7 @@ static int write_run(struct butter_fs *fs, struct subvol *sv, const struct data_
 
 			if (stretch_end - at < len)
 				len = stretch_end - at;
-			src = b->blocks[p].data + (at - b->blocks[p].index * BLOCK);
+			src = b->blocks[p].data + (at - b->blocks[p].index * BLOCK - b->blocks[p].base);
 		} else {
 			gather(b, i, j, at, at + len, stage);
 			src = stage;
@@ -660,13 +679,16 @@ static int flush_some(struct butter_fs *fs, u64 keep_bytes)
 
 int data_flush_all_locked(struct butter_fs *fs)
 {
-	return flush_some(fs, 0);
+	int ret = flush_some(fs, 0);
+
+	release_arenas(fs->w->buffers);
+	return ret;
 }
 
 /* fs_write_state.flush_data: every buffer into the running transaction (butter_sync() and the like). */
 static int flush_for_sync(void *arg)
 {
-	return flush_some(arg, 0);
+	return data_flush_all_locked(arg);
 }
 
 void data_discard_ino(struct butter_fs *fs, u64 subvol, u64 ino)
@@ -845,7 +867,7 @@ void data_buffer_overlay(struct butter_fs *fs, butter_ino_t ino, u8 *buf, u64 le
 		if (e > off + len)
 			e = off + len;
 		if (s < e)
-			memcpy(buf + (s - off), blk->data + (s - blk->index * BLOCK), e - s);
+			memcpy(buf + (s - off), blk->data + (s - blk->index * BLOCK - blk->base), e - s);
 	}
 }
 
@@ -867,26 +889,34 @@ u64 data_buffered_size(struct butter_fs *fs, butter_ino_t ino, u64 size)
 /*
  * The bytes of stored data (regular and preallocated extents, inline data)
  * of @ino in [from, to), which a write-back of that range replaces. *regular:
- * whether the file has any extent that is not inline.
+ * whether an extent that is not inline meets [from, to).
  */
 static int stored_in(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 from, u64 to,
 		     u64 *bytes, int *regular)
 {
-	struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, 0 };
+	struct btrfs_key key = { ino, BTRFS_EXTENT_DATA_KEY, from };
 	struct tree_path path;
 	int ret;
 
 	*bytes = 0;
 	*regular = 0;
 	tree_path_init(&path);
-	ret = tree_search_forward(&fs->cache, &sv->root, &key, &path);
+	/* from the extent holding @from (or the first after it), not the file's first */
+	ret = tree_search_backward(&fs->cache, &sv->root, &key, &path);
+	if (ret == 0) {
+		path_key(&path, &key);
+		if (key.objectid != ino || key.type != BTRFS_EXTENT_DATA_KEY)
+			ret = tree_next_item(&fs->cache, &path);
+	} else if (ret == 1) {
+		ret = tree_search_forward(&fs->cache, &sv->root, &key, &path);
+	}
 	while (ret == 0) {
 		const struct btrfs_file_extent_item *fi;
 		u64 s, e, len;
 		u32 size;
 
 		path_key(&path, &key);
-		if (key.objectid != ino || key.type != BTRFS_EXTENT_DATA_KEY)
+		if (key.objectid != ino || key.type != BTRFS_EXTENT_DATA_KEY || key.offset >= to)
 			break;
 		fi = (const void *)path_item(&path, &size);
 		if (size < BTRFS_FILE_EXTENT_INLINE_DATA_START) {
@@ -937,7 +967,7 @@ int data_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 	/* blocks back to bytes: exact for what the write-back adds and takes away */
 	nbytes = st->blocks * 512;
 	if (b->blocks[0].index == 0 && b->blocks[0].lo == 0 && run_end(b, 0) == b->nblocks &&
-	    size < ss && size <= MAX_INLINE && size >= stored_size) {
+	    size <= fs->w->max_inline && size >= stored_size) {
 		ret = stored_in(fs, sv, ino.ino, 0, (u64)-1, &nbytes, &regular);
 		if (ret)
 			return ret;

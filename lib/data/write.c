@@ -495,7 +495,7 @@ ssize_t data_write_locked(struct butter_fs *fs, butter_ino_t ino, const void *bu
 ssize_t data_write_direct_locked(struct butter_fs *fs, butter_ino_t ino, const void *buf,
 				 size_t len, u64 off, int *changed)
 {
-	u32 ss = fs->vol.sectorsize;
+	u32 ss = fs->vol.sectorsize, max_inline = fs->w->max_inline;
 	struct btrfs_inode_item ii;
 	struct subvol *sv = NULL;
 	u64 end, isize, astart, aend;
@@ -519,7 +519,7 @@ ssize_t data_write_direct_locked(struct butter_fs *fs, butter_ino_t ino, const v
 	if (is_inline) {
 		u64 newsize = isize > off + len ? isize : off + len;
 
-		if (newsize > MAX_INLINE || newsize >= ss) {
+		if (newsize > max_inline) {
 			/* the file outgrows inline: its bytes move to a regular first sector */
 			tmp = calloc(1, ss);
 			if (!tmp)
@@ -541,7 +541,7 @@ ssize_t data_write_direct_locked(struct butter_fs *fs, butter_ino_t ino, const v
 			end = ss;
 		}
 	}
-	if (is_inline || (off == 0 && isize <= len && len <= MAX_INLINE && len < ss && end == 0)) {
+	if (is_inline || (off == 0 && isize <= len && len <= max_inline && end == 0)) {
 		/* small files are rewritten whole: inline while they stay small */
 		u64 newsize = isize > off + len ? isize : off + len;
 
@@ -556,7 +556,7 @@ ssize_t data_write_direct_locked(struct butter_fs *fs, butter_ino_t ino, const v
 		memcpy(tmp + off, buf, len);
 		*changed = 1;
 		ret = data_drop_extents(fs, sv, ino.ino, 0, (u64)-1);
-		if (ret == 0 && newsize <= MAX_INLINE && newsize < ss) {
+		if (ret == 0 && newsize <= max_inline) {
 			struct size_update u = { newsize, (s64)newsize, 1 };
 
 			ret = data_insert_inline(fs, sv, ino.ino, tmp, (u32)newsize);

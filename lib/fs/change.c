@@ -30,6 +30,15 @@
 #include "format/checksum.h"
 #include "fs/change.h"
 
+/* The largest inline file: below a sector, and its item fits in a leaf. */
+static u32 inline_ceiling(const struct butter_fs *fs)
+{
+	u32 item = tree_max_item_size(&fs->cache) - BTRFS_FILE_EXTENT_INLINE_DATA_START;
+	u32 sector = fs->vol.sectorsize - 1;
+
+	return item < sector ? item : sector;
+}
+
 /*
  * Commit with every buffered write in it (see fs_write_state.flush_data);
  * lock held. A failed write-back aborts: the trees may hold part of it.
@@ -114,6 +123,7 @@ int fs_setup_write(struct butter_fs *fs)
 		return -ENOMEM;
 	pthread_mutex_init(&w->lock, NULL);
 	extent_state_init(&w->es, &fs->vol, &fs->cache);
+	w->max_inline = MAX_INLINE_DEFAULT < inline_ceiling(fs) ? MAX_INLINE_DEFAULT : inline_ceiling(fs);
 	ret = node_read(&fs->cache, fs->chunk_tree.bytenr, fs->chunk_tree.generation,
 			fs->chunk_tree.level, NULL, &chunk_root);
 	if (ret)
@@ -550,6 +560,19 @@ int fs_set_compression(struct butter_fs *fs, const char *spec, int force)
 	w->compress_force = type != BTRFS_COMPRESS_NONE && force;
 	pthread_mutex_unlock(&w->lock);
 	return 0;
+}
+
+int fs_set_max_inline(struct butter_fs *fs, u64 bytes)
+{
+	struct fs_write_state *w = fs->w;
+	u32 ceiling = inline_ceiling(fs);
+
+	if (!w)
+		return -EROFS;
+	pthread_mutex_lock(&w->lock);
+	w->max_inline = bytes < ceiling ? (u32)bytes : ceiling;
+	pthread_mutex_unlock(&w->lock);
+	return (int)w->max_inline;
 }
 
 int fs_set_label(struct butter_fs *fs, const char *label)

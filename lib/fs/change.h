@@ -13,7 +13,7 @@
 #include "fs/fs.h"
 #include "trans/transaction.h"
 
-#define MAX_INLINE 2048u
+#define MAX_INLINE_DEFAULT 2048u /* the kernel's max_inline default */
 #define MAX_EXTENT_SIZE (128ULL << 20)
 #define MAX_FILE_BYTES ((u64)INT64_MAX) /* the largest file offset; more is corrupt */
 #define DIRTY_COMMIT_BYTES (64ULL << 20)
@@ -32,6 +32,12 @@ struct fs_write_state {
 	/* compression of new data: BTRFS_COMPRESS_* (NONE: off), level (0: default) */
 	int compress_type, compress_level;
 	int compress_force;          /* keep trying after data did not compress */
+	/*
+	 * Files up to this many bytes are stored inline, in the leaf
+	 * (butter_set_max_inline(); the kernel's max_inline=). Always below
+	 * the sector size and within what one leaf item holds.
+	 */
+	u32 max_inline;
 	struct fs_open_files *open_files; /* lib/namespace/orphan.c: opens the front end counts */
 	bool readonly;               /* butter_set_readonly(): changes refused; protected by lock */
 	void (*space_commit_fn)(void *arg); /* butter_set_space_commit_hook() */
@@ -114,6 +120,8 @@ int fs_get_device(struct butter_fs *fs, size_t idx, struct butter_device_info *o
 int fs_get_info(struct butter_fs *fs, struct butter_info *info);
 int fs_get_space(struct butter_fs *fs, size_t idx, struct butter_space_info *out);
 int fs_set_compression(struct butter_fs *fs, const char *spec, int force);
+/* butter_set_max_inline(): the bound in effect afterwards, or -EROFS. */
+int fs_set_max_inline(struct butter_fs *fs, u64 bytes);
 int fs_set_label(struct butter_fs *fs, const char *label);
 int fs_set_readonly(struct butter_fs *fs, int readonly);
 void fs_set_space_commit_hook(struct butter_fs *fs, void (*fn)(void *arg), void *arg);
