@@ -41,12 +41,16 @@
 # same generator version and scale. --files and --size scale it; the mix
 # (file-count and byte shares) stays the same.
 #
-# Usage: sudo bench/mkfs-rootdir.sh [-n RUNS] [--files N] [--size GiB]
+# Usage: sudo bench/mkfs-rootdir.sh [-n RUNS] [--files N] [--size GiB] [--small]
 #                                   [--rebuild-tree] [--keep]
 #   -n RUNS        runs per tool (default 3, or $RUNS)
 #   --files N      about N regular files (default 50000); N/100 more hard-link
 #                  names, N/100 symlinks, about N/40 directories
 #   --size GiB     about this much file data (default 2; fractions allowed)
+#   --small        every regular file 0-3 KiB instead (sizes uniform; no
+#                  medium, large or sparse files; --size is ignored): the
+#                  tree where inlining decides the image size, e.g.
+#                  `--small --files 100000`
 #   --rebuild-tree generate the source tree again even if it is complete
 #   --keep         keep the last run's images (butter.img, progs.img)
 # Environment: BENCH_DIR (default /tmp/butter-bench), RUNS, BUTTER (a butter
@@ -64,6 +68,7 @@ NFILES=50000
 SIZE_GIB=2
 REBUILD=0
 KEEP=0
+SMALL=0
 SEED=20240603
 
 die() { echo "mkfs-rootdir.sh: $*" >&2; exit 2; }
@@ -75,6 +80,7 @@ while (($#)); do
 	-n) [[ $# -ge 2 ]] || die "-n needs a number"; RUNS=$2; shift 2 ;;
 	--files) [[ $# -ge 2 ]] || die "--files needs a number"; NFILES=$2; shift 2 ;;
 	--size) [[ $# -ge 2 ]] || die "--size needs a number of GiB"; SIZE_GIB=$2; shift 2 ;;
+	--small) SMALL=1; shift ;;
 	--rebuild-tree) REBUILD=1; shift ;;
 	--keep) KEEP=1; shift ;;
 	-h|--help) sed -n '2,/^# btrfs, python3, meson/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -92,7 +98,7 @@ SIZE_BYTES=$(echo "$SIZE_GIB * 1073741824 / 1" | bc)
 for c in mkfs.btrfs btrfs python3 mount umount mountpoint flock bc du sync truncate find xargs; do
 	command -v "$c" >/dev/null || die "missing command: $c"
 done
-GEN_VERSION="mkfs-rootdir-tree v2 seed=$SEED files=$NFILES bytes=$SIZE_BYTES"
+GEN_VERSION="mkfs-rootdir-tree v2 seed=$SEED files=$NFILES bytes=$SIZE_BYTES small=$SMALL"
 
 mkdir -p "$BENCH_DIR/mkfs-rootdir"
 WORK=$(cd "$BENCH_DIR/mkfs-rootdir" && pwd)
@@ -120,13 +126,15 @@ import benchlib
 
 MiB = 1 << 20
 
-def gen(root, nfiles, nbytes, seed):
+def gen(root, nfiles, nbytes, seed, small='0'):
     """Fill the empty directory ROOT with the benchmark tree, deterministically.
 
     Byte shares: 15% small files, 30% medium files, 45% four large files, 5% the
     data of a sparse file (whose holes make it 8x larger). File-count shares:
-    88% small, 10% medium; N/100 hard-link names and N/100 symlinks on top."""
-    nfiles, nbytes = int(nfiles), int(nbytes)
+    88% small, 10% medium; N/100 hard-link names and N/100 symlinks on top.
+    With SMALL '1': all N files 0-3 KiB (uniform), nothing medium, large or sparse."""
+    nfiles, nbytes, small = int(nfiles), int(nbytes), small == '1'
+
     R = random.Random(int(seed))
     syll = ['ka', 'lo', 'mi', 'ne', 'ru', 'ta', 'vo', 'shi', 'an', 'el', 'or', 'ix',
             'um', 'ber', 'tor', 'sen', 'qua', 'dri', 'fe', 'zo']
@@ -198,16 +206,19 @@ def gen(root, nfiles, nbytes, seed):
         return os.path.join(d, '%s-%d.%s' % (R.choice(words), i, ext))
 
     # small: 88% of the files, 15% of the bytes, exponential sizes (many inline)
-    n_small = nfiles * 88 // 100
+    n_small = nfiles if small else nfiles * 88 // 100
     mean = max(1.0, 0.15 * nbytes / n_small)
     for i in range(n_small):
-        size = 0 if R.random() < 0.03 else min(int(R.expovariate(1 / mean)) + 1, 16 * int(mean) + 1)
+        if small:
+            size = R.randint(0, 3072)
+        else:
+            size = 0 if R.random() < 0.03 else min(int(R.expovariate(1 / mean)) + 1, 16 * int(mean) + 1)
         kind = R.choice('tr')
         p = place(i, 'txt' if kind == 't' else 'bin')
         write_file(p, size, kind)
         regular.append(p)
     # medium: 10% of the files, 30% of the bytes
-    n_med = nfiles * 10 // 100
+    n_med = 0 if small else nfiles * 10 // 100
     mean = max(1.0, 0.30 * nbytes / n_med)
     for i in range(n_med):
         size = min(int(R.expovariate(1 / mean)) + 1, 8 * int(mean) + 1)
@@ -217,13 +228,13 @@ def gen(root, nfiles, nbytes, seed):
         regular.append(p)
     # large: 45% of the bytes in four files (not sector multiples)
     os.makedirs(os.path.join(root, 'large'))
-    for j, (share, kind) in enumerate([(0.4, 'r'), (0.3, 't'), (0.2, 'r'), (0.1, 't')]):
+    for j, (share, kind) in enumerate([] if small else [(0.4, 'r'), (0.3, 't'), (0.2, 'r'), (0.1, 't')]):
         size = int(0.45 * nbytes * share) + R.randrange(1, 4096)
         write_file(os.path.join(root, 'large', 'large-%d.%s' % (j, 'bin' if kind == 'r' else 'log')),
                    size, kind)
     # sparse: 5% of the bytes as 1 MiB of data every 8 MiB, from 4 MiB on,
     # ending in a 3 MiB hole; and a 1 MiB file with only its last 100 bytes
-    chunks = max(1, int(0.05 * nbytes) // MiB)
+    chunks = 0 if small else max(1, int(0.05 * nbytes) // MiB)
     p = os.path.join(root, 'large', 'sparse.bin')
     with open(p, 'wb') as f:
         for k in range(chunks):
@@ -374,7 +385,7 @@ if ((REBUILD)) || [[ ! -d $SRC || ! -f $MARK || ! -f $REF || $(cat "$MARK") != "
 	rm -rf "$SRC"
 	mkdir "$SRC"
 	chmod 755 "$SRC"
-	py gen "$SRC" "$NFILES" "$SIZE_BYTES" "$SEED"
+	py gen "$SRC" "$NFILES" "$SIZE_BYTES" "$SEED" "$SMALL"
 	sync
 	py manifest "$SRC" "$REF.tmp"
 	mv "$REF.tmp" "$REF"

@@ -79,6 +79,17 @@ struct data_buffer {
 	size_t nblocks, cap;
 };
 
+#define BLOCK (256u << 10)
+#define ARENA_BLOCKS ((u32)(MAX_EXTENT_SIZE / BLOCK))
+#define ARENA ((size_t)ARENA_BLOCKS * BLOCK)
+
+/* ARENA bytes of full blocks; bit i of free: block i is free. */
+struct data_arena {
+	u8 *base;
+	u64 free[ARENA_BLOCKS / 64];
+	u32 nfree;
+};
+
 struct data_buffers {
 	struct data_buffer **buckets;
 	size_t nbuckets, count;
@@ -92,19 +103,20 @@ struct data_buffers {
 	u8 *stage;
 	u64 stage_cap;
 	/*
-	 * Full blocks come from arenas mapped populated (and as huge pages where
-	 * the kernel gives them): a page fault per 4 KiB of buffered data would
-	 * cost more than the write. Free full blocks wait in a list for the
-	 * next; the arenas go when no block is in use.
+	 * Full blocks come from arenas mapped as huge pages where the kernel
+	 * gives them: a page fault per 4 KiB of buffered data would cost more
+	 * than the write. An arena is one extent's worth, and a block goes to
+	 * the slot of its index in the arena of its file window where that is
+	 * free (block_get()), so a sequential writer's MAX_EXTENT_SIZE piece
+	 * lies in one arena in file order and is written from where it is,
+	 * without a copy (write_run()). The arenas go when no block is in use.
 	 */
-	u8 **arenas;
+	struct data_arena *arenas;
 	size_t narenas;
-	void *free_blocks;           /* a list through the blocks' first bytes */
 	size_t blocks_in_use;
 };
 
 #define MIN_BUCKETS 256
-#define BLOCK (256u << 10)
 #define MIN_CAP 4096u
 /*
  * Ranges an inode may have: requests served on several threads reach the
@@ -145,7 +157,6 @@ static void unlink_buffer(struct fs_write_state *w, struct data_buffer *b)
 	w->delalloc_bytes -= b->len;
 }
 
-#define ARENA (64u << 20)
 #define STRETCH_MIN (8u << 20) /* contiguous block memory worth writing without a copy */
 #define THROUGH_MIN (1u << 20) /* pieces written past the page cache (write_run) */
 /*
@@ -156,46 +167,112 @@ static void unlink_buffer(struct fs_write_state *w, struct data_buffer *b)
  */
 #define EARLY_BYTES (2 * MAX_EXTENT_SIZE)
 
-/* A full block's memory (BLOCK bytes), from the arenas. */
-static u8 *block_get(struct data_buffers *bs)
+/* Take block @i of arena @a. */
+static u8 *arena_take(struct data_buffers *bs, struct data_arena *a, u32 i)
 {
-	u8 *p = bs->free_blocks, **na;
-
-	if (!p) {
-		void *a = mmap(NULL, ARENA, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-
-		if (a == MAP_FAILED)
-			return NULL;
-		na = realloc(bs->arenas, (bs->narenas + 1) * sizeof(*na));
-		if (!na) {
-			munmap(a, ARENA);
-			return NULL;
-		}
-		madvise(a, ARENA, MADV_HUGEPAGE);
-		bs->arenas = na;
-		bs->arenas[bs->narenas++] = a;
-		/* the list in address order: blocks taken one after another are contiguous */
-		for (u32 off = ARENA; off > 0; off -= BLOCK) {
-			*(void **)((u8 *)a + off - BLOCK) = bs->free_blocks;
-			bs->free_blocks = (u8 *)a + off - BLOCK;
-		}
-		p = bs->free_blocks;
-	}
-	bs->free_blocks = *(void **)p;
+	a->free[i / 64] &= ~(1ULL << (i % 64));
+	a->nfree--;
 	bs->blocks_in_use++;
-	return p;
+	return a->base + (size_t)i * BLOCK;
 }
 
-/* Give back a block's memory: a full one to the list, else to malloc. */
+/* The arena holding @p, or NULL. */
+static struct data_arena *arena_of(struct data_buffers *bs, const u8 *p)
+{
+	for (size_t k = 0; k < bs->narenas; k++)
+		if (p >= bs->arenas[k].base && p < bs->arenas[k].base + ARENA)
+			return &bs->arenas[k];
+	return NULL;
+}
+
+/*
+ * The arena holding the blocks of @b's file window (MAX_EXTENT_SIZE, the
+ * window of block @pos) in their slots, or NULL: any full block of the
+ * window placed in its slot names it.
+ */
+static struct data_arena *window_arena(struct data_buffers *bs, const struct data_buffer *b,
+				       size_t pos)
+{
+	u64 window = b->blocks[pos].index / ARENA_BLOCKS;
+
+	for (int dir = -1; dir <= 1; dir += 2) {
+		for (size_t k = pos + dir; k < b->nblocks; k += dir) {
+			const struct data_block *x = &b->blocks[k];
+			struct data_arena *a;
+
+			if (x->index / ARENA_BLOCKS != window)
+				break;
+			if (x->cap != BLOCK || !(a = arena_of(bs, x->data)))
+				continue;
+			if ((size_t)(x->data - a->base) / BLOCK == x->index % ARENA_BLOCKS)
+				return a;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * A full block's memory (BLOCK bytes) for block @pos of @b, from the arenas.
+ * Its place: the slot of its index (index % ARENA_BLOCKS), so each
+ * MAX_EXTENT_SIZE window of the file can lie in one arena in file order,
+ * whatever order its bytes arrive in: in the window's arena if that slot is
+ * free, else in a wholly free arena, else in a new one while there are fewer
+ * than @max_arenas. Else any free block, else a new arena.
+ */
+static u8 *block_get(struct data_buffers *bs, const struct data_buffer *b, size_t pos,
+			size_t max_arenas)
+{
+	u32 slot = (u32)(b->blocks[pos].index % ARENA_BLOCKS);
+	struct data_arena *a = window_arena(bs, b, pos), *na;
+
+	if (a && (a->free[slot / 64] >> (slot % 64) & 1))
+		return arena_take(bs, a, slot);
+	for (size_t k = 0; k < bs->narenas; k++)
+		if (bs->arenas[k].nfree == ARENA_BLOCKS)
+			return arena_take(bs, &bs->arenas[k], slot);
+	/*
+	 * A new arena rather than free slots of other windows (whose own blocks
+	 * may still come), while the arenas stay within what the bound needs.
+	 */
+	for (size_t k = 0; bs->narenas >= max_arenas && k < bs->narenas; k++) {
+		a = &bs->arenas[k];
+		for (u32 w = 0; a->nfree && w < ARENA_BLOCKS / 64; w++)
+			if (a->free[w])
+				return arena_take(bs, a, w * 64 + (u32)__builtin_ctzll(a->free[w]));
+	}
+	na = realloc(bs->arenas, (bs->narenas + 1) * sizeof(*na));
+	if (!na)
+		return NULL;
+	bs->arenas = na;
+	a = &na[bs->narenas];
+	/*
+	 * Not populated: huge pages (asked for before the first touch) fault
+	 * in 2 MiB at a time, and a small writer touches only what it uses.
+	 */
+	a->base = mmap(NULL, ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (a->base == MAP_FAILED)
+		return NULL;
+	madvise(a->base, ARENA, MADV_HUGEPAGE);
+	memset(a->free, 0xff, sizeof(a->free));
+	a->nfree = ARENA_BLOCKS;
+	bs->narenas++;
+	return arena_take(bs, a, slot);
+}
+
+/* Give back a block's memory: a full one to its arena, else to malloc. */
 static void block_put(struct data_buffers *bs, struct data_block *blk)
 {
+	struct data_arena *a;
+	u32 i;
+
 	if (blk->cap != BLOCK) {
 		free(blk->data);
 		return;
 	}
-	*(void **)blk->data = bs->free_blocks;
-	bs->free_blocks = blk->data;
+	a = arena_of(bs, blk->data);
+	i = (u32)((size_t)(blk->data - a->base) / BLOCK);
+	a->free[i / 64] |= 1ULL << (i % 64);
+	a->nfree++;
 	bs->blocks_in_use--;
 }
 
@@ -210,11 +287,10 @@ static void release_arenas(struct data_buffers *bs)
 	if (!bs || bs->blocks_in_use)
 		return;
 	for (size_t i = 0; i < bs->narenas; i++)
-		munmap(bs->arenas[i], ARENA);
+		munmap(bs->arenas[i].base, ARENA);
 	free(bs->arenas);
 	bs->arenas = NULL;
 	bs->narenas = 0;
-	bs->free_blocks = NULL;
 }
 
 static void free_buffer(struct data_buffers *bs, struct data_buffer *b)
@@ -351,7 +427,8 @@ static int buffer_put(struct butter_fs *fs, struct data_buffer *b, const u8 *buf
 			if (cap >= BLOCK / 2) {
 				base = 0;
 				cap = BLOCK;
-				data = block_get(bs);
+				data = block_get(bs, b, pos,
+						 (size_t)(fs->w->delalloc_limit / ARENA) + 2);
 			} else {
 				data = malloc(cap);
 			}
@@ -717,7 +794,7 @@ void data_buffers_destroy(struct fs_write_state *w)
 		}
 	}
 	for (size_t i = 0; i < bs->narenas; i++)
-		munmap(bs->arenas[i], ARENA);
+		munmap(bs->arenas[i].base, ARENA);
 	free(bs->arenas);
 	free(bs->buckets);
 	free(bs->stage);
