@@ -219,7 +219,7 @@ def gen(root, nfiles, nbytes, seed, small='0'):
         regular.append(p)
     # medium: 10% of the files, 30% of the bytes
     n_med = 0 if small else nfiles * 10 // 100
-    mean = max(1.0, 0.30 * nbytes / n_med)
+    mean = max(1.0, 0.30 * nbytes / max(1, n_med))
     for i in range(n_med):
         size = min(int(R.expovariate(1 / mean)) + 1, 8 * int(mean) + 1)
         kind = R.choice('tr')
