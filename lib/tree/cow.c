@@ -343,6 +343,22 @@ static int split_leaf(struct tree_trans *t, struct tree_root *root, struct tree_
 		if (ret)
 			return ret;
 	}
+	if (new_item && slot == n && n > 0 && need <= cap) {
+		/*
+		 * A new item past the end (keys mostly arrive in order: a tree
+		 * filled by mkfs --rootdir, a growing file, the extent and csum
+		 * trees): it starts a new leaf to the right and this one stays
+		 * full. A balanced cut would leave every left half half empty for
+		 * good (the kernel avoids that by pushing into siblings first).
+		 */
+		ret = new_node(t, root, 0, &right);
+		if (ret)
+			return ret;
+		insert_ptr(path->nodes[1], path->slots[1] + 1, ins_key, right->bytenr,
+			   right->generation);
+		node_put(cache, right);
+		return 0;
+	}
 	for (mid = 1; mid < n; mid++) {
 		u32 left = leaf_space_used(leaf, 0, mid), rgt = leaf_space_used(leaf, mid, n);
 		int goes_left = new_item ? slot <= mid : slot < mid;
