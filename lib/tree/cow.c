@@ -324,6 +324,20 @@ static int leftmost(const struct tree_path *path)
 	return 1;
 }
 
+/* An empty leaf right of the path's leaf, first key @key (the caller inserts there next). */
+static int new_right_leaf(struct tree_trans *t, struct tree_root *root, struct tree_path *path,
+			  const struct btrfs_key *key)
+{
+	struct tree_node *right;
+	int ret = new_node(t, root, 0, &right);
+
+	if (ret)
+		return ret;
+	insert_ptr(path->nodes[1], path->slots[1] + 1, key, right->bytenr, right->generation);
+	node_put(t->cache, right);
+	return 0;
+}
+
 /*
  * Split the leaf so that the change at its slot (a new item of @need bytes
  * when @new_item, or @need more bytes for the existing item) fits.
@@ -351,13 +365,7 @@ static int split_leaf(struct tree_trans *t, struct tree_root *root, struct tree_
 		 * full. A balanced cut would leave every left half half empty for
 		 * good (the kernel avoids that by pushing into siblings first).
 		 */
-		ret = new_node(t, root, 0, &right);
-		if (ret)
-			return ret;
-		insert_ptr(path->nodes[1], path->slots[1] + 1, ins_key, right->bytenr,
-			   right->generation);
-		node_put(cache, right);
-		return 0;
+		return new_right_leaf(t, root, path, ins_key);
 	}
 	for (mid = 1; mid < n; mid++) {
 		u32 left = leaf_space_used(leaf, 0, mid), rgt = leaf_space_used(leaf, mid, n);
@@ -409,13 +417,7 @@ static int split_leaf(struct tree_trans *t, struct tree_root *root, struct tree_
 		/* only an item alone in a new leaf fits: appending past the end */
 		if (!new_item || slot != n || need > cap)
 			return -EOVERFLOW;
-		ret = new_node(t, root, 0, &right);
-		if (ret)
-			return ret;
-		insert_ptr(path->nodes[1], path->slots[1] + 1, ins_key, right->bytenr,
-			   right->generation);
-		node_put(cache, right);
-		return 0;
+		return new_right_leaf(t, root, path, ins_key);
 	}
 	ret = new_node(t, root, 0, &right);
 	if (ret)
