@@ -5,7 +5,8 @@
  * The body's name carries its layer's prefix (fs_, inode_, data_, ns_,
  * subvol_, tlog_, ops_); library code calls bodies, never butter_*().
  *
- * The lock (struct butter_fs.api_lock, a writer-preferring rwlock):
+ * The lock (struct butter_fs.api_lock, a reader-writer lock that lets callers
+ * in the order they came: lib/turn_lock.h):
  *   shared     calls that only read: lookups, stat, read, readdir, xattrs,
  *              readlink, seek, statfs and info, subvolume listing, send,
  *              the open count (butter_open_ref: the table has its own mutex);
@@ -54,6 +55,14 @@ static void held_set(struct butter_fs *fs, intptr_t v)
 	pthread_setspecific(fs->api_held, (void *)v);
 }
 
+static void unlock(struct butter_fs *fs, int mode)
+{
+	if (mode == HOLD_EXCL)
+		turn_unlock_exclusive(fs->api_lock);
+	else
+		turn_unlock_shared(fs->api_lock);
+}
+
 /* Take the lock in @mode unless this thread holds it: 1 taken, 0 held already, -EDEADLK, -EIO. */
 static int enter(struct butter_fs *fs, int mode)
 {
@@ -62,11 +71,11 @@ static int enter(struct butter_fs *fs, int mode)
 	if (held != HOLD_NONE)
 		return mode == HOLD_EXCL && held == HOLD_SHARED ? -EDEADLK : 0;
 	if (mode == HOLD_EXCL)
-		pthread_rwlock_wrlock(&fs->api_lock);
+		turn_lock_exclusive(fs->api_lock);
 	else
-		pthread_rwlock_rdlock(&fs->api_lock);
+		turn_lock_shared(fs->api_lock);
 	if (fs->dead) { /* a reopen failed (ops/open.c): nothing to serve from */
-		pthread_rwlock_unlock(&fs->api_lock);
+		unlock(fs, mode);
 		return -EIO;
 	}
 	held_set(fs, mode);
@@ -75,11 +84,13 @@ static int enter(struct butter_fs *fs, int mode)
 
 static void leave(struct butter_fs *fs, int taken)
 {
+	intptr_t mode = held_get(fs) & HELD_MODE_MASK;
+
 	if (taken != 1)
 		return;
-	ASSERT(held_get(fs) != HOLD_NONE);
+	ASSERT(mode != HOLD_NONE);
 	held_set(fs, HOLD_NONE);
-	pthread_rwlock_unlock(&fs->api_lock);
+	unlock(fs, (int)mode);
 }
 
 #define LOCKED(fs, mode, type, call)                \

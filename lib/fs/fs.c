@@ -231,24 +231,33 @@ void fs_load_dev_stats(struct butter_fs *fs)
 	}
 }
 
-/* The lock of the public calls: writer-preferring, so a stream of readers cannot starve a change. */
+/* The lock of the public calls: in turn order, so neither readers nor changes starve. */
 static int init_api_lock(struct butter_fs *fs)
 {
-	pthread_rwlockattr_t attr;
 	int ret;
 
-	ret = pthread_key_create(&fs->api_held, NULL);
-	if (ret)
-		return -ret;
-	pthread_rwlockattr_init(&attr);
-	pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	ret = pthread_rwlock_init(&fs->api_lock, &attr);
-	pthread_rwlockattr_destroy(&attr);
-	if (ret) {
-		pthread_key_delete(fs->api_held);
-		return -ret;
+	fs->api_lock = malloc(sizeof(*fs->api_lock));
+	if (!fs->api_lock)
+		return -ENOMEM;
+	ret = turn_lock_init(fs->api_lock);
+	if (ret == 0) {
+		ret = -pthread_key_create(&fs->api_held, NULL);
+		if (ret)
+			turn_lock_destroy(fs->api_lock);
 	}
-	return 0;
+	if (ret) {
+		free(fs->api_lock);
+		fs->api_lock = NULL;
+	}
+	return ret;
+}
+
+static void destroy_api_lock(struct butter_fs *fs)
+{
+	pthread_key_delete(fs->api_held);
+	turn_lock_destroy(fs->api_lock);
+	free(fs->api_lock);
+	fs->api_lock = NULL;
 }
 
 /*
@@ -369,8 +378,7 @@ int fs_open_bdevs(const char *path, struct blockdev **bdevs, size_t n,
 	}
 	ret = load(fs, path, bdevs, n, opts);
 	if (ret) {
-		pthread_key_delete(fs->api_held);
-		pthread_rwlock_destroy(&fs->api_lock);
+		destroy_api_lock(fs);
 		free(fs);
 		return ret;
 	}
@@ -412,8 +420,7 @@ void fs_destroy(struct butter_fs *fs)
 	ASSERT(!fs->w); /* the write side went first (fs_teardown_write()) */
 	if (!fs->dead)
 		unload(fs);
-	pthread_key_delete(fs->api_held);
-	pthread_rwlock_destroy(&fs->api_lock);
+	destroy_api_lock(fs);
 	if (fs->reopen.paths) {
 		for (size_t i = 0; i < fs->reopen.npaths; i++)
 			free(fs->reopen.paths[i]);

@@ -18,6 +18,7 @@
 #include "butter/butter.h"
 #include "butter/testing.h"
 #include "log.h"
+#include "turn_lock.h"
 #include "tree/cow.h"
 #include "volumes/volumes.h"
 
@@ -61,10 +62,13 @@ struct butter_fs {
 
 	/*
 	 * The handle's lock, taken by every public call (lib/api/api.c has the
-	 * modes): readers share it, a change holds it alone. api_held is the
-	 * per-thread record of the mode a thread holds (NULL: none).
+	 * modes): readers share it, a change holds it alone, callers enter in
+	 * the order they came (lib/turn_lock.h). Allocated on its own: it
+	 * outlives a reload (fs_unload() clears the handle while others wait on
+	 * it). api_held is the per-thread record of the mode a thread holds
+	 * (NULL: none).
 	 */
-	pthread_rwlock_t api_lock;
+	struct turn_lock *api_lock;
 	pthread_key_t api_held;
 
 	/*

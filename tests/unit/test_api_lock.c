@@ -4,7 +4,10 @@
  * change or an exclusive section under a shared hold is -EDEADLK and changes
  * nothing; calls inside a section do not take the lock again; a section
  * keeps other threads' calls out (exclusive) or other threads' changes out
- * (shared) until it ends; butter_unlock() without a section is harmless.
+ * (shared) until it ends; butter_unlock() without a section is harmless;
+ * callers enter in the order they came, so neither two threads that hold
+ * the lock exclusive in turn starve a reader, nor two that hold it shared
+ * in turn starve a change.
  * On a 256 MiB image made by butter_mkfs() in $TMPDIR.
  */
 #include <errno.h>
@@ -128,6 +131,65 @@ static void test_unlock_without_section(void)
 	CHECK(butter_sync(fs) == 0);
 }
 
+/* A thread that holds a section of one mode again and again, 20 ms each, until told to stop. */
+struct holder {
+	int exclusive;
+	atomic_int stop;
+	int rounds;
+};
+
+static void *holder_main(void *arg)
+{
+	struct holder *h = arg;
+
+	while (!atomic_load(&h->stop)) {
+		if (butter_lock(fs, h->exclusive) != 0)
+			break;
+		sleep_ms(20);
+		butter_unlock(fs);
+		h->rounds++;
+	}
+	return NULL;
+}
+
+/*
+ * Two holders of @exclusive mode overlap without a gap (one always waits
+ * while the other holds); a call of the other kind must still get in within
+ * a few of their turns. The holders stop after 5 s in any case: a call still
+ * waiting then was starved.
+ */
+static void starve_check(int exclusive)
+{
+	struct holder h[2] = { { exclusive, 0, 0 }, { exclusive, 0, 0 } };
+	struct other o = { !exclusive, exclusive ? NULL : "after-readers", 0, -1 };
+	pthread_t ht[2], t;
+	int waited = 0;
+
+	CHECK(pthread_create(&ht[0], NULL, holder_main, &h[0]) == 0);
+	CHECK(pthread_create(&ht[1], NULL, holder_main, &h[1]) == 0);
+	sleep_ms(100);
+	CHECK(pthread_create(&t, NULL, other_main, &o) == 0);
+	while (!atomic_load(&o.done) && waited < 5000) {
+		sleep_ms(10);
+		waited += 10;
+	}
+	CHECK(atomic_load(&o.done) == 1); /* got in while the holders still took turns */
+	atomic_store(&h[0].stop, 1);
+	atomic_store(&h[1].stop, 1);
+	pthread_join(ht[0], NULL);
+	pthread_join(ht[1], NULL);
+	pthread_join(t, NULL);
+	CHECK(o.ret == 0);
+	CHECK(h[0].rounds > 0 && h[1].rounds > 0);
+}
+
+static void test_turn_order(void)
+{
+	starve_check(1); /* a read among changes */
+	starve_check(0); /* a change among reads */
+	CHECK(exists("after-readers"));
+}
+
 int main(void)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -159,6 +221,7 @@ int main(void)
 	RUN(test_nested_shared);
 	RUN(test_exclusive_section);
 	RUN(test_unlock_without_section);
+	RUN(test_turn_order);
 	butter_close(fs);
 	unlink(img);
 	rmdir(dir);
