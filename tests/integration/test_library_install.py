@@ -1,0 +1,151 @@
+"""libbutter as another program uses it: `meson install` into a temporary tree, then
+examples/list-and-read.c built against that tree through pkg-config alone and run on an
+image that mkfs.btrfs made (the independent writer), its output compared with the tree
+the image was made from.
+
+Also what the installed tree must hold: libbutter.so with the soname libbutter.so.0,
+exporting every function the installed headers declare and nothing but butter_*
+symbols; butter.pc; the headers without the tests' testing.h; the binary, whose
+--version is the project's.
+
+Needs meson, pkg-config, a C compiler and the build directory of BUTTER_BIN. A build
+with sanitizers installs an instrumented library: the example is then built with the
+same -fsanitize flags (a sanitizer runtime must come first in a program).
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from butter_it import env, kfs
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def build_dir_of(binary):
+    d = os.path.dirname(os.path.realpath(binary))
+    while d != "/":
+        if os.path.isdir(os.path.join(d, "meson-info")):
+            return d
+        d = os.path.dirname(d)
+    return None
+
+
+def introspect(build, what):
+    r = kfs.run(["meson", "introspect", build, what], timeout=120)
+    return json.loads(r.stdout)
+
+
+@pytest.fixture
+def installed(butter, workdir):
+    """(build dir, root of the install under --destdir, its options by name)."""
+    for tool in ("meson", "pkg-config", "cc", "nm", "readelf"):
+        if not shutil.which(tool):
+            env.unavailable(f"needs {tool}")
+    build = build_dir_of(butter.path)
+    if not build:
+        env.unavailable(f"{butter.path} is not in a meson build directory")
+    opts = {o["name"]: o["value"] for o in introspect(build, "--buildoptions")}
+    dest = os.path.join(workdir, "destdir")
+    kfs.run(["meson", "install", "-C", build, "--destdir", dest, "--no-rebuild", "--quiet"],
+            timeout=300)
+    return build, dest + opts["prefix"], opts
+
+
+def exported(lib):
+    r = kfs.run(["nm", "-D", "--defined-only", lib])
+    return {line.split()[-1].split("@")[0] for line in r.stdout.splitlines()
+            if len(line.split()) >= 3 and line.split()[1] in "TtWiDdBbRr"}
+
+
+def declared(headers):
+    """Function names declared in the headers: `butter_x(` at a declaration's name."""
+    names = set()
+    for h in headers:
+        with open(h) as f:
+            text = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+        names |= set(re.findall(r"^[a-z_][a-z0-9_ \*]*?\**\b(butter_[a-z0-9_]+)\(", text, re.M))
+    return names
+
+
+def test_installed_tree(installed, butter):
+    build, root, opts = installed
+    libdir = os.path.join(root, opts["libdir"])
+    lib = os.path.join(libdir, "libbutter.so")
+    assert os.path.islink(lib) and os.path.exists(lib), os.listdir(libdir)
+    r = kfs.run(["readelf", "-d", lib])
+    assert "Library soname: [libbutter.so.0]" in r.stdout, r.stdout
+    assert os.path.exists(os.path.join(libdir, "libbutter.so.0"))
+
+    incdir = os.path.join(root, opts["includedir"], "butter")
+    headers = sorted(os.listdir(incdir))
+    assert headers == ["butter.h", "control.h", "version.h"], headers
+    syms = exported(lib)
+    assert syms and all(s.startswith("butter_") for s in syms), \
+        sorted(s for s in syms if not s.startswith("butter_"))[:20]
+    want = declared([os.path.join(incdir, h) for h in headers])
+    assert len(want) > 50, want
+    assert want <= syms, sorted(want - syms)
+    assert "butter_open_testing" not in syms        # the tests' entry, not installed
+
+    pc = os.path.join(libdir, "pkgconfig", "butter.pc")
+    assert os.path.isfile(pc), os.listdir(libdir)
+    version = introspect(build, "--projectinfo")["version"]
+    r = kfs.run([os.path.join(root, opts["bindir"], "butter"), "--version"])
+    assert r.stdout.strip() == f"butter {version}", r.stdout
+
+
+def test_example_program_against_installed_library(installed, workdir):
+    build, root, opts = installed
+    libdir = os.path.join(root, opts["libdir"])
+    # the image: a tree written by mkfs.btrfs, the independent writer
+    src = os.path.join(workdir, "src")
+    os.makedirs(os.path.join(src, "docs", "sub"))
+    payload = os.urandom(300 << 10) + b"the end\n"
+    with open(os.path.join(src, "docs", "big.bin"), "wb") as f:
+        f.write(payload)
+    with open(os.path.join(src, "docs", "note.txt"), "w") as f:
+        f.write("hello\n")
+    os.symlink("note.txt", os.path.join(src, "docs", "link"))
+    img = os.path.join(workdir, "fs.img")
+    with open(img, "wb") as f:
+        f.truncate(256 << 20)
+    kfs.run(["mkfs.btrfs", "-q", "-f", "--rootdir", src, img], timeout=300)
+
+    # built from pkg-config's answer alone, as a packager's program would be
+    env_pc = dict(os.environ, PKG_CONFIG_PATH=os.path.join(libdir, "pkgconfig"))
+    r = subprocess.run(["pkg-config", f"--define-variable=prefix={root}", "--cflags", "--libs",
+                        "butter"], env=env_pc, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    flags = r.stdout.split()
+    assert f"-I{os.path.join(root, opts['includedir'])}" in flags, flags
+    assert f"-L{libdir}" in flags and "-lbutter" in flags, flags
+    sanitize = opts.get("b_sanitize", "none")
+    if isinstance(sanitize, list):
+        sanitize = ",".join(sanitize)
+    san = [f"-fsanitize={sanitize}"] if sanitize not in ("", "none") else []
+    exe = os.path.join(workdir, "list-and-read")
+    kfs.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror"] + san +
+            [os.path.join(REPO, "examples", "list-and-read.c"), "-o", exe] + flags, timeout=300)
+    r = kfs.run(["readelf", "-d", exe])
+    assert "Shared library: [libbutter.so.0]" in r.stdout, r.stdout  # the shared one, not .a
+
+    run_env = dict(os.environ, LD_LIBRARY_PATH=libdir)
+    r = subprocess.run([exe, img, "/docs", "/docs/big.bin"], env=run_env, capture_output=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    entries, rest = [], r.stdout
+    while rest.startswith(b"entry "):
+        line, rest = rest.split(b"\n", 1)
+        entries.append(line.decode())
+    assert sorted(entries) == ["entry big.bin file", "entry link link", "entry note.txt file",
+                               "entry sub dir"], entries
+    assert rest == payload
+
+    # a missing file: an error naming it, exit 1, nothing on standard output past the listing
+    r = subprocess.run([exe, img, "/docs", "/docs/none"], env=run_env, capture_output=True,
+                       timeout=300)
+    assert r.returncode == 1 and b"/docs/none" in r.stderr and b"No such file" in r.stderr, r
