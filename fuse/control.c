@@ -10,15 +10,113 @@
  * appears or disappears in a directory the kernel's cached entry for it is
  * dropped (notify_inval_entry, which drops the directory's attributes too:
  * mtime, size, nlink), so the mount shows the change at once.
+ *
+ * chattr(1) and lsattr(1) reach here too: the kernel's FUSE turns
+ * FS_IOC_GETFLAGS/SETFLAGS and FS_IOC_FSGETXATTR/FSSETXATTR into ioctls of
+ * the daemon (fuse_fileattr_get/set), after checking who may change which
+ * flag itself (owner; CAP_LINUX_IMMUTABLE for +i and +a). They are answered
+ * from butter_get_fileattr()/butter_set_fileattr() with btrfs's meaning; the
+ * xflags of FSGETXATTR are the five btrfs shows there, and an xflag, extent
+ * size or project id beyond them is EOPNOTSUPP, as on btrfs.
  */
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <linux/fs.h>
+
 #include <butter/control.h>
 
 #include "daemon.h"
+
+/* The xflags btrfs shows and takes through FS_IOC_FSGETXATTR/FSSETXATTR, and their flags. */
+static const struct {
+	uint32_t xflag, fl;
+} xflag_map[] = {
+	{ FS_XFLAG_IMMUTABLE, BUTTER_FL_IMMUTABLE },
+	{ FS_XFLAG_APPEND, BUTTER_FL_APPEND },
+	{ FS_XFLAG_SYNC, BUTTER_FL_SYNC },
+	{ FS_XFLAG_NOATIME, BUTTER_FL_NOATIME },
+	{ FS_XFLAG_NODUMP, BUTTER_FL_NODUMP },
+};
+#define NXFLAGS (sizeof(xflag_map) / sizeof(xflag_map[0]))
+
+/*
+ * FS_IOC_GETFLAGS, _SETFLAGS, _FSGETXATTR, _FSSETXATTR on @id (the kernel
+ * sends the flags as 4 bytes; a long's 8 are taken too). Fills @out (*@outlen
+ * bytes) for the GETs. 0 or a negative errno; -ENOTTY for a size not theirs.
+ */
+static int fileattr_ioctl(struct daemon *d, butter_ino_t id, unsigned cmd, const void *in,
+			  size_t in_size, size_t out_size, void *out, size_t *outlen)
+{
+	struct fsxattr fx;
+	uint32_t fl = 0, old;
+	size_t i;
+	int ret;
+
+	*outlen = 0;
+	switch (cmd) {
+	case FS_IOC_GETFLAGS:
+		if (out_size != 4 && out_size != 8)
+			return -ENOTTY;
+		ret = butter_get_fileattr(d->fs, id, &fl);
+		if (ret == 0) {
+			uint64_t wide = fl;
+
+			if (out_size == 8)
+				memcpy(out, &wide, 8);
+			else
+				memcpy(out, &fl, 4);
+			*outlen = out_size;
+		}
+		return ret;
+	case FS_IOC_SETFLAGS:
+		if (in_size != 4 && in_size != 8)
+			return -ENOTTY;
+		memcpy(&fl, in, 4); /* little-endian: a long's low half comes first */
+		return d->readonly ? -EROFS : butter_set_fileattr(d->fs, id, fl);
+	case FS_IOC_FSGETXATTR:
+		if (out_size != sizeof(fx))
+			return -ENOTTY;
+		ret = butter_get_fileattr(d->fs, id, &fl);
+		if (ret)
+			return ret;
+		memset(&fx, 0, sizeof(fx));
+		for (i = 0; i < NXFLAGS; i++)
+			if (fl & xflag_map[i].fl)
+				fx.fsx_xflags |= xflag_map[i].xflag;
+		memcpy(out, &fx, sizeof(fx));
+		*outlen = sizeof(fx);
+		return 0;
+	case FS_IOC_FSSETXATTR:
+		if (in_size != sizeof(fx))
+			return -ENOTTY;
+		memcpy(&fx, in, sizeof(fx));
+		for (i = 0; i < NXFLAGS; i++)
+			fx.fsx_xflags &= ~xflag_map[i].xflag;
+		if (fx.fsx_xflags || fx.fsx_extsize || fx.fsx_projid || fx.fsx_cowextsize)
+			return -EOPNOTSUPP;
+		memcpy(&fx, in, sizeof(fx));
+		ret = butter_get_fileattr(d->fs, id, &old);
+		if (ret)
+			return ret;
+		/* the flags xflags cannot say (compression, nocow) stay as they are */
+		fl = old;
+		for (i = 0; i < NXFLAGS; i++)
+			fl = (fx.fsx_xflags & xflag_map[i].xflag) ? fl | xflag_map[i].fl
+								  : fl & ~xflag_map[i].fl;
+		fl &= ~BUTTER_FL_VERITY;
+		return d->readonly ? -EROFS : butter_set_fileattr(d->fs, id, fl);
+	}
+	return -ENOTTY;
+}
+
+static bool is_fileattr_cmd(unsigned cmd)
+{
+	return cmd == FS_IOC_GETFLAGS || cmd == FS_IOC_SETFLAGS || cmd == FS_IOC_FSGETXATTR ||
+	       cmd == FS_IOC_FSSETXATTR;
+}
 
 /* Copy @src into the fixed buffer @dst of @cap bytes, NUL-terminated; -ENAMETOOLONG if cut. */
 static int copy_str(char *dst, size_t cap, const char *src)
@@ -208,6 +306,22 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 	(void)fi;
 	if (flags & FUSE_IOCTL_COMPAT) {
 		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	if (is_fileattr_cmd(cmd)) {
+		unsigned char buf[sizeof(struct fsxattr) + 8];
+		butter_ino_t id;
+
+		ret = nodes_resolve(&d->nodes, ino, &id);
+		if (ret == 0)
+			ret = fileattr_ioctl(d, id, cmd, in_buf, in_bufsz, out_bufsz, buf, &out);
+		if (ret < 0) {
+			fuse_reply_err(req, -ret);
+			return;
+		}
+		fuse_reply_ioctl(req, 0, out ? buf : NULL, out);
+		if (cmd == FS_IOC_SETFLAGS || cmd == FS_IOC_FSSETXATTR)
+			fuse_lowlevel_notify_inval_inode(d->se, ino, -1, 0); /* the new ctime */
 		return;
 	}
 	if (_IOC_TYPE(cmd) != BUTTER_IOC_MAGIC || size > sizeof(u) ||

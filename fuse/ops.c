@@ -441,6 +441,14 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		mask |= BUTTER_SET_CTIME;
 		bs.ctime = attr->st_ctim;
 	}
+	/*
+	 * utimes(f, NULL): no time given, only "now" (an append-only file
+	 * allows it). The atime says so; the mtime too, but with the writeback
+	 * cache the kernel sends its own mtime as a given one.
+	 */
+	if ((to_set & FUSE_SET_ATTR_ATIME_NOW) &&
+	    (!(to_set & FUSE_SET_ATTR_MTIME) || (to_set & FUSE_SET_ATTR_MTIME_NOW) || d->writeback))
+		mask |= BUTTER_SET_TIMES_NOW;
 	if (ret == 0) {
 		section_change(d);
 		if (mask && d->writeback) {
@@ -772,6 +780,30 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 }
 
+/*
+ * chattr's flags at open, as the kernel's may_open(): an immutable file
+ * opens for reading only; an append-only one for writing only with O_APPEND
+ * and never with O_TRUNC. (The kernel does not know the flags of a FUSE
+ * inode, so the daemon says it.)
+ */
+static int open_allowed(struct daemon *d, butter_ino_t id, int flags)
+{
+	uint32_t fl;
+	int ret;
+
+	if ((flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC))
+		return 0;
+	ret = butter_get_fileattr(d->fs, id, &fl);
+	if (ret)
+		return ret;
+	if ((fl & BUTTER_FL_IMMUTABLE) && (flags & O_ACCMODE) != O_RDONLY)
+		return -EPERM;
+	if ((fl & BUTTER_FL_APPEND) && (((flags & O_ACCMODE) != O_RDONLY && !(flags & O_APPEND)) ||
+				       (flags & O_TRUNC)))
+		return -EPERM;
+	return 0;
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct daemon *d = D(req);
@@ -788,6 +820,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		if (ret == 0 && (d->readonly || atomic_load(&d->commit_failed)) &&
 		    (fi->flags & O_ACCMODE) != O_RDONLY)
 			ret = -EROFS;
+		if (ret == 0)
+			ret = open_allowed(d, id, fi->flags);
 		if (ret == 0)
 			ret = butter_open_ref(d->fs, id);
 		if (ret == 0 && reads)

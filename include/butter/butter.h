@@ -400,9 +400,63 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
 #define BUTTER_SET_MTIME 0x10u
 #define BUTTER_SET_CTIME 0x20u
 #define BUTTER_SET_SIZE 0x40u /* truncate: shrink, or grow with a hole */
+#define BUTTER_SET_TIMES_NOW 0x80u /* the times given are the current time (utimes(f, NULL)) */
 
+/*
+ * Set the fields of @st that @mask names; the ctime becomes now unless
+ * BUTTER_SET_CTIME gives it. On an immutable inode (BUTTER_FL_IMMUTABLE)
+ * every field but the ctime is -EPERM; on an append-only one
+ * (BUTTER_FL_APPEND) the mode, owner, group, size and an atime that is not
+ * BUTTER_SET_TIMES_NOW are -EPERM, as the kernel refuses them. (An mtime
+ * alone stays allowed there: a FUSE kernel with the writeback cache sends
+ * the mtime its writes made that way.)
+ */
 int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
 		   unsigned mask);
+
+/*
+ * The inode attributes of chattr(1) and lsattr(1) that btrfs keeps, with the
+ * values of Linux's FS_*_FL (what FS_IOC_GETFLAGS and FS_IOC_SETFLAGS carry).
+ * What they do, as on the kernel's btrfs:
+ *   IMMUTABLE  no change to the inode, its data or its names: writes,
+ *              truncate, setattr (but the ctime), xattrs, fallocate, clone
+ *              into it, link, unlink and rename of it, and for a directory
+ *              new or removed names in it, are -EPERM;
+ *   APPEND     as IMMUTABLE, except that data may be written (a front end
+ *              lets it be opened for writing only with O_APPEND) and a
+ *              directory may get new names;
+ *   NOCOW      nodatacow (and nodatasum): taken only by an empty regular file
+ *              or a directory (whose new files inherit it);
+ *   COMPR      compress (the btrfs.compression property becomes the
+ *              filesystem's algorithm, or zlib); NOCOMP never compress;
+ *   SYNC, DIRSYNC, NOATIME, NODUMP  kept for the kernel (butter's mount
+ *              reads them too: NOATIME stops atime updates);
+ *   VERITY     read-only here: an fs-verity file.
+ */
+#define BUTTER_FL_SYNC 0x00000008u
+#define BUTTER_FL_IMMUTABLE 0x00000010u
+#define BUTTER_FL_APPEND 0x00000020u
+#define BUTTER_FL_NODUMP 0x00000040u
+#define BUTTER_FL_NOATIME 0x00000080u
+#define BUTTER_FL_COMPR 0x00000004u
+#define BUTTER_FL_NOCOMP 0x00000400u
+#define BUTTER_FL_DIRSYNC 0x00010000u
+#define BUTTER_FL_VERITY 0x00100000u
+#define BUTTER_FL_NOCOW 0x00800000u
+
+/* The BUTTER_FL_* attributes of @ino into *@flags. */
+int butter_get_fileattr(struct butter_fs *fs, butter_ino_t ino, uint32_t *flags);
+
+/*
+ * Make @ino's BUTTER_FL_* attributes @flags (all of them: what is not set
+ * is cleared), as btrfs's FS_IOC_SETFLAGS does: -EOPNOTSUPP for a flag
+ * btrfs does not take, -EINVAL for COMPR with NOCOMP or with NOCOW, or
+ * COMPR/NOCOMP on a NOCOW inode. NOCOW on a regular file that is not empty
+ * is left as it was, without an error (as btrfs). Who may change which flag
+ * (the owner; CAP_LINUX_IMMUTABLE for IMMUTABLE and APPEND) is the front
+ * end's to check (on a mount, the kernel does). The ctime becomes now.
+ */
+int butter_set_fileattr(struct butter_fs *fs, butter_ino_t ino, uint32_t flags);
 
 /* Create an empty subvolume named @name in directory @dir; *out_id gets its id. */
 int butter_subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name,

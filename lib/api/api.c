@@ -386,6 +386,16 @@ int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_s
 	LOCKED(fs, HOLD_EXCL, int, ns_setattr(fs, ino, st, mask));
 }
 
+int butter_get_fileattr(struct butter_fs *fs, butter_ino_t ino, uint32_t *flags)
+{
+	LOCKED(fs, HOLD_SHARED, int, ns_get_fileattr(fs, ino, flags));
+}
+
+int butter_set_fileattr(struct butter_fs *fs, butter_ino_t ino, uint32_t flags)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_set_fileattr(fs, ino, flags));
+}
+
 int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,
 	size_t size)
 {

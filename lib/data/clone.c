@@ -335,8 +335,8 @@ static int check_clone(struct butter_fs *fs, const struct btrfs_inode_item *si,
 		return -EROFS;
 	if ((btrfs_inode_flags(si) ^ btrfs_inode_flags(di)) & BTRFS_INODE_NODATASUM_FLAG)
 		return -EINVAL;
-	if (btrfs_inode_flags(di) & BTRFS_INODE_IMMUTABLE_FLAG)
-		return -EPERM;
+	if (inode_may_change(di, INODE_FIXED))
+		return -EPERM; /* chattr +i or +a on the destination */
 	if (len == 0) {
 		if (src_off == ssize)
 			return 0;

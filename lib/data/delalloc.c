@@ -846,16 +846,23 @@ ssize_t data_write_buffered(struct butter_fs *fs, butter_ino_t ino, const void *
 	u64 end = off + len, added = 0;
 	int ret, err = 0, changed = 0;
 
-	if (!w || !w->delalloc_limit || len > w->delalloc_limit)
-		return data_write(fs, ino, buf, len, off);
 	if (len == 0)
 		return 0;
+	/* chattr +i: no data written (checked here, at the call; write-back is never refused) */
+	if (!w || !w->delalloc_limit || len > w->delalloc_limit) {
+		ret = inode_read(fs, ino, &ii);
+		if (ret == 0)
+			ret = inode_may_change(&ii, BTRFS_INODE_IMMUTABLE_FLAG);
+		return ret ? ret : data_write(fs, ino, buf, len, off);
+	}
 	if (end < off || end > MAX_FILE_BYTES)
 		return -EFBIG;
 	ret = fs_begin_change_rsv(fs, &w, (off % ss + len + 2ULL * ss) / ss * ss, 0);
 	if (ret)
 		return ret;
 	ret = inode_read(fs, ino, &ii);
+	if (ret == 0)
+		ret = inode_may_change(&ii, BTRFS_INODE_IMMUTABLE_FLAG);
 	if (ret == 0 && !S_ISREG(btrfs_inode_mode(&ii)))
 		ret = S_ISDIR(btrfs_inode_mode(&ii)) ? -EISDIR : -EINVAL;
 	if (ret == 0 && !(sv = fs_subvol_mut(fs, ino.subvol, &err)))

@@ -480,6 +480,9 @@ int data_fallocate(struct butter_fs *fs, butter_ino_t ino, int mode, uint64_t of
 	if (!fs->w)
 		return -EROFS;
 	ret = inode_read(fs, ino, &ii);
+	if (ret == 0) /* chattr +a allows what only allocates; +i nothing */
+		ret = inode_may_change(&ii, (mode & ~FL_KEEP_SIZE) ? INODE_FIXED
+								 : BTRFS_INODE_IMMUTABLE_FLAG);
 	if (ret)
 		return ret;
 	type = btrfs_inode_mode(&ii) & S_IFMT;

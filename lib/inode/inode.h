@@ -8,6 +8,8 @@
 #ifndef BUTTER_INODE_INODE_H
 #define BUTTER_INODE_INODE_H
 
+#include <errno.h>
+
 #include "fs/change.h"
 
 /* ---- inode.c: reading inodes and names ---- */
@@ -32,6 +34,19 @@ int inode_walk_dir_items(struct butter_fs *fs, const u8 *item, u32 size,
 				const u8 *value),
 			 void *arg);
 
+/*
+ * chattr's +i and +a (BTRFS_INODE_IMMUTABLE_FLAG, _APPEND_FLAG): -EPERM when
+ * @ii has any of @forbidding, else 0. Callers name what forbids their change
+ * (butter.h, BUTTER_FL_IMMUTABLE has the rules): INODE_FIXED for removing
+ * the inode's names, its xattrs, its attributes; IMMUTABLE alone for data
+ * writes and new names in a directory.
+ */
+#define INODE_FIXED (BTRFS_INODE_IMMUTABLE_FLAG | BTRFS_INODE_APPEND_FLAG)
+static inline int inode_may_change(const struct btrfs_inode_item *ii, u64 forbidding)
+{
+	return (btrfs_inode_flags(ii) & forbidding) ? -EPERM : 0;
+}
+
 /* Device numbers: on disk the kernel's internal form (major << 20 | minor). */
 u64 inode_rdev_to_user(u64 disk);
 u64 inode_rdev_to_disk(u64 user);
@@ -54,9 +69,9 @@ u8 inode_mode_to_ft(u32 mode);
 /* inode_modify() edits: a directory's size by a struct dir_update, its times; a ctime. */
 void inode_touch_dir(struct btrfs_inode_item *ii, void *arg);
 void inode_touch_ctime(struct btrfs_inode_item *ii, void *arg);
-/* A new inode item in @sv (nlink 1, or as @a says), @size bytes; its number in *ino. */
+/* A new inode item in @sv (nlink 1, or as @a says), @size bytes, flags @iflags; its number in *ino. */
 int inode_create(struct butter_fs *fs, struct subvol *sv, const struct butter_new_inode *a,
-		 u64 size, u64 *ino);
+		 u64 size, u64 iflags, u64 *ino);
 
 /* ---- names.c: the name items ---- */
 

@@ -112,7 +112,7 @@ void inode_touch_dir(struct btrfs_inode_item *ii, void *arg)
 }
 
 int inode_create(struct butter_fs *fs, struct subvol *sv, const struct butter_new_inode *a,
-			u64 size, u64 *ino)
+			u64 size, u64 iflags, u64 *ino)
 {
 	struct fs_write_state *w = fs->w;
 	struct btrfs_inode_item ii;
@@ -133,6 +133,7 @@ int inode_create(struct butter_fs *fs, struct subvol *sv, const struct butter_ne
 	btrfs_set_inode_gid(&ii, a->gid);
 	btrfs_set_inode_mode(&ii, a->mode);
 	btrfs_set_inode_rdev(&ii, inode_rdev_to_disk(a->rdev));
+	btrfs_set_inode_flags(&ii, iflags);
 	fs_now_ts(&ii.atime);
 	ii.ctime = ii.mtime = ii.otime = ii.atime;
 	key.objectid = *ino;

@@ -42,20 +42,60 @@ int ns_check_new_name(struct butter_fs *fs, butter_ino_t dir, const char *name,
 		return -EEXIST;
 	if (ret != -ENOENT)
 		return ret;
+	ret = inode_may_change(&ii, BTRFS_INODE_IMMUTABLE_FLAG); /* no new name in +i */
+	if (ret)
+		return ret;
 	*svp = fs_subvol_mut(fs, dir.subvol, &err);
 	return *svp ? 0 : err;
 }
 
 /*
- * Create an empty inode (inode_create) and give it the ACLs ns_acl_inherit() chose
+ * A new inode in directory @dir (inode_create), with what it inherits from
+ * @dir as on the kernel's btrfs: chattr's +c or +m (the compression
+ * flags) and +C (nodatacow, and nodatasum for a regular file), and the
+ * btrfs.compression property unless the new inode is nodatacow.
+ */
+static int create_in(struct butter_fs *fs, struct subvol *sv, butter_ino_t dir,
+		     const struct butter_new_inode *a, u64 size, u64 *ino)
+{
+	static const char prop[] = "btrfs.compression";
+	struct btrfs_inode_item dii;
+	u64 dflags, iflags = 0;
+	char value[64];
+	ssize_t n;
+	int ret = inode_read(fs, dir, &dii);
+
+	if (ret)
+		return ret;
+	dflags = btrfs_inode_flags(&dii);
+	if (dflags & BTRFS_INODE_NOCOMPRESS_FLAG)
+		iflags |= BTRFS_INODE_NOCOMPRESS_FLAG;
+	else if (dflags & BTRFS_INODE_COMPRESS_FLAG)
+		iflags |= BTRFS_INODE_COMPRESS_FLAG;
+	if (dflags & BTRFS_INODE_NODATACOW_FLAG)
+		iflags |= BTRFS_INODE_NODATACOW_FLAG |
+			  (S_ISREG(a->mode) ? BTRFS_INODE_NODATASUM_FLAG : 0);
+	ret = inode_create(fs, sv, a, size, iflags, ino);
+	if (ret || (iflags & BTRFS_INODE_NODATACOW_FLAG))
+		return ret;
+	n = inode_getxattr(fs, dir, prop, value, sizeof(value));
+	if (n == -ENODATA || n == -ERANGE)
+		return 0; /* none (a value too long for a property was never valid) */
+	if (n < 0)
+		return (int)n;
+	return n ? inode_set_xattr_locked(fs, sv, *ino, prop, value, (size_t)n) : 0;
+}
+
+/*
+ * Create an empty inode (create_in) and give it the ACLs ns_acl_inherit() chose
  * (@acls: an access and, for a directory, a default ACL, either NULL for none).
  * Frees @acls whatever happens.
  */
-static int create_inode_with_acls(struct butter_fs *fs, struct subvol *sv,
+static int create_inode_with_acls(struct butter_fs *fs, struct subvol *sv, butter_ino_t dir,
 				  const struct butter_new_inode *a, struct fs_acl_set *acls,
 				  u64 *ino)
 {
-	int ret = inode_create(fs, sv, a, 0, ino);
+	int ret = create_in(fs, sv, dir, a, 0, ino);
 
 	if (ret == 0 && acls->access)
 		ret = inode_set_xattr_locked(fs, sv, *ino, "system.posix_acl_access", acls->access,
@@ -91,7 +131,7 @@ int ns_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t n
 		ret = ns_acl_inherit(fs, dir, &a.mode, attr->umask, &acls);
 	if (ret)
 		return fs_end_change(w, ret, 0);
-	ret = create_inode_with_acls(fs, sv, &a, &acls, &ino);
+	ret = create_inode_with_acls(fs, sv, dir, &a, &acls, &ino);
 	if (ret == 0)
 		ret = inode_add_name(fs, sv, dir.ino, name, namelen, ino, a.mode);
 	if (ret == 0 && out) {
@@ -122,13 +162,15 @@ int ns_create_tmpfile(struct butter_fs *fs, butter_ino_t dir,
 		ret = -ENOTDIR;
 	if (ret == 0 && btrfs_inode_nlink(&dii) == 0)
 		ret = -ENOENT;
+	if (ret == 0)
+		ret = inode_may_change(&dii, BTRFS_INODE_IMMUTABLE_FLAG);
 	if (ret == 0 && !(sv = fs_subvol_mut(fs, dir.subvol, &err)))
 		ret = err;
 	if (ret == 0 && (attr->flags & BUTTER_NEW_INHERIT_ACL))
 		ret = ns_acl_inherit(fs, dir, &a.mode, attr->umask, &acls);
 	if (ret)
 		return fs_end_change(w, ret, 0);
-	ret = create_inode_with_acls(fs, sv, &a, &acls, &ino);
+	ret = create_inode_with_acls(fs, sv, dir, &a, &acls, &ino);
 	if (ret == 0)
 		ret = ns_orphan_tmpfile(fs, sv, ino);
 	if (ret == 0 && out) {
@@ -159,7 +201,7 @@ int ns_symlink(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t 
 	ret = ns_check_new_name(fs, dir, name, namelen, &sv);
 	if (ret)
 		return fs_end_change(w, ret, 0);
-	ret = inode_create(fs, sv, &a, tlen, &ino);
+	ret = create_in(fs, sv, dir, &a, tlen, &ino);
 	if (ret == 0)
 		ret = data_insert_inline(fs, sv, ino, target, (u32)tlen);
 	if (ret == 0)
@@ -201,6 +243,8 @@ int ns_link(struct butter_fs *fs, butter_ino_t ino, butter_ino_t dir, const char
 		ret = -ENOENT;
 	if (ret == 0)
 		ret = ns_check_new_name(fs, dir, name, namelen, &sv);
+	if (ret == 0) /* +i and +a files get no new name */
+		ret = inode_may_change(&ii, INODE_FIXED);
 	if (ret)
 		return fs_end_change(w, ret, 0);
 	ret = btrfs_inode_nlink(&ii) == 0 ? ns_orphan_relink(fs, sv, ino.ino) : 0;

@@ -67,7 +67,21 @@ static void dec_nlink(struct btrfs_inode_item *ii, void *arg)
 	fs_now_ts(&ii->ctime);
 }
 
-/* Phase-1 checks for removing @name from @dir: the target and its inode. */
+/*
+ * chattr +i or +a on @dir or on the inode @ii that a name of @dir names
+ * keep that name (-EPERM), as the kernel's may_delete() rules.
+ */
+static int may_remove(struct butter_fs *fs, butter_ino_t dir, const struct btrfs_inode_item *ii)
+{
+	struct btrfs_inode_item dii;
+	int ret = inode_read(fs, dir, &dii);
+
+	if (ret == 0)
+		ret = inode_may_change(&dii, INODE_FIXED);
+	return ret ? ret : inode_may_change(ii, INODE_FIXED);
+}
+
+/* Phase-1 checks for removing @name from @dir: the target and its inode (and chattr's flags). */
 static int check_old_name(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t len,
 			  butter_ino_t *target, struct btrfs_inode_item *ii, struct subvol **svp)
 {
@@ -81,6 +95,8 @@ static int check_old_name(struct butter_fs *fs, butter_ino_t dir, const char *na
 	if (target->subvol != dir.subvol || target->ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return -EPERM; /* a subvolume: use subvolume delete */
 	ret = inode_read(fs, *target, ii);
+	if (ret == 0)
+		ret = may_remove(fs, dir, ii);
 	if (ret)
 		return ret;
 	*svp = fs_subvol_mut(fs, dir.subvol, &err);
@@ -263,6 +279,16 @@ int ns_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, si
 		if (dst.subvol != newdir.subvol || dst.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 			return fs_end_change(w, -EPERM, 0);
 		ret = inode_read(fs, dst, &dst_ii);
+		if (ret == 0) /* the name replaced goes as an unlink's would */
+			ret = may_remove(fs, newdir, &dst_ii);
+		if (ret)
+			return fs_end_change(w, ret, 0);
+	} else {
+		struct btrfs_inode_item ndii;
+
+		ret = inode_read(fs, newdir, &ndii);
+		if (ret == 0) /* a new name: not in an immutable directory */
+			ret = inode_may_change(&ndii, BTRFS_INODE_IMMUTABLE_FLAG);
 		if (ret)
 			return fs_end_change(w, ret, 0);
 	}
