@@ -574,8 +574,13 @@ static void print_main_usage(FILE *out)
 	fprintf(out, "\n"
 		     "Every command opening IMAGE takes --device DEV (repeatable) for the other\n"
 		     "members of a multi-device filesystem. IMAGE may be a file or a block device.\n"
-		     "\n"
-		     "Global options (before COMMAND), for crash and fault tests:\n"
+		     "`butter version` (or --version) prints the version.\n");
+}
+
+/* `butter help testing`: the global options of the crash and fault tests, kept out of the main help. */
+static void print_testing_usage(FILE *out)
+{
+	fprintf(out, "Global options (before COMMAND), for crash and fault tests:\n"
 		     "  --record LOG   log every write and flush reaching the devices to LOG\n"
 		     "                 (replayed by crashreplay; format in lib/device/recorder.c)\n"
 		     "  --fault SPEC   make device operations fail as SPEC says, e.g.\n"
@@ -671,6 +676,10 @@ int main(int argc, char **argv)
 	}
 	const char *word = argv[1];
 	if (is_help(word) || strcmp(word, "help") == 0) {
+		if (strcmp(word, "help") == 0 && argc == 3 && strcmp(argv[2], "testing") == 0) {
+			print_testing_usage(stdout);
+			return cli_finish_stdout(CLI_EXIT_OK);
+		}
 		if (strcmp(word, "help") == 0 && argc > 2) {
 			/* "butter help CMD [SUB]": same as "butter CMD [SUB] --help" */
 			for (size_t i = 0; i < NCOMMANDS; i++) {
@@ -689,7 +698,11 @@ int main(int argc, char **argv)
 		print_main_usage(stdout);
 		return cli_finish_stdout(CLI_EXIT_OK);
 	}
-	if (strcmp(word, "--version") == 0) {
+	if (strcmp(word, "version") == 0 && argc > 2) {
+		fprintf(stderr, "butter version: takes no arguments\n");
+		return CLI_EXIT_USAGE;
+	}
+	if (strcmp(word, "--version") == 0 || strcmp(word, "version") == 0) {
 		printf("butter %s\n", butter_version());
 		return cli_finish_stdout(CLI_EXIT_OK);
 	}

@@ -6,7 +6,8 @@ the image was made from.
 Also what the installed tree must hold: libbutter.so with the soname libbutter.so.0,
 exporting every function the installed headers declare and nothing but butter_*
 symbols; butter.pc; the headers without the tests' testing.h; the binary, whose
---version is the project's.
+--version (and `butter version`) is the project's and whose help keeps the test-only
+options (--record, --fault) to `butter help testing`.
 
 Needs meson, pkg-config, a C compiler and the build directory of BUTTER_BIN. A build
 with sanitizers installs an instrumented library: the example is then built with the
@@ -94,8 +95,15 @@ def test_installed_tree(installed, butter):
     pc = os.path.join(libdir, "pkgconfig", "butter.pc")
     assert os.path.isfile(pc), os.listdir(libdir)
     version = introspect(build, "--projectinfo")["version"]
-    r = kfs.run([os.path.join(root, opts["bindir"], "butter"), "--version"])
-    assert r.stdout.strip() == f"butter {version}", r.stdout
+    exe = os.path.join(root, opts["bindir"], "butter")
+    for how in ("--version", "version"):
+        r = kfs.run([exe, how])
+        assert r.stdout.strip() == f"butter {version}", r.stdout
+    # the test-only global options are out of the user's help, in `help testing`
+    r = kfs.run([exe, "--help"])
+    assert "version" in r.stdout and "--record" not in r.stdout and "--fault" not in r.stdout
+    r = kfs.run([exe, "help", "testing"])
+    assert "--record LOG" in r.stdout and "--fault SPEC" in r.stdout, r.stdout
 
 
 def test_example_program_against_installed_library(installed, workdir):
