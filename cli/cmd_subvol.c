@@ -1,6 +1,8 @@
 /*
  * cmd_subvol.c — `butter subvolume list|create|snapshot|delete` on an image
- * file, or (without IMAGE) on paths inside a live `butter mount` (control.c).
+ * file, or (without IMAGE) on paths inside a live `butter mount` (control.c);
+ * `subvolume show|get-default|set-default` on an image, printing what
+ * btrfs-progs prints.
  * list prints one line per subvolume in the format of `btrfs subvolume
  * list`, with the same optional columns (-c, -q, -R, -u) in the same order,
  * plus -f for a read-only marker.
@@ -10,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "cli.h"
 #include "copyin.h"
@@ -311,4 +314,225 @@ int cmd_filesystem(const struct cli_command *cmd, int argc, char **argv)
 	butter_close(fs);
 	free(args.devices);
 	return cli_finish_stdout(status);
+}
+
+/* ---- show, get-default, set-default ---- */
+
+/* A root item time as btrfs-progs prints it: local time with its offset, "-" for none. */
+static void print_time(const char *label, const struct timespec *t)
+{
+	char buf[64];
+	struct tm tm;
+	time_t sec = t->tv_sec;
+
+	if (sec == 0 || !localtime_r(&sec, &tm) || !strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S %z", &tm))
+		strcpy(buf, "-");
+	printf("\t%s%s\n", label, buf);
+}
+
+static void print_uuid_line(const char *label, const uint8_t uuid[16])
+{
+	static const uint8_t zero[16];
+	char u[37];
+
+	printf("\t%s%s\n", label, memcmp(uuid, zero, 16) ? cli_uuid(u, uuid) : "-");
+}
+
+struct snapshots_of {
+	const uint8_t *uuid;
+};
+
+static int print_if_snapshot(void *arg, const struct butter_subvol_info *si)
+{
+	const struct snapshots_of *s = arg;
+
+	if (!memcmp(si->parent_uuid, s->uuid, 16))
+		printf("\t\t\t\t%s\n", si->path);
+	return 0;
+}
+
+/*
+ * `butter subvolume show [-r ID] IMAGE [PATH]`: what `btrfs subvolume show`
+ * prints of the subvolume whose root is PATH (or of id ID), in its layout.
+ */
+int cmd_subvolume_show(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "rootid", required_argument, NULL, 'r' },
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	struct butter_subvol_info si;
+	struct snapshots_of snaps;
+	struct butter_fs *fs = NULL;
+	uint64_t id = 0;
+	int c, ret, status = CLI_EXIT_ERROR;
+	const char *image, *path;
+	char *end;
+
+	while ((c = cli_getopt(&args, argc, argv, ":hr:", longopts)) != -1) {
+		if (c == 'r') {
+			errno = 0;
+			id = strtoull(optarg, &end, 10);
+			if (errno || *end || !*optarg || id == 0) {
+				free(args.devices);
+				return cli_usage_error(cmd, "-r takes a subvolume id");
+			}
+		}
+	}
+	if (argc - optind != (id ? 1 : 2)) {
+		free(args.devices);
+		return cli_usage_error(cmd, id ? "IMAGE only, with -r" : "IMAGE and PATH needed");
+	}
+	image = argv[optind];
+	path = id ? NULL : argv[optind + 1];
+	if (cli_open(&args, image, &fs) < 0)
+		goto out;
+	if (path) {
+		butter_ino_t ino;
+
+		ret = butter_resolve(fs, path, &ino);
+		if (ret == 0 && ino.ino != BUTTER_SUBVOL_ROOT_INO)
+			ret = -EINVAL;
+		if (ret < 0) {
+			cli_error("%s: %s", path, ret == -EINVAL ? "not a subvolume" : strerror(-ret));
+			goto out;
+		}
+		id = ino.subvol;
+	}
+	ret = butter_subvol_get(fs, id, &si);
+	if (ret < 0) {
+		cli_error("subvolume %" PRIu64 ": %s", id, strerror(-ret));
+		goto out;
+	}
+	if (id == 5) {
+		printf("/\n\tName: \t\t\t<FS_TREE>\n");
+	} else {
+		const char *slash = strrchr(si.path, '/');
+
+		printf("%s\n\tName: \t\t\t%s\n", si.path, slash ? slash + 1 : si.path);
+	}
+	print_uuid_line("UUID: \t\t\t", si.uuid);
+	print_uuid_line("Parent UUID: \t\t", si.parent_uuid);
+	print_uuid_line("Received UUID: \t\t", si.received_uuid);
+	print_time("Creation time: \t\t", &si.otime);
+	printf("\tSubvolume ID: \t\t%" PRIu64 "\n", si.id);
+	printf("\tGeneration: \t\t%" PRIu64 "\n", si.generation);
+	printf("\tGen at creation: \t%" PRIu64 "\n", si.otransid);
+	printf("\tParent ID: \t\t%" PRIu64 "\n", si.parent_id);
+	printf("\tTop level ID: \t\t%" PRIu64 "\n", si.parent_id);
+	printf("\tFlags: \t\t\t%s\n", (si.flags & ROOT_SUBVOL_RDONLY) ? "readonly" : "-");
+	printf("\tSend transid: \t\t%" PRIu64 "\n", si.stransid);
+	/* btrfs-progs prints the creation time here (its stime string is never shown): so do we */
+	print_time("Send time: \t\t", &si.otime);
+	printf("\tReceive transid: \t%" PRIu64 "\n", si.rtransid);
+	print_time("Receive time: \t\t", &si.rtime);
+	printf("\tSnapshot(s):\n");
+	snaps.uuid = si.uuid;
+	ret = butter_subvol_list(fs, print_if_snapshot, &snaps);
+	if (ret < 0) {
+		cli_error("%s: listing subvolumes: %s", image, strerror(-ret));
+		goto out;
+	}
+	status = CLI_EXIT_OK;
+out:
+	if (fs)
+		butter_close(fs);
+	free(args.devices);
+	return status == CLI_EXIT_OK ? cli_finish_stdout(status) : status;
+}
+
+/* `butter subvolume get-default IMAGE`: as `btrfs subvolume get-default` prints it. */
+int cmd_subvolume_get_default(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	struct butter_subvol_info si;
+	struct butter_info info;
+	struct butter_fs *fs = NULL;
+	int ret, status = CLI_EXIT_ERROR;
+
+	while (cli_getopt(&args, argc, argv, ":h", longopts) != -1)
+		;
+	if (argc - optind != 1) {
+		free(args.devices);
+		return cli_usage_error(cmd, argc - optind < 1 ? "missing IMAGE" : "too many arguments");
+	}
+	if (cli_open(&args, argv[optind], &fs) < 0)
+		goto out;
+	ret = butter_get_info(fs, &info);
+	if (ret == 0 && info.default_subvol != 5)
+		ret = butter_subvol_get(fs, info.default_subvol, &si);
+	if (ret < 0) {
+		cli_error("%s: %s", argv[optind], strerror(-ret));
+		goto out;
+	}
+	if (info.default_subvol == 5)
+		printf("ID 5 (FS_TREE)\n");
+	else
+		printf("ID %" PRIu64 " gen %" PRIu64 " top level %" PRIu64 " path %s\n", si.id,
+		       si.generation, si.parent_id, si.path);
+	status = CLI_EXIT_OK;
+out:
+	if (fs)
+		butter_close(fs);
+	free(args.devices);
+	return status == CLI_EXIT_OK ? cli_finish_stdout(status) : status;
+}
+
+/* `butter subvolume set-default IMAGE ID|PATH`: the subvolume a mount shows without subvol=. */
+int cmd_subvolume_set_default(const struct cli_command *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ 0 },
+	};
+	struct cli_args args = { .cmd = cmd };
+	struct butter_fs *fs = NULL;
+	const char *what;
+	uint64_t id;
+	char *end;
+	int ret, status = CLI_EXIT_ERROR;
+
+	while (cli_getopt(&args, argc, argv, ":h", longopts) != -1)
+		;
+	if (argc - optind != 2) {
+		free(args.devices);
+		return cli_usage_error(cmd, argc - optind < 2 ? "IMAGE and ID or PATH needed"
+							      : "too many arguments");
+	}
+	what = argv[optind + 1];
+	if (copyin_open_rw(argv[optind], args.devices, args.ndevices, &fs) < 0)
+		goto out;
+	errno = 0;
+	id = strtoull(what, &end, 10);
+	if (errno || *end || !*what) {
+		butter_ino_t ino;
+
+		/* not a number: the path of a subvolume inside the image */
+		ret = butter_resolve(fs, what, &ino);
+		if (ret == 0 && ino.ino != BUTTER_SUBVOL_ROOT_INO)
+			ret = -EINVAL;
+		if (ret < 0) {
+			cli_error("%s: %s", what, ret == -EINVAL ? "not a subvolume" : strerror(-ret));
+			goto out;
+		}
+		id = ino.subvol;
+	}
+	ret = butter_subvol_set_default(fs, id);
+	if (ret < 0) {
+		cli_error("%s: subvolume %s: %s", argv[optind], what,
+			  ret == -ENOENT ? "no such subvolume" : strerror(-ret));
+		goto out;
+	}
+	status = CLI_EXIT_OK;
+out:
+	if (fs)
+		butter_close(fs); /* the change committed itself */
+	free(args.devices);
+	return status;
 }

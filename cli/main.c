@@ -82,6 +82,33 @@ static const struct cli_command commands[] = {
 			 "  -c, --cgen           add the generation at creation\n",
 	},
 	{
+		.name = "subvolume show",
+		.main = cmd_subvolume_show,
+		.summary = "show a subvolume's uuids, generations, times and snapshots",
+		.synopsis = "[--device DEV]... IMAGE PATH | -r ID IMAGE",
+		.usage = "What `btrfs subvolume show` prints, in its layout, of the subvolume\n"
+			 "whose root directory is PATH inside IMAGE (or of id ID):\n"
+			 "\n"
+			 "  -r, --rootid ID  the subvolume with this id\n",
+	},
+	{
+		.name = "subvolume get-default",
+		.main = cmd_subvolume_get_default,
+		.summary = "show the default subvolume (what a mount without subvol= shows)",
+		.synopsis = "[--device DEV]... IMAGE",
+		.usage = "As `btrfs subvolume get-default`: \"ID 5 (FS_TREE)\" for the top level,\n"
+			 "else the subvolume's line as `subvolume list` prints it.\n",
+	},
+	{
+		.name = "subvolume set-default",
+		.main = cmd_subvolume_set_default,
+		.summary = "make a subvolume the default one",
+		.synopsis = "[--device DEV]... IMAGE ID|PATH",
+		.usage = "Make the subvolume with id ID (0 or 5: the top level), or whose root is\n"
+			 "PATH inside IMAGE, the one a mount without subvol= or subvolid= shows,\n"
+			 "as `btrfs subvolume set-default` does. Committed at once.\n",
+	},
+	{
 		.name = "subvolume create",
 		.main = cmd_subvolume_create,
 		.summary = "create an empty subvolume in an image",

@@ -289,6 +289,9 @@ struct butter_subvol_info {
 	uint8_t received_uuid[16];
 	struct timespec otime;
 	char path[4096];      /* from the top level, no leading slash ("" for id 5) */
+	uint64_t stransid;    /* received: the sender's transid; 0 otherwise */
+	uint64_t rtransid;    /* received: the transid of the receive */
+	struct timespec stime, rtime; /* as the root item keeps them (0: never) */
 };
 
 /* Call @fn for every subvolume except the top level, in id order. */
@@ -296,6 +299,13 @@ int butter_subvol_list(struct butter_fs *fs,
 		       int (*fn)(void *arg, const struct butter_subvol_info *info), void *arg);
 
 int butter_subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_info *info);
+
+/*
+ * Make subvolume @id (0 or 5: the top level) the default one, which a mount
+ * without subvol= shows (butter_info.default_subvol), as `btrfs subvolume
+ * set-default`; committed at once. -ENOENT if there is no such subvolume.
+ */
+int butter_subvol_set_default(struct butter_fs *fs, uint64_t id);
 
 /* ---- changing files ----------------------------------------------------- */
 /*

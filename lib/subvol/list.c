@@ -138,6 +138,12 @@ int subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_info *inf
 		info->otransid = btrfs_root_otransid(&item);
 		info->otime.tv_sec = (time_t)btrfs_timespec_sec(&item.otime);
 		info->otime.tv_nsec = (long)btrfs_timespec_nsec(&item.otime);
+		info->stransid = get_le64(&item.stransid);
+		info->rtransid = get_le64(&item.rtransid);
+		info->stime.tv_sec = (time_t)btrfs_timespec_sec(&item.stime);
+		info->stime.tv_nsec = (long)btrfs_timespec_nsec(&item.stime);
+		info->rtime.tv_sec = (time_t)btrfs_timespec_sec(&item.rtime);
+		info->rtime.tv_nsec = (long)btrfs_timespec_nsec(&item.rtime);
 	}
 	if (id == BTRFS_FS_TREE_OBJECTID)
 		return 0;

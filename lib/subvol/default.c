@@ -1,0 +1,96 @@
+/*
+ * default.c — the default subvolume: the one a mount without subvol= or
+ * subvolid= shows. It is named by the "default" entry of the root tree's
+ * directory (objectid 6), whose location is the subvolume's root item key;
+ * setting it rewrites that location (or adds the entry an old image lacks)
+ * and sets the DEFAULT_SUBVOL incompat flag, as the kernel's
+ * BTRFS_IOC_DEFAULT_SUBVOL does. The change is committed at once.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "format/checksum.h"
+#include "subvol/subvol.h"
+
+static const char default_name[] = "default";
+#define DEFAULT_LEN (sizeof(default_name) - 1)
+
+/* The "default" entry inside the DIR_ITEM item at @path, or NULL. */
+static struct btrfs_dir_item *find_entry(const struct tree_path *path)
+{
+	u32 size, off = 0;
+	u8 *item = path_item_mut(path, &size);
+
+	while (off + sizeof(struct btrfs_dir_item) <= size) {
+		struct btrfs_dir_item *di = (struct btrfs_dir_item *)(item + off);
+		u32 len = sizeof(*di) + btrfs_dir_name_len(di) + btrfs_dir_data_len(di);
+
+		if (off + len > size)
+			break;
+		if (btrfs_dir_name_len(di) == DEFAULT_LEN && !memcmp(di + 1, default_name, DEFAULT_LEN))
+			return di;
+		off += len;
+	}
+	return NULL;
+}
+
+int subvol_set_default(struct butter_fs *fs, uint64_t id)
+{
+	struct btrfs_key key = { BTRFS_ROOT_TREE_DIR_OBJECTID, BTRFS_DIR_ITEM_KEY,
+				 btrfs_name_hash(default_name, DEFAULT_LEN) };
+	struct btrfs_super_block *sb = &fs->vol.super;
+	struct btrfs_root_item ri;
+	struct btrfs_key root_key;
+	struct fs_write_state *w;
+	struct tree_path path;
+	struct subvol *sv;
+	int ret, err = 0;
+
+	if (id == 0)
+		id = BTRFS_FS_TREE_OBJECTID; /* as btrfs: 0 names the top level */
+	if (id != BTRFS_FS_TREE_OBJECTID && (id < BTRFS_FIRST_FREE_OBJECTID ||
+					     id > BTRFS_LAST_FREE_OBJECTID))
+		return -ENOENT;
+	ret = fs_begin_change(fs, &w);
+	if (ret)
+		return ret;
+	sv = fs_subvol_cached(fs, id, &err);
+	ret = sv ? 0 : err;
+	if (ret == 0 && sv->deleted)
+		ret = -ENOENT;
+	if (ret == 0)
+		ret = fs_read_root_item(fs, id, &ri, &root_key);
+	if (ret)
+		return fs_end_change(w, ret, 0);
+
+	/* phase 2 */
+	tree_path_init(&path);
+	ret = tree_search_slot(&w->txn.tt, &fs->root_tree, &key, &path, 0, 1);
+	if (ret == 0) {
+		struct btrfs_dir_item *di = find_entry(&path);
+
+		if (di)
+			btrfs_cpu_to_disk_key(&di->location, &root_key);
+		else
+			ret = 1; /* another name with the same hash only: add ours */
+	}
+	tree_path_release(&fs->cache, &path);
+	if (ret == 1) {
+		u8 item[sizeof(struct btrfs_dir_item) + DEFAULT_LEN];
+		struct btrfs_dir_item *di = (struct btrfs_dir_item *)item;
+
+		memset(item, 0, sizeof(item));
+		btrfs_cpu_to_disk_key(&di->location, &root_key);
+		btrfs_set_dir_name_len(di, DEFAULT_LEN);
+		di->type = BTRFS_FT_DIR;
+		memcpy(di + 1, default_name, DEFAULT_LEN);
+		ret = fs_insert_or_extend(&w->txn.tt, &fs->root_tree, &key, item, sizeof(item));
+	}
+	if (ret == 0) {
+		btrfs_set_super_incompat_flags(sb, btrfs_super_incompat_flags(sb) |
+						   BTRFS_FEATURE_INCOMPAT_DEFAULT_SUBVOL);
+		fs->default_subvol = id;
+		ret = txn_commit(&w->txn);
+	}
+	return fs_end_change(w, ret, 1);
+}

@@ -1,0 +1,77 @@
+"""`butter subvolume show`, `get-default` and `set-default` on an image, against btrfs-progs
+on a kernel mount of the same image.
+
+The kernel makes subvolumes (nested ones, a snapshot, a read-only snapshot) and sets a
+default; butter's show of each prints exactly what `btrfs subvolume show` prints, and its
+get-default what `btrfs subvolume get-default` prints. Then butter sets the default: btrfs
+check is clean, the kernel's get-default agrees, and a kernel mount without subvol= shows
+that subvolume's files, as does a butter mount; `set-default IMAGE 0` goes back to the top
+level. Wrong ids and paths that are not subvolumes fail with a message and change nothing.
+"""
+import os
+
+from butter_it import kfs, oracle
+from butter_it.fusemount import FuseMount, require_fuse
+
+
+def progs(cmd, mnt, *paths):
+    return kfs.run(["btrfs", "subvolume", cmd] + [os.path.join(mnt, p) for p in paths]).stdout
+
+
+def test_show_and_default_like_btrfs_progs(kernel, butter, workdir):
+    b = butter.path
+    with kfs.kernel_fs(workdir, name="k") as fs:
+        m = fs.mnt
+        kfs.run(["btrfs", "subvolume", "create", os.path.join(m, "a")])
+        os.makedirs(os.path.join(m, "a", "dir"))
+        kfs.run(["btrfs", "subvolume", "create", os.path.join(m, "a", "dir", "n")])
+        with open(os.path.join(m, "a", "dir", "n", "marker"), "w") as f:
+            f.write("in n\n")
+        kfs.run(["btrfs", "subvolume", "snapshot", os.path.join(m, "a"), os.path.join(m, "s")])
+        kfs.run(["btrfs", "subvolume", "snapshot", "-r", os.path.join(m, "a"),
+                 os.path.join(m, "ro")])
+        kfs.run(["btrfs", "subvolume", "set-default", os.path.join(m, "s")])
+        fs.release()
+        image = fs.images[0]
+    subvols = ["a", "a/dir/n", "s", "ro", ""]
+
+    def kernel_view():
+        with oracle.kernel_mount(image, mnt=os.path.join(workdir, "k5"),
+                                 opts=("ro", "subvolid=5")) as k:
+            return ({p: progs("show", k, p) for p in subvols}, progs("get-default", k, ""))
+
+    shows, default = kernel_view()
+    assert "Snapshot(s):\n\t\t\t\ts\n\t\t\t\tro\n" in shows["a"], shows["a"]
+    for p in subvols:
+        assert kfs.run([b, "subvolume", "show", image, "/" + p]).stdout == shows[p], p
+    assert kfs.run([b, "subvolume", "get-default", image]).stdout == default
+    assert default.endswith(" path s\n"), default
+    assert kfs.run([b, "subvolume", "show", "-r", "256", image]).stdout == shows["a"]
+
+    # butter sets the default: the kernel and a butter mount show it
+    kfs.run([b, "subvolume", "set-default", image, "/a/dir/n"])
+    oracle.btrfs_check(image)
+    shows_after, default = kernel_view()
+    assert shows_after == {p: shows[p] for p in subvols}  # nothing else changed
+    assert default == kfs.run([b, "subvolume", "get-default", image]).stdout
+    assert " path a/dir/n\n" in default, default
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kd")) as k:
+        assert os.listdir(k) == ["marker"]
+    require_fuse()
+    with FuseMount(b, [image], os.path.join(workdir, "fm"), ["ro"]) as fm:
+        assert os.listdir(fm.mnt) == ["marker"]
+        assert fm.unmount() == 0
+
+    # bad requests: a message, exit 1, the default unchanged
+    for arg, msg in (("999", "no such subvolume"), ("/a/dir", "not a subvolume"),
+                     ("/none", "No such file")):
+        r = kfs.run([b, "subvolume", "set-default", image, arg], check=False)
+        assert r.returncode == 1 and msg in r.stderr, (arg, r.stderr)
+    assert kfs.run([b, "subvolume", "get-default", image]).stdout == default
+
+    kfs.run([b, "subvolume", "set-default", image, "0"])
+    oracle.btrfs_check(image)
+    assert kfs.run([b, "subvolume", "get-default", image]).stdout == "ID 5 (FS_TREE)\n"
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kd")) as k:
+        assert progs("get-default", k, "") == "ID 5 (FS_TREE)\n"
+        assert sorted(os.listdir(k)) == ["a", "ro", "s"]
