@@ -3,6 +3,7 @@
  * filesystem: identity, sizes, geometry, features by name, checksum, the
  * devices (present or MISSING) and the chunk kinds with their profiles.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -37,11 +38,18 @@ static const char *space_type(uint64_t flags)
 void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_t used, bool raw)
 {
 	const char *profile = butter_profile_name(flags);
-	char a[32], b[32];
+	char a[32], b[32], spelled[16];
+	size_t i;
 
-	printf("%s%s, %s: total=%s, used=%s\n", indent, space_type(flags),
-	       profile ? profile : "unknown", cli_size(a, sizeof(a), total, raw),
-	       cli_size(b, sizeof(b), used, raw));
+	/* btrfs-progs' spelling: "single", else upper case ("DUP", "RAID1C3") */
+	if (!profile)
+		profile = "unknown";
+	for (i = 0; profile[i] && i + 1 < sizeof(spelled); i++)
+		spelled[i] = strcmp(profile, "single") ? (char)toupper((unsigned char)profile[i])
+						       : profile[i];
+	spelled[i] = '\0';
+	printf("%s%s, %s: total=%s, used=%s\n", indent, space_type(flags), spelled,
+	       cli_size(a, sizeof(a), total, raw), cli_size(b, sizeof(b), used, raw));
 }
 
 static int devid_cmp(const void *a, const void *b)

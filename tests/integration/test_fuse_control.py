@@ -78,7 +78,7 @@ def test_subvolumes_on_a_live_mount(fuse, butter, workdir):
         kfs.run([b, "filesystem", "label", mnt, "live-label"])
         assert kfs.run([b, "filesystem", "label", mnt]).stdout.strip() == "live-label"
         df = kfs.run([b, "filesystem", "df", mnt]).stdout
-        assert "Data, single: total=" in df and "Metadata, dup: total=" in df, df
+        assert "Data, single: total=" in df and "Metadata, DUP: total=" in df, df
         assert "live-label" in kfs.run([b, "filesystem", "show", mnt]).stdout
         kfs.run([b, "filesystem", "sync", mnt])
         assert m.unmount() == 0

@@ -1,5 +1,5 @@
-"""`butter subvolume show`, `get-default` and `set-default` on an image, against btrfs-progs
-on a kernel mount of the same image.
+"""What butter prints where btrfs-progs prints the same thing, against btrfs-progs on a kernel
+mount of the same image: `subvolume show`, `get-default` and `set-default`, `filesystem df`.
 
 The kernel makes subvolumes (nested ones, a snapshot, a read-only snapshot) and sets a
 default; butter's show of each prints exactly what `btrfs subvolume show` prints, and its
@@ -75,3 +75,20 @@ def test_show_and_default_like_btrfs_progs(kernel, butter, workdir):
     with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kd")) as k:
         assert progs("get-default", k, "") == "ID 5 (FS_TREE)\n"
         assert sorted(os.listdir(k)) == ["a", "ro", "s"]
+
+
+def test_filesystem_df_like_btrfs_progs(kernel, butter, workdir):
+    """`butter filesystem df` of an image the kernel wrote (two devices, raid1 metadata) equals btrfs-progs' df on the kernel mount line for line (progs adds
+    GlobalReserve, the kernel's in-memory reserve, which an image does not have)."""
+    with kfs.kernel_fs(workdir, name="k", ndevices=2, mkfs_args=["-d", "single", "-m", "raid1"]) as fs:
+        with open(os.path.join(fs.mnt, "f"), "wb") as f:
+            f.write(os.urandom(3 << 20))
+        fs.release()
+        images = fs.images
+    with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "km")) as k:
+        want = kfs.run(["btrfs", "filesystem", "df", k]).stdout.splitlines()
+    want = [line for line in want if not line.startswith("GlobalReserve")]
+    assert any(line.startswith("Metadata, RAID1:") for line in want), want
+    devs = ["--device", images[1]]
+    got = kfs.run([butter.path, "filesystem", "df"] + devs + [images[0]]).stdout.splitlines()
+    assert got == want
