@@ -160,6 +160,7 @@ int cmd_ls(const struct cli_command *cmd, int argc, char **argv);
 int cmd_cat(const struct cli_command *cmd, int argc, char **argv);
 int cmd_extract(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv);
+int cmd_property(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_show(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_get_default(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_set_default(const struct cli_command *cmd, int argc, char **argv);

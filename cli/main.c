@@ -109,6 +109,32 @@ static const struct cli_command commands[] = {
 			 "as `btrfs subvolume set-default` does. Committed at once.\n",
 	},
 	{
+		.name = "property get",
+		.main = cmd_property,
+		.summary = "show the properties of a file, subvolume or the filesystem",
+		.synopsis = "[--device DEV]... IMAGE PATH [NAME]",
+		.usage = "As `btrfs property get`: \"NAME=VALUE\" lines. NAME is ro (PATH is a\n"
+			 "subvolume's root), label (PATH is /) or compression (any file or\n"
+			 "directory; shown only when set). Without NAME, all that PATH has.\n",
+	},
+	{
+		.name = "property set",
+		.main = cmd_property,
+		.summary = "set a property: ro, label or compression",
+		.synopsis = "[--device DEV]... IMAGE PATH NAME VALUE",
+		.usage = "As `btrfs property set`: ro true|false (a subvolume's root; a received\n"
+			 "subvolume stays read-only), label TEXT (PATH is /), compression\n"
+			 "zlib|lzo|zstd[:LEVEL]|no|none (an empty VALUE removes it; chattr's c or\n"
+			 "m follow). Committed at once.\n",
+	},
+	{
+		.name = "property list",
+		.main = cmd_property,
+		.summary = "list the properties PATH can have",
+		.synopsis = "[--device DEV]... IMAGE PATH",
+		.usage = "As `btrfs property list`: each property PATH can have, with what it is.\n",
+	},
+	{
 		.name = "subvolume create",
 		.main = cmd_subvolume_create,
 		.summary = "create an empty subvolume in an image",

@@ -307,6 +307,14 @@ int butter_subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_in
  */
 int butter_subvol_set_default(struct butter_fs *fs, uint64_t id);
 
+/*
+ * Make subvolume @id (0: the top level) read-only (@readonly 1) or writable,
+ * committed at once (`btrfs property set SUBVOL ro true|false`). -EBUSY to
+ * make a received subvolume writable (its received uuid names what it was
+ * sent as: make a snapshot instead), -ENOENT for no such subvolume.
+ */
+int butter_subvol_set_readonly(struct butter_fs *fs, uint64_t id, int readonly);
+
 /* ---- changing files ----------------------------------------------------- */
 /*
  * These need a handle opened without BUTTER_OPEN_RDONLY; otherwise -EROFS.

@@ -442,6 +442,11 @@ int butter_subvol_set_default(struct butter_fs *fs, uint64_t id)
 	LOCKED(fs, HOLD_EXCL, int, subvol_set_default(fs, id));
 }
 
+int butter_subvol_set_readonly(struct butter_fs *fs, uint64_t id, int readonly)
+{
+	LOCKED(fs, HOLD_EXCL, int, subvol_set_readonly(fs, id, readonly));
+}
+
 int butter_subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_info *info)
 {
 	LOCKED(fs, HOLD_SHARED, int, subvol_get(fs, id, info));

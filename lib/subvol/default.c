@@ -1,10 +1,20 @@
 /*
- * default.c — the default subvolume: the one a mount without subvol= or
+ * default.c — two settings of a subvolume kept in the root tree: which one
+ * is the default and whether one is read-only.
+ *
+ * The default subvolume: the one a mount without subvol= or
  * subvolid= shows. It is named by the "default" entry of the root tree's
  * directory (objectid 6), whose location is the subvolume's root item key;
  * setting it rewrites that location (or adds the entry an old image lacks)
  * and sets the DEFAULT_SUBVOL incompat flag, as the kernel's
- * BTRFS_IOC_DEFAULT_SUBVOL does. The change is committed at once.
+ * BTRFS_IOC_DEFAULT_SUBVOL does.
+ *
+ * Read-only: BTRFS_ROOT_SUBVOL_RDONLY in the root item, as the kernel's
+ * SUBVOL_SETFLAGS sets it (`btrfs property set ro`). A received read-only
+ * subvolume is not made writable (-EBUSY): its received uuid would then lie
+ * to an incremental send, which btrfs-progs refuses too without -f.
+ *
+ * Both changes are committed at once.
  */
 #include <errno.h>
 #include <string.h>
@@ -90,6 +100,60 @@ int subvol_set_default(struct butter_fs *fs, uint64_t id)
 		btrfs_set_super_incompat_flags(sb, btrfs_super_incompat_flags(sb) |
 						   BTRFS_FEATURE_INCOMPAT_DEFAULT_SUBVOL);
 		fs->default_subvol = id;
+		ret = txn_commit(&w->txn);
+	}
+	return fs_end_change(w, ret, 1);
+}
+
+int subvol_set_readonly(struct butter_fs *fs, uint64_t id, int readonly)
+{
+	static const u8 zero[BTRFS_UUID_SIZE];
+	struct fs_write_state *w;
+	struct btrfs_root_item ri, *item;
+	struct btrfs_key key;
+	struct tree_path path;
+	struct subvol *sv;
+	u32 size;
+	int ret, err = 0;
+
+	if (id == 0)
+		id = BTRFS_FS_TREE_OBJECTID;
+	ret = fs_begin_change(fs, &w);
+	if (ret)
+		return ret;
+	sv = fs_subvol_cached(fs, id, &err);
+	ret = sv ? 0 : err;
+	if (ret == 0 && sv->deleted)
+		ret = -ENOENT;
+	if (ret == 0)
+		ret = fs_read_root_item(fs, id, &ri, &key);
+	/* a received subvolume made writable could no longer be an incremental send's parent */
+	if (ret == 0 && !readonly && (btrfs_root_flags(&ri) & BTRFS_ROOT_SUBVOL_RDONLY) &&
+	    memcmp(ri.received_uuid, zero, sizeof(zero)))
+		ret = -EBUSY;
+	if (ret)
+		return fs_end_change(w, ret, 0);
+
+	/* phase 2 */
+	tree_path_init(&path);
+	ret = tree_search_slot(&w->txn.tt, &fs->root_tree, &key, &path, 0, 1);
+	if (ret > 0)
+		ret = -EUCLEAN;
+	if (ret == 0) {
+		u64 flags;
+
+		item = (struct btrfs_root_item *)path_item_mut(&path, &size);
+		flags = btrfs_root_flags(item) & ~(u64)BTRFS_ROOT_SUBVOL_RDONLY;
+		btrfs_set_root_flags(item, flags | (readonly ? BTRFS_ROOT_SUBVOL_RDONLY : 0));
+	}
+	tree_path_release(&fs->cache, &path);
+	if (ret == 0) {
+		pthread_mutex_lock(&fs->subvol_lock);
+		if (readonly)
+			sv->flags |= BTRFS_ROOT_SUBVOL_RDONLY;
+		else
+			sv->flags &= ~(u64)BTRFS_ROOT_SUBVOL_RDONLY;
+		pthread_mutex_unlock(&fs->subvol_lock);
 		ret = txn_commit(&w->txn);
 	}
 	return fs_end_change(w, ret, 1);

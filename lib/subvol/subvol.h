@@ -55,6 +55,7 @@ int subvol_create(struct butter_fs *fs, butter_ino_t dir, const char *name, size
 int subvol_delete(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen);
 int subvol_get(struct butter_fs *fs, uint64_t id, struct butter_subvol_info *info);
 int subvol_set_default(struct butter_fs *fs, uint64_t id);
+int subvol_set_readonly(struct butter_fs *fs, uint64_t id, int readonly);
 int subvol_list(struct butter_fs *fs, int (*fn)(void *arg, const struct butter_subvol_info *info),
 	void *arg);
 int subvol_set_received(struct butter_fs *fs, uint64_t id, const uint8_t uuid[16],

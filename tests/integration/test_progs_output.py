@@ -9,6 +9,7 @@ that subvolume's files, as does a butter mount; `set-default IMAGE 0` goes back 
 level. Wrong ids and paths that are not subvolumes fail with a message and change nothing.
 """
 import os
+import subprocess
 
 from butter_it import kfs, oracle
 from butter_it.fusemount import FuseMount, require_fuse
@@ -92,3 +93,57 @@ def test_filesystem_df_like_btrfs_progs(kernel, butter, workdir):
     devs = ["--device", images[1]]
     got = kfs.run([butter.path, "filesystem", "df"] + devs + [images[0]]).stdout.splitlines()
     assert got == want
+
+
+def test_property_like_btrfs_progs(kernel, butter, workdir):
+    """`butter property get|list` print what btrfs-progs prints for the top level, a
+    subvolume, a file and a directory; `set` of ro, label and compression is what the kernel
+    then shows (progs' get, lsattr's c, a refused write in the read-only subvolume)."""
+    b = butter.path
+    objects = ["", "sv", "sv/file", "sv/dir"]
+    with kfs.kernel_fs(workdir, name="k", mkfs_args=["-L", "first"]) as fs:
+        m = fs.mnt
+        kfs.run(["btrfs", "subvolume", "create", os.path.join(m, "sv")])
+        os.makedirs(os.path.join(m, "sv", "dir"))
+        open(os.path.join(m, "sv", "file"), "w").close()
+        kfs.run(["btrfs", "property", "set", os.path.join(m, "sv", "dir"), "compression", "lzo"])
+        fs.release()
+        image = fs.images[0]
+
+    def kernel_props():
+        with oracle.kernel_mount(image, mnt=os.path.join(workdir, "k5")) as k:
+            return {p: (kfs.run(["btrfs", "property", "get", os.path.join(k, p)]).stdout,
+                        kfs.run(["btrfs", "property", "list", os.path.join(k, p)]).stdout)
+                    for p in objects}
+
+    want = kernel_props()
+    assert want["sv/dir"][0] == "compression=lzo\n", want
+    for p in objects:
+        got = (kfs.run([b, "property", "get", image, "/" + p]).stdout,
+               kfs.run([b, "property", "list", image, "/" + p]).stdout)
+        assert got == want[p], (p, got, want[p])
+    assert kfs.run([b, "property", "get", image, "/sv", "ro"]).stdout == "ro=false\n"
+
+    kfs.run([b, "property", "set", image, "/sv/file", "compression", "zstd"])
+    kfs.run([b, "property", "set", image, "/sv/dir", "compression", ""])
+    kfs.run([b, "property", "set", image, "/", "label", "second"])
+    kfs.run([b, "property", "set", image, "/sv", "ro", "true"])
+    r = kfs.run([b, "property", "set", image, "/sv/file", "compression", "zlib"], check=False)
+    assert r.returncode == 1 and "Read-only file system" in r.stderr, r.stderr
+    for args, msg in ((["/sv", "ro", "maybe"], "true or false"),
+                      (["/sv/file", "compression", "bogus"], "invalid value"),
+                      (["/sv/file", "ro", "true"], "subvolume root"),
+                      (["/sv", "colour", "red"], "unknown property")):
+        r = kfs.run([b, "property", "set", image] + args, check=False)
+        assert r.returncode != 0 and msg in r.stderr, (args, r.stderr)
+    oracle.btrfs_check(image)
+    after = kernel_props()
+    assert after[""][0] == "ro=false\nlabel=second\n", after
+    assert after["sv"][0] == "ro=true\n" and after["sv/dir"][0] == ""
+    assert after["sv/file"][0] == "compression=zstd\n"
+    for p in objects:
+        assert kfs.run([b, "property", "get", image, "/" + p]).stdout == after[p][0], p
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kw"), opts=("rw",)) as k:
+        assert kfs.run(["lsattr", os.path.join(k, "sv/file")]).stdout.split()[0][8] == "c"
+        r = subprocess.run(["touch", os.path.join(k, "sv/new")], capture_output=True, text=True)
+        assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stderr
