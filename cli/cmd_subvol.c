@@ -351,6 +351,22 @@ static int print_if_snapshot(void *arg, const struct butter_subvol_info *si)
 	return 0;
 }
 
+/* The id of the subvolume whose root directory is @path in @fs, into *@id; -1 after a message. */
+static int subvol_root_id(struct butter_fs *fs, const char *path, uint64_t *id)
+{
+	butter_ino_t ino;
+	int ret = butter_resolve(fs, path, &ino);
+
+	if (ret == 0 && ino.ino != BUTTER_SUBVOL_ROOT_INO)
+		ret = -EINVAL;
+	if (ret < 0) {
+		cli_error("%s: %s", path, ret == -EINVAL ? "not a subvolume" : strerror(-ret));
+		return -1;
+	}
+	*id = ino.subvol;
+	return 0;
+}
+
 /*
  * `butter subvolume show [-r ID] IMAGE [PATH]`: what `btrfs subvolume show`
  * prints of the subvolume whose root is PATH (or of id ID), in its layout.
@@ -389,18 +405,8 @@ int cmd_subvolume_show(const struct cli_command *cmd, int argc, char **argv)
 	path = id ? NULL : argv[optind + 1];
 	if (cli_open(&args, image, &fs) < 0)
 		goto out;
-	if (path) {
-		butter_ino_t ino;
-
-		ret = butter_resolve(fs, path, &ino);
-		if (ret == 0 && ino.ino != BUTTER_SUBVOL_ROOT_INO)
-			ret = -EINVAL;
-		if (ret < 0) {
-			cli_error("%s: %s", path, ret == -EINVAL ? "not a subvolume" : strerror(-ret));
-			goto out;
-		}
-		id = ino.subvol;
-	}
+	if (path && subvol_root_id(fs, path, &id) < 0)
+		goto out;
 	ret = butter_subvol_get(fs, id, &si);
 	if (ret < 0) {
 		cli_error("subvolume %" PRIu64 ": %s", id, strerror(-ret));
@@ -510,19 +516,9 @@ int cmd_subvolume_set_default(const struct cli_command *cmd, int argc, char **ar
 		goto out;
 	errno = 0;
 	id = strtoull(what, &end, 10);
-	if (errno || *end || !*what) {
-		butter_ino_t ino;
-
-		/* not a number: the path of a subvolume inside the image */
-		ret = butter_resolve(fs, what, &ino);
-		if (ret == 0 && ino.ino != BUTTER_SUBVOL_ROOT_INO)
-			ret = -EINVAL;
-		if (ret < 0) {
-			cli_error("%s: %s", what, ret == -EINVAL ? "not a subvolume" : strerror(-ret));
-			goto out;
-		}
-		id = ino.subvol;
-	}
+	/* not a number: the path of a subvolume inside the image */
+	if ((errno || *end || !*what) && subvol_root_id(fs, what, &id) < 0)
+		goto out;
 	ret = butter_subvol_set_default(fs, id);
 	if (ret < 0) {
 		cli_error("%s: subvolume %s: %s", argv[optind], what,

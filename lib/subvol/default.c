@@ -44,6 +44,28 @@ static struct btrfs_dir_item *find_entry(const struct tree_path *path)
 	return NULL;
 }
 
+/*
+ * Phase 1 of both changes: the live subvolume @id (0: the top level) and
+ * its root item with the item's key. 0, or a negative errno (-ENOENT).
+ */
+static int find_subvol(struct butter_fs *fs, u64 *id, struct subvol **svp,
+		       struct btrfs_root_item *ri, struct btrfs_key *key)
+{
+	int err = 0;
+
+	if (*id == 0)
+		*id = BTRFS_FS_TREE_OBJECTID; /* as btrfs: 0 names the top level */
+	if (*id != BTRFS_FS_TREE_OBJECTID && (*id < BTRFS_FIRST_FREE_OBJECTID ||
+					      *id > BTRFS_LAST_FREE_OBJECTID))
+		return -ENOENT;
+	*svp = fs_subvol_cached(fs, *id, &err);
+	if (!*svp)
+		return err;
+	if ((*svp)->deleted)
+		return -ENOENT;
+	return fs_read_root_item(fs, *id, ri, key);
+}
+
 int subvol_set_default(struct butter_fs *fs, uint64_t id)
 {
 	struct btrfs_key key = { BTRFS_ROOT_TREE_DIR_OBJECTID, BTRFS_DIR_ITEM_KEY,
@@ -54,22 +76,12 @@ int subvol_set_default(struct butter_fs *fs, uint64_t id)
 	struct fs_write_state *w;
 	struct tree_path path;
 	struct subvol *sv;
-	int ret, err = 0;
+	int ret;
 
-	if (id == 0)
-		id = BTRFS_FS_TREE_OBJECTID; /* as btrfs: 0 names the top level */
-	if (id != BTRFS_FS_TREE_OBJECTID && (id < BTRFS_FIRST_FREE_OBJECTID ||
-					     id > BTRFS_LAST_FREE_OBJECTID))
-		return -ENOENT;
 	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
-	sv = fs_subvol_cached(fs, id, &err);
-	ret = sv ? 0 : err;
-	if (ret == 0 && sv->deleted)
-		ret = -ENOENT;
-	if (ret == 0)
-		ret = fs_read_root_item(fs, id, &ri, &root_key);
+	ret = find_subvol(fs, &id, &sv, &ri, &root_key);
 	if (ret)
 		return fs_end_change(w, ret, 0);
 
@@ -114,19 +126,12 @@ int subvol_set_readonly(struct butter_fs *fs, uint64_t id, int readonly)
 	struct tree_path path;
 	struct subvol *sv;
 	u32 size;
-	int ret, err = 0;
+	int ret;
 
-	if (id == 0)
-		id = BTRFS_FS_TREE_OBJECTID;
 	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;
-	sv = fs_subvol_cached(fs, id, &err);
-	ret = sv ? 0 : err;
-	if (ret == 0 && sv->deleted)
-		ret = -ENOENT;
-	if (ret == 0)
-		ret = fs_read_root_item(fs, id, &ri, &key);
+	ret = find_subvol(fs, &id, &sv, &ri, &key);
 	/* a received subvolume made writable could no longer be an incremental send's parent */
 	if (ret == 0 && !readonly && (btrfs_root_flags(&ri) & BTRFS_ROOT_SUBVOL_RDONLY) &&
 	    memcmp(ri.received_uuid, zero, sizeof(zero)))

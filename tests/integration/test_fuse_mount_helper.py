@@ -42,20 +42,11 @@ def fuse(kernel):
             env.unavailable(f"needs {tool}")
 
 
-def build_dir_of(binary):
-    d = os.path.dirname(os.path.realpath(binary))
-    while d != "/":
-        if os.path.isdir(os.path.join(d, "meson-info")):
-            return d
-        d = os.path.dirname(d)
-    return None
-
-
 @pytest.fixture
 def installed(butter, workdir):
     """A tree with butter installed under PREFIX, as `meson install` lays it out."""
     dest = os.path.join(workdir, "destdir")
-    build = build_dir_of(butter.path)
+    build = env.build_dir_of(butter.path)
     if build and shutil.which("meson"):
         kfs.run(["meson", "install", "-C", build, "--destdir", dest, "--no-rebuild",
                  "--quiet"], timeout=300)

@@ -26,15 +26,6 @@ from butter_it import env, kfs
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def build_dir_of(binary):
-    d = os.path.dirname(os.path.realpath(binary))
-    while d != "/":
-        if os.path.isdir(os.path.join(d, "meson-info")):
-            return d
-        d = os.path.dirname(d)
-    return None
-
-
 def introspect(build, what):
     r = kfs.run(["meson", "introspect", build, what], timeout=120)
     return json.loads(r.stdout)
@@ -46,7 +37,7 @@ def installed(butter, workdir):
     for tool in ("meson", "pkg-config", "cc", "nm", "readelf"):
         if not shutil.which(tool):
             env.unavailable(f"needs {tool}")
-    build = build_dir_of(butter.path)
+    build = env.build_dir_of(butter.path)
     if not build:
         env.unavailable(f"{butter.path} is not in a meson build directory")
     opts = {o["name"]: o["value"] for o in introspect(build, "--buildoptions")}

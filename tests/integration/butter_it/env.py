@@ -49,6 +49,16 @@ def butter_bin():
     return os.environ.get("BUTTER_BIN") or os.path.join(REPO, "build", "cli", "butter")
 
 
+def build_dir_of(binary):
+    """The meson build directory `binary` was built in (holding meson-info), or None."""
+    d = os.path.dirname(os.path.realpath(binary))
+    while d != "/":
+        if os.path.isdir(os.path.join(d, "meson-info")):
+            return d
+        d = os.path.dirname(d)
+    return None
+
+
 def unavailable(reason):
     """Skip the current test for `reason`, or fail it when CI demands every test run."""
     if REQUIRE_ALL:
