@@ -729,6 +729,12 @@ int main(int argc, char **argv)
 	}
 	const char *word = argv[1];
 	if (is_help(word) || strcmp(word, "help") == 0) {
+		if (strcmp(word, "help") == 0 && argc == 3 && strcmp(argv[2], "commands") == 0) {
+			/* one command per line, for shell completion (cli/completion/butter.bash) */
+			for (size_t i = 0; i < NCOMMANDS; i++)
+				printf("%s\n", commands[i].name);
+			return cli_finish_stdout(CLI_EXIT_OK);
+		}
 		if (strcmp(word, "help") == 0 && argc == 3 && strcmp(argv[2], "testing") == 0) {
 			print_testing_usage(stdout);
 			return cli_finish_stdout(CLI_EXIT_OK);

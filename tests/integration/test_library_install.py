@@ -7,7 +7,8 @@ Also what the installed tree must hold: libbutter.so with the soname libbutter.s
 exporting every function the installed headers declare and nothing but butter_*
 symbols; butter.pc; the headers without the tests' testing.h; the binary, whose
 --version (and `butter version`) is the project's and whose help keeps the test-only
-options (--record, --fault) to `butter help testing`.
+options (--record, --fault) to `butter help testing`; the bash completion, which completes
+commands, subcommands and options from the installed binary.
 
 Needs meson, pkg-config, a C compiler and the build directory of BUTTER_BIN. A build
 with sanitizers installs an instrumented library: the example is then built with the
@@ -95,6 +96,19 @@ def test_installed_tree(installed, butter):
     assert "version" in r.stdout and "--record" not in r.stdout and "--fault" not in r.stdout
     r = kfs.run([exe, "help", "testing"])
     assert "--record LOG" in r.stdout and "--fault SPEC" in r.stdout, r.stdout
+
+    # bash completion, installed where bash-completion looks, completing from the binary
+    comp = os.path.join(root, opts["datadir"], "bash-completion", "completions", "butter")
+    assert os.path.isfile(comp), os.listdir(os.path.dirname(comp))
+    for words, want in ((["butter", "subv"], "subvolume"),
+                        (["butter", "subvolume", "sh"], "show"),
+                        (["butter", "property", ""], "get list set"),
+                        (["butter", "subvolume", "show", "--ro"], "--rootid")):
+        script = (f"PATH={os.path.dirname(exe)}:$PATH; source {comp}; "
+                  f"COMP_WORDS=({' '.join(repr(w) for w in words)}); "
+                  f"COMP_CWORD={len(words) - 1}; _butter; echo \"${{COMPREPLY[*]}}\"")
+        r = kfs.run(["bash", "-c", script])
+        assert " ".join(sorted(r.stdout.split())) == want, (words, r.stdout, r.stderr)
 
 
 def test_example_program_against_installed_library(installed, workdir):
