@@ -648,13 +648,24 @@ static bool in_group(const char *name, const char *word)
 	return strncmp(name, word, n) == 0 && name[n] == ' ';
 }
 
-static void print_group_usage(const char *group, FILE *out)
+/*
+ * The subcommands of @group, a line each; with @full (`butter GROUP --help`,
+ * as `btrfs GROUP --help`) followed by the whole usage of each, which is
+ * also the text of the group's man page (help2man, cli/meson.build).
+ */
+static void print_group_usage(const char *group, FILE *out, bool full)
 {
 	fprintf(out, "usage: butter %s SUBCOMMAND [ARGS]...\n\nSubcommands:\n", group);
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		if (in_group(commands[i].name, group))
 			fprintf(out, "  %-17s %s\n", commands[i].name + strlen(group) + 1,
 				commands[i].summary);
+	for (size_t i = 0; full && i < NCOMMANDS; i++) {
+		if (!in_group(commands[i].name, group))
+			continue;
+		fputs("\n", out);
+		cli_print_usage(&commands[i], out);
+	}
 }
 
 static bool is_help(const char *arg)
@@ -777,11 +788,11 @@ int main(int argc, char **argv)
 	if (group) {
 		if (argc < 3) {
 			fprintf(stderr, "butter %s: missing subcommand\n", word);
-			print_group_usage(word, stderr);
+			print_group_usage(word, stderr, false);
 			return CLI_EXIT_USAGE;
 		}
 		if (is_help(argv[2])) {
-			print_group_usage(word, stdout);
+			print_group_usage(word, stdout, true);
 			return cli_finish_stdout(CLI_EXIT_OK);
 		}
 		for (size_t i = 0; i < NCOMMANDS; i++)
@@ -789,7 +800,7 @@ int main(int argc, char **argv)
 			    strcmp(commands[i].name + strlen(word) + 1, argv[2]) == 0)
 				return run(&commands[i], argc - 2, argv + 2);
 		fprintf(stderr, "butter %s: unknown subcommand '%s'\n", word, argv[2]);
-		print_group_usage(word, stderr);
+		print_group_usage(word, stderr, false);
 		return CLI_EXIT_USAGE;
 	}
 

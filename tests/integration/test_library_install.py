@@ -6,7 +6,7 @@ the image was made from.
 Also what the installed tree must hold: libbutter.so with the soname libbutter.so.0,
 exporting every function the installed headers declare and nothing but butter_*
 symbols; butter.pc; the headers without the tests' testing.h; the binary, whose
---version (and `butter version`) is the project's and whose help keeps the test-only
+--version (and `butter version`) is the project's; the man pages (help2man), which render and whose help keeps the test-only
 options (--record, --fault) to `butter help testing`; the bash completion, which completes
 commands, subcommands and options from the installed binary.
 
@@ -109,6 +109,32 @@ def test_installed_tree(installed, butter):
                   f"COMP_CWORD={len(words) - 1}; _butter; echo \"${{COMPREPLY[*]}}\"")
         r = kfs.run(["bash", "-c", script])
         assert " ".join(sorted(r.stdout.split())) == want, (words, r.stdout, r.stderr)
+
+
+def test_man_pages(installed, butter):
+    """The man pages meson installs (help2man, from the commands' own help) render with
+    man(1) and say what each group's subcommands are."""
+    if not shutil.which("help2man") or not shutil.which("man"):
+        env.unavailable("needs help2man and man (scripts/install-deps.sh installs them)")
+    build, root, opts = installed
+    mandir = os.path.join(root, opts["mandir"], "man8")
+    pages = sorted(os.listdir(mandir))
+    want = ["butter-balance.8", "butter-device.8", "butter-filesystem.8", "butter-property.8",
+            "butter-replace.8", "butter-subvolume.8", "butter.8", "mount.fuse.butter.8"]
+    assert [p for p in want if p not in pages] == [], pages
+    def render(page):
+        r = subprocess.run(["man", "--warnings", "-l", os.path.join(mandir, page)],
+                           env=dict(os.environ, MANWIDTH="100"), capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0 and r.stderr.strip() == "", (page, r.stderr[-2000:])
+        return re.sub(r".\x08", "", r.stdout)  # nroff's overstrike (bold, underline)
+
+    for page in want:
+        text = render(page)
+        assert "NAME" in text and page[:-2] in text, (page, text[:500])
+    text = render("butter-subvolume.8")
+    for sub in ("list", "show", "get-default", "set-default", "create", "snapshot", "delete"):
+        assert f"butter subvolume {sub}" in text, sub
 
 
 def test_example_program_against_installed_library(installed, workdir):
