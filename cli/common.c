@@ -30,9 +30,10 @@ struct butter_test_devices cli_test_devices;
 
 void cli_print_usage(const struct cli_command *cmd, FILE *out)
 {
-	fprintf(out, "usage: butter %s %s\n\n%s", cmd->name, cmd->synopsis, cmd->usage);
-	fprintf(out, "\n  --device DEV   another member of a multi-device filesystem (repeatable)\n"
-		     "  -h, --help     show this help\n");
+	fprintf(out, "usage: butter %s %s\n\n%s\n", cmd->name, cmd->synopsis, cmd->usage);
+	if (strstr(cmd->synopsis, "--device")) /* only where it applies */
+		fprintf(out, "  --device DEV   another member of a multi-device filesystem (repeatable)\n");
+	fprintf(out, "  -h, --help     show this help\n");
 }
 
 int cli_usage_error(const struct cli_command *cmd, const char *fmt, ...)
