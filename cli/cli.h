@@ -104,6 +104,34 @@ int cli_finish_stdout(int status);
 const char *cli_size(char *buf, size_t bufsize, uint64_t bytes, bool raw);
 
 /*
+ * btrfs-progs' size units, for the commands that take its options: -b/--raw
+ * (bytes), -h/--human-readable (the default: base 1024, KiB...), -H (base
+ * 1000, kB...), -k/-m/-g/-t and --kbytes... (one fixed unit), --iec and --si
+ * (the base of the rest).
+ */
+struct cli_units {
+	int fixed;   /* -1 bytes, 0 human, 1..4 Ki/Mi/Gi/Ti (or k/M/G/T with si) */
+	bool si;     /* base 1000 */
+};
+#define CLI_UNITS_SHORTOPTS "bHkmgt"
+enum { CLI_OPT_RAW = 0x180, CLI_OPT_HUMAN, CLI_OPT_IEC, CLI_OPT_SI, CLI_OPT_KBYTES,
+       CLI_OPT_MBYTES, CLI_OPT_GBYTES, CLI_OPT_TBYTES };
+#define CLI_UNITS_LONGOPTS                                             \
+	{ "raw", no_argument, NULL, CLI_OPT_RAW },                       \
+	{ "human-readable", no_argument, NULL, CLI_OPT_HUMAN },          \
+	{ "iec", no_argument, NULL, CLI_OPT_IEC },                       \
+	{ "si", no_argument, NULL, CLI_OPT_SI },                         \
+	{ "kbytes", no_argument, NULL, CLI_OPT_KBYTES },                 \
+	{ "mbytes", no_argument, NULL, CLI_OPT_MBYTES },                 \
+	{ "gbytes", no_argument, NULL, CLI_OPT_GBYTES },                 \
+	{ "tbytes", no_argument, NULL, CLI_OPT_TBYTES }
+/* Take option @c into @u if it is a units option: 1, else 0. */
+int cli_units_option(struct cli_units *u, int c);
+/* progs' "-h" is human-readable, not help, for commands with units: rewrite it to the long form. */
+void cli_units_fix_h(int argc, char **argv);
+const char *cli_size_units(char *buf, size_t bufsize, uint64_t bytes, const struct cli_units *u);
+
+/*
  * Parse a size: digits with an optional K, M, G, T, P or E suffix (powers of
  * 1024, either case, "KiB" and "KB" spellings too). 0 or -EINVAL/-ERANGE.
  */
@@ -185,7 +213,8 @@ int cmd_device_remove(const struct cli_command *cmd, int argc, char **argv);
 int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv);
 
 /* One `btrfs filesystem df` style line: "Data, single: total=..., used=..." (cmd_info.c). */
-void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_t used, bool raw);
+void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_t used,
+		     const struct cli_units *u);
 
 /*
  * control.c: the same commands on a live `butter mount`, through its control
@@ -204,7 +233,8 @@ int ctl_subvol_list(const char *path, int (*print)(void *arg, const struct butte
 		    void *arg);
 /* One whole scrub of the mount holding @path, step by step; 0 or -errno (reported). */
 int ctl_scrub(const char *path, bool readonly, struct butter_scrub_stats *st);
-int ctl_filesystem(const char *what, const char *path, const char *label);
+int ctl_filesystem(const char *what, const char *path, const char *label,
+		   const struct cli_units *units);
 int cmd_subvolume_delete(const struct cli_command *cmd, int argc, char **argv);
 int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv);
 int cmd_put(const struct cli_command *cmd, int argc, char **argv);

@@ -35,7 +35,8 @@ static const char *space_type(uint64_t flags)
 	}
 }
 
-void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_t used, bool raw)
+void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_t used,
+		     const struct cli_units *u)
 {
 	const char *profile = butter_profile_name(flags);
 	char a[32], b[32], spelled[16];
@@ -49,7 +50,7 @@ void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_
 						       : profile[i];
 	spelled[i] = '\0';
 	printf("%s%s, %s: total=%s, used=%s\n", indent, space_type(flags), spelled,
-	       cli_size(a, sizeof(a), total, raw), cli_size(b, sizeof(b), used, raw));
+	       cli_size_units(a, sizeof(a), total, u), cli_size_units(b, sizeof(b), used, u));
 }
 
 static int devid_cmp(const void *a, const void *b)
@@ -170,7 +171,8 @@ int cmd_info(const struct cli_command *cmd, int argc, char **argv)
 			status = CLI_EXIT_ERROR;
 			break;
 		}
-		cli_print_space("  ", sp.flags, sp.total, sp.used, raw);
+		cli_print_space("  ", sp.flags, sp.total, sp.used,
+				&(struct cli_units){ raw ? -1 : 0, false });
 	}
 
 out:

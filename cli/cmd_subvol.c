@@ -232,18 +232,24 @@ int cmd_filesystem(const struct cli_command *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		CLI_COMMON_LONGOPTS,
+		CLI_UNITS_LONGOPTS,
 		{ 0 },
 	};
 	struct cli_args args = { .cmd = cmd };
 	const char *what = cmd->name + strlen("filesystem "), *target, *label = NULL;
+	struct cli_units units = { 0, false };
+	bool df = !strcmp(what, "df");
 	struct butter_info bi;
 	struct butter_fs *fs;
 	struct stat st;
 	int c, ret, status = CLI_EXIT_OK;
 	int nmax = !strcmp(what, "label") ? 2 : 1;
 
-	while ((c = cli_getopt(&args, argc, argv, ":h", longopts)) != -1)
-		;
+	if (df) /* as `btrfs filesystem df`, -h is human-readable there */
+		cli_units_fix_h(argc, argv);
+	while ((c = cli_getopt(&args, argc, argv, df ? ":h" CLI_UNITS_SHORTOPTS : ":h", longopts)) != -1)
+		if (!df || !cli_units_option(&units, c))
+			return cli_usage_error(cmd, "unknown option");
 	if (argc - optind < 1 || argc - optind > nmax) {
 		free(args.devices);
 		return cli_usage_error(cmd, argc - optind < 1 ? "missing IMAGE or PATH"
@@ -254,7 +260,7 @@ int cmd_filesystem(const struct cli_command *cmd, int argc, char **argv)
 		label = argv[optind + 1];
 	if (stat(target, &st) == 0 && S_ISDIR(st.st_mode) && args.ndevices == 0) {
 		free(args.devices);
-		return ctl_filesystem(what, target, label);
+		return ctl_filesystem(what, target, label, &units);
 	}
 	if (!strcmp(what, "sync")) {
 		free(args.devices);
@@ -302,7 +308,7 @@ int cmd_filesystem(const struct cli_command *cmd, int argc, char **argv)
 			ret = butter_get_space(fs, i, &sp);
 			if (ret < 0)
 				break;
-			cli_print_space("", sp.flags, sp.total, sp.used, false);
+			cli_print_space("", sp.flags, sp.total, sp.used, &units);
 		}
 		if (ret == -ENOENT)
 			ret = 0;

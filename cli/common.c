@@ -174,6 +174,65 @@ const char *cli_size(char *buf, size_t bufsize, uint64_t bytes, bool raw)
 	return buf;
 }
 
+int cli_units_option(struct cli_units *u, int c)
+{
+	switch (c) {
+	case 'b': case CLI_OPT_RAW: u->fixed = -1; return 1;
+	case CLI_OPT_HUMAN: u->fixed = 0; u->si = false; return 1;
+	case 'H': u->fixed = 0; u->si = true; return 1;
+	case 'k': case CLI_OPT_KBYTES: u->fixed = 1; return 1;
+	case 'm': case CLI_OPT_MBYTES: u->fixed = 2; return 1;
+	case 'g': case CLI_OPT_GBYTES: u->fixed = 3; return 1;
+	case 't': case CLI_OPT_TBYTES: u->fixed = 4; return 1;
+	case CLI_OPT_IEC: u->si = false; return 1;
+	case CLI_OPT_SI: u->si = true; return 1;
+	}
+	return 0;
+}
+
+void cli_units_fix_h(int argc, char **argv)
+{
+	static char human[] = "--human-readable";
+
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "-h"))
+			argv[i] = human;
+}
+
+const char *cli_size_units(char *buf, size_t bufsize, uint64_t bytes, const struct cli_units *u)
+{
+	static const char *const iec[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	static const char *const si[] = { "B", "kB", "MB", "GB", "TB", "PB", "EB" };
+	const char *const *names = u && u->si ? si : iec;
+	uint64_t mult = u && u->si ? 1000 : 1024, divisor = 1, last = bytes, left = bytes;
+	float fraction;
+	int n = 0;
+
+	if (u && u->fixed < 0) {
+		snprintf(buf, bufsize, "%llu", (unsigned long long)bytes);
+		return buf;
+	}
+	/*
+	 * The arithmetic of btrfs-progs, so that the last digit agrees: a fixed
+	 * unit divides the whole size once; human mode divides in integers until
+	 * below the base and the last step in single-precision float.
+	 */
+	if (u && u->fixed > 0) {
+		for (; n < u->fixed; n++)
+			divisor *= mult;
+	} else {
+		while (left >= mult && n + 1 < 7) {
+			last = left;
+			left /= mult;
+			n++;
+		}
+		divisor = n ? mult : 1;
+	}
+	fraction = (float)last / (float)divisor;
+	snprintf(buf, bufsize, "%.2f%s", (double)fraction, names[n]);
+	return buf;
+}
+
 const char *cli_uuid(char buf[37], const uint8_t uuid[16])
 {
 	static const char hex[] = "0123456789abcdef";

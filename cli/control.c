@@ -155,7 +155,8 @@ int ctl_subvol_list(const char *path, int (*print)(void *arg, const struct butte
 	return cli_finish_stdout(status);
 }
 
-int ctl_filesystem(const char *what, const char *path, const char *label)
+int ctl_filesystem(const char *what, const char *path, const char *label,
+		   const struct cli_units *units)
 {
 	struct butter_ioc_fs_info fi;
 	int fd = ctl_open(path, NULL), ret = 0;
@@ -195,7 +196,7 @@ int ctl_filesystem(const char *what, const char *path, const char *label)
 						ret = -1;
 					break;
 				}
-				cli_print_space("", sp.flags, sp.total, sp.used, false);
+				cli_print_space("", sp.flags, sp.total, sp.used, units);
 			}
 		}
 	}

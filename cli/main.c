@@ -146,9 +146,16 @@ static const struct cli_command commands[] = {
 		.name = "filesystem df",
 		.main = cmd_filesystem,
 		.summary = "space by chunk type and profile",
-		.synopsis = "[--device DEV]... IMAGE|PATH",
+		.synopsis = "[-b|-h|-H|-k|-m|-g|-t] [--iec|--si] [--device DEV]... IMAGE|PATH",
 		.usage = "One line per kind of chunk, as `btrfs filesystem df`. IMAGE is an\n"
-			 "image file or device; PATH a directory inside a live `butter mount`.\n",
+			 "image file or device; PATH a directory inside a live `butter mount`.\n"
+			 "Sizes as btrfs-progs prints them:\n"
+			 "  -b, --raw             bytes\n"
+			 "  -h, --human-readable  base 1024: KiB, MiB, ... (the default)\n"
+			 "  -H                    base 1000: kB, MB, ...\n"
+			 "  -k, -m, -g, -t        in KiB, MiB, GiB, TiB (--kbytes ... --tbytes)\n"
+			 "  --iec, --si           base 1024 or 1000 for the rest\n"
+			 "(-h is human-readable here, as in btrfs; --help is help.)\n",
 	},
 	{
 		.name = "filesystem show",

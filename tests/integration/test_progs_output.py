@@ -79,20 +79,26 @@ def test_show_and_default_like_btrfs_progs(kernel, butter, workdir):
 
 
 def test_filesystem_df_like_btrfs_progs(kernel, butter, workdir):
-    """`butter filesystem df` of an image the kernel wrote (two devices, raid1 metadata) equals btrfs-progs' df on the kernel mount line for line (progs adds
+    """`butter filesystem df` of an image the kernel wrote (two devices, raid1 metadata), with
+    each of progs' unit options (-b -h -H -k -m -g -t --iec --si and the long forms), equals btrfs-progs' df on the kernel mount line for line (progs adds
     GlobalReserve, the kernel's in-memory reserve, which an image does not have)."""
     with kfs.kernel_fs(workdir, name="k", ndevices=2, mkfs_args=["-d", "single", "-m", "raid1"]) as fs:
         with open(os.path.join(fs.mnt, "f"), "wb") as f:
             f.write(os.urandom(3 << 20))
         fs.release()
         images = fs.images
+    unit_options = [[], ["-b"], ["--raw"], ["-h"], ["-H"], ["-k"], ["-m"], ["-g"], ["-t"],
+                    ["--iec"], ["--si"], ["-k", "--si"], ["-m", "--si"], ["--gbytes"],
+                    ["--human-readable"]]
     with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "km")) as k:
-        want = kfs.run(["btrfs", "filesystem", "df", k]).stdout.splitlines()
-    want = [line for line in want if not line.startswith("GlobalReserve")]
-    assert any(line.startswith("Metadata, RAID1:") for line in want), want
+        want = {tuple(o): kfs.run(["btrfs", "filesystem", "df"] + o + [k]).stdout.splitlines()
+                for o in unit_options}
     devs = ["--device", images[1]]
-    got = kfs.run([butter.path, "filesystem", "df"] + devs + [images[0]]).stdout.splitlines()
-    assert got == want
+    for o in unit_options:
+        lines = [line for line in want[tuple(o)] if not line.startswith("GlobalReserve")]
+        assert any(line.startswith("Metadata, RAID1:") for line in lines), lines
+        got = kfs.run([butter.path, "filesystem", "df"] + o + devs + [images[0]]).stdout
+        assert got.splitlines() == lines, o
 
 
 def test_property_like_btrfs_progs(kernel, butter, workdir):
