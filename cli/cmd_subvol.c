@@ -20,37 +20,89 @@
 #define ROOT_SUBVOL_RDONLY 0x1ull /* BTRFS_ROOT_SUBVOL_RDONLY */
 
 struct list_opts {
-	bool readonly_only, flags, uuid, parent_uuid, received_uuid, cgen;
+	bool readonly_only, flags, uuid, parent_uuid, received_uuid, cgen, parent, snapshots, table;
+	bool all; /* -a: a nested subvolume's path from "<FS_TREE>/", as progs */
 };
 
-static void print_uuid(const char *label, const uint8_t uuid[16])
-{
-	static const uint8_t zero[16];
-	char u[37];
+static const uint8_t zero_uuid[16];
 
-	printf(" %s %-36s", label, memcmp(uuid, zero, 16) ? cli_uuid(u, uuid) : "-");
+/* A uuid column: "-" for none, padded to a uuid's width, as progs. */
+static const char *uuid_text(char u[37], const uint8_t uuid[16])
+{
+	return memcmp(uuid, zero_uuid, 16) ? cli_uuid(u, uuid) : "-                                   ";
 }
 
+/* The table header (-t): each present column's name, then a line of dashes. */
+static void print_table_header(const struct list_opts *o)
+{
+	const char *cols[10];
+	int n = 0;
+
+	cols[n++] = "ID";
+	cols[n++] = "gen";
+	if (o->cgen || o->snapshots)
+		cols[n++] = "cgen";
+	if (o->parent)
+		cols[n++] = "parent";
+	cols[n++] = "top level";
+	if (o->snapshots)
+		cols[n++] = "otime";
+	if (o->parent_uuid)
+		cols[n++] = "parent_uuid";
+	if (o->received_uuid)
+		cols[n++] = "received_uuid";
+	if (o->uuid)
+		cols[n++] = "uuid";
+	cols[n++] = "path";
+	for (int i = 0; i < n; i++)
+		printf("%s\t", cols[i]);
+	printf("\n");
+	for (int i = 0; i < n; i++) {
+		for (size_t k = 0; k < strlen(cols[i]); k++)
+			putchar('-');
+		putchar('\t');
+	}
+	printf("\n");
+}
+
+/*
+ * One subvolume as `btrfs subvolume list` prints it: its columns in progs'
+ * order (ID, gen, cgen, parent, top level, otime, parent_uuid,
+ * received_uuid, uuid, path), as "name value" pairs or (-t) a table row.
+ */
 static int print_subvol(void *arg, const struct butter_subvol_info *si)
 {
 	const struct list_opts *o = arg;
-	bool ro = si->flags & ROOT_SUBVOL_RDONLY;
+	bool ro = si->flags & ROOT_SUBVOL_RDONLY, t = o->table;
+	char u[37], when[32] = "-";
+	struct tm tm;
+	time_t sec = si->otime.tv_sec;
 
 	if (o->readonly_only && !ro)
 		return 0;
-	printf("ID %" PRIu64 " gen %" PRIu64, si->id, si->generation);
-	if (o->cgen)
-		printf(" cgen %" PRIu64, si->otransid);
-	printf(" top level %" PRIu64, si->parent_id);
+	if (o->snapshots && !memcmp(si->parent_uuid, zero_uuid, 16))
+		return 0;
+	if (sec && localtime_r(&sec, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+	printf(t ? "%" PRIu64 "\t%" PRIu64 "\t" : "ID %" PRIu64 " gen %" PRIu64, si->id,
+	       si->generation);
+	if (o->cgen || o->snapshots)
+		printf(t ? "%" PRIu64 "\t" : " cgen %" PRIu64, si->otransid);
+	if (o->parent)
+		printf(t ? "%" PRIu64 "\t" : " parent %" PRIu64, si->parent_id);
+	printf(t ? "%" PRIu64 "\t\t" : " top level %" PRIu64, si->parent_id);
+	if (o->snapshots)
+		printf(t ? "%s\t" : " otime %s", when);
 	if (o->parent_uuid)
-		print_uuid("parent_uuid", si->parent_uuid);
+		printf(t ? "%s\t" : " parent_uuid %s", uuid_text(u, si->parent_uuid));
 	if (o->received_uuid)
-		print_uuid("received_uuid", si->received_uuid);
+		printf(t ? "%s\t" : " received_uuid %s", uuid_text(u, si->received_uuid));
 	if (o->uuid)
-		print_uuid("uuid", si->uuid);
-	if (o->flags)
+		printf(t ? "%s\t" : " uuid %s", uuid_text(u, si->uuid));
+	if (o->flags && !t)
 		printf(" flags %s", ro ? "ro" : "-");
-	printf(" path %s\n", si->path);
+	printf(t ? "%s%s\n" : " path %s%s\n", o->all && si->parent_id != 5 ? "<FS_TREE>/" : "",
+	       si->path);
 	return 0;
 }
 
@@ -70,7 +122,7 @@ int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv)
 	struct list_opts o = { 0 };
 	int c;
 
-	while ((c = cli_getopt(&args, argc, argv, ":hrfuqRc", longopts)) != -1) {
+	while ((c = cli_getopt(&args, argc, argv, ":hrfuqRcpastgo", longopts)) != -1) {
 		switch (c) {
 		case 'r': o.readonly_only = true; break;
 		case 'f': o.flags = true; break;
@@ -78,6 +130,12 @@ int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv)
 		case 'q': o.parent_uuid = true; break;
 		case 'R': o.received_uuid = true; break;
 		case 'c': o.cgen = true; break;
+		case 'p': o.parent = true; break;
+		case 's': o.snapshots = true; break;
+		case 't': o.table = true; break;
+		case 'a': o.all = true; break;
+		/* -o: paths are from the top level already; -g: gen is always shown */
+		case 'o': case 'g': break;
 		}
 	}
 	if (optind >= argc)
@@ -89,6 +147,8 @@ int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv)
 
 	if (stat(image, &st) == 0 && S_ISDIR(st.st_mode) && args.ndevices == 0) {
 		free(args.devices);
+		if (o.table)
+			print_table_header(&o);
 		return ctl_subvol_list(image, print_subvol, &o);
 	}
 
@@ -98,6 +158,8 @@ int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv)
 		return CLI_EXIT_ERROR;
 	}
 	int status = CLI_EXIT_OK;
+	if (o.table)
+		print_table_header(&o);
 	int ret = butter_subvol_list(fs, print_subvol, &o);
 	if (ret < 0) {
 		cli_error("%s: listing subvolumes: %s", image, strerror(-ret));

@@ -70,16 +70,21 @@ static const struct cli_command commands[] = {
 		.name = "subvolume list",
 		.main = cmd_subvolume_list,
 		.summary = "list the subvolumes and snapshots",
-		.synopsis = "[-r] [-f] [-u] [-q] [-R] [-c] [--device DEV]... IMAGE|PATH",
+		.synopsis = "[-r] [-s] [-t] [-p] [-a] [-c] [-u] [-q] [-R] [-f] [--device DEV]... IMAGE|PATH",
 		.usage = "One line per subvolume, as `btrfs subvolume list` prints it:\n"
 			 "  ID <id> gen <gen> top level <parent id> path <path>\n"
 			 "\n"
 			 "  -r, --readonly       only read-only subvolumes\n"
-			 "  -f, --flags          add \"flags ro\" or \"flags -\" before the path\n"
+			 "  -s                   only snapshots (with a parent uuid), adding cgen and otime\n"
+			 "  -t                   a table, as progs prints it\n"
+			 "  -p                   add the parent's id\n"
+			 "  -a                   nested subvolumes' paths from \"<FS_TREE>/\"\n"
+			 "  -c, --cgen           add the generation at creation\n"
 			 "  -u, --uuid           add the uuid\n"
 			 "  -q, --parent-uuid    add the parent uuid (snapshots)\n"
 			 "  -R, --received-uuid  add the received uuid\n"
-			 "  -c, --cgen           add the generation at creation\n",
+			 "  -f, --flags          add \"flags ro\" or \"flags -\" before the path\n"
+			 "  -g, -o               accepted (gen is always shown; paths are from the top)\n",
 	},
 	{
 		.name = "subvolume show",

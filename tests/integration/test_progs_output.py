@@ -1,5 +1,6 @@
 """What butter prints where btrfs-progs prints the same thing, against btrfs-progs on a kernel
-mount of the same image: `subvolume show`, `get-default` and `set-default`, `filesystem df`.
+mount of the same image: `subvolume list` (its column options and -t tables), `show`,
+`get-default` and `set-default`, `filesystem df`, `property`.
 
 The kernel makes subvolumes (nested ones, a snapshot, a read-only snapshot) and sets a
 default; butter's show of each prints exactly what `btrfs subvolume show` prints, and its
@@ -42,6 +43,16 @@ def test_show_and_default_like_btrfs_progs(kernel, butter, workdir):
             return ({p: progs("show", k, p) for p in subvols}, progs("get-default", k, ""))
 
     shows, default = kernel_view()
+    list_options = [[], ["-p"], ["-a"], ["-s"], ["-t"], ["-t", "-p"], ["-c"], ["-g"], ["-r"],
+                    ["-p", "-c", "-u", "-q", "-R"], ["-t", "-c"], ["-t", "-u"], ["-t", "-s"],
+                    ["-t", "-q", "-R"], ["-s", "-p"]]
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "k5"),
+                             opts=("ro", "subvolid=5")) as k:
+        lists = {tuple(o): kfs.run(["btrfs", "subvolume", "list"] + o + [k]).stdout
+                 for o in list_options}
+    assert "path a/dir/n" in lists[()] and "otime" in lists[("-s",)], lists
+    for o in list_options:
+        assert kfs.run([b, "subvolume", "list"] + o + [image]).stdout == lists[tuple(o)], o
     assert "Snapshot(s):\n\t\t\t\ts\n\t\t\t\tro\n" in shows["a"], shows["a"]
     for p in subvols:
         assert kfs.run([b, "subvolume", "show", image, "/" + p]).stdout == shows[p], p
