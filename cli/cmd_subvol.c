@@ -300,17 +300,18 @@ int cmd_filesystem(const struct cli_command *cmd, int argc, char **argv)
 	struct cli_args args = { .cmd = cmd };
 	const char *what = cmd->name + strlen("filesystem "), *target, *label = NULL;
 	struct cli_units units = { 0, false };
-	bool df = !strcmp(what, "df");
+	bool df = !strcmp(what, "df"), show = !strcmp(what, "show"); /* the commands with units */
 	struct butter_info bi;
 	struct butter_fs *fs;
 	struct stat st;
 	int c, ret, status = CLI_EXIT_OK;
 	int nmax = !strcmp(what, "label") ? 2 : 1;
 
-	if (df) /* as `btrfs filesystem df`, -h is human-readable there */
+	if (df) /* as in btrfs-progs' df, -h is human-readable there */
 		cli_units_fix_h(argc, argv);
+	/* df takes progs' short unit options too; show only the long ones (as progs) */
 	while ((c = cli_getopt(&args, argc, argv, df ? ":h" CLI_UNITS_SHORTOPTS : ":h", longopts)) != -1)
-		if (!df || !cli_units_option(&units, c))
+		if (!(df || show) || !cli_units_option(&units, c))
 			return cli_usage_error(cmd, "unknown option");
 	if (argc - optind < 1 || argc - optind > nmax) {
 		free(args.devices);
@@ -350,19 +351,34 @@ int cmd_filesystem(const struct cli_command *cmd, int argc, char **argv)
 	if (ret == 0 && !strcmp(what, "label")) {
 		printf("%s\n", bi.label);
 	} else if (ret == 0 && !strcmp(what, "show")) {
-		char u[37];
+		/* as `btrfs filesystem show IMAGE` prints it */
+		char u[37], a[32], b2[32], *real;
+		bool missing = false;
 
-		printf("Label: %s  uuid: %s\n", bi.label[0] ? bi.label : "none", cli_uuid(u, bi.fsid));
-		printf("\tTotal devices %" PRIu64 " FS bytes used %" PRIu64 "\n", bi.num_devices,
-		       bi.bytes_used);
+		if (bi.label[0])
+			printf("Label: '%s'  uuid: %s\n", bi.label, cli_uuid(u, bi.fsid));
+		else
+			printf("Label: none  uuid: %s\n", cli_uuid(u, bi.fsid));
+		printf("\tTotal devices %" PRIu64 " FS bytes used %s\n", bi.num_devices,
+		       cli_size_units(a, sizeof(a), bi.bytes_used, &units));
 		for (size_t i = 0;; i++) {
 			struct butter_device_info di;
 
 			if (butter_get_device(fs, i, &di) < 0)
 				break;
-			printf("\tdevid %4" PRIu64 " size %" PRIu64 " used %" PRIu64 " path %s\n",
-			       di.devid, di.total_bytes, di.bytes_used, di.path ? di.path : "<missing>");
+			if (!di.path) {
+				missing = true;
+				continue;
+			}
+			real = realpath(di.path, NULL);
+			printf("\tdevid %4" PRIu64 " size %s used %s path %s\n", di.devid,
+			       cli_size_units(a, sizeof(a), di.total_bytes, &units),
+			       cli_size_units(b2, sizeof(b2), di.bytes_used, &units), real ? real : di.path);
+			free(real);
 		}
+		if (missing)
+			printf("\t*** Some devices missing\n");
+		printf("\n");
 	} else if (ret == 0) {
 		for (size_t i = 0;; i++) {
 			struct butter_space_info sp;

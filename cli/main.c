@@ -166,8 +166,10 @@ static const struct cli_command commands[] = {
 		.name = "filesystem show",
 		.main = cmd_filesystem,
 		.summary = "label, uuid, size and devices",
-		.synopsis = "[--device DEV]... IMAGE|PATH",
-		.usage = "The label, fsid, bytes used and (for an image) every device.\n",
+		.synopsis = "[--raw|--kbytes|--mbytes|--gbytes|--tbytes|--human-readable] [--si|--iec]\n"
+			    "       [--device DEV]... IMAGE|PATH",
+		.usage = "The label, fsid, bytes used and (for an image) every device, as\n"
+			 "`btrfs filesystem show` prints them, in its units.\n",
 	},
 	{
 		.name = "filesystem sync",

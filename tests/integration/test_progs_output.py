@@ -1,6 +1,6 @@
 """What butter prints where btrfs-progs prints the same thing, against btrfs-progs on a kernel
 mount of the same image: `subvolume list` (its column options and -t tables), `show`,
-`get-default` and `set-default`, `filesystem df`, `property`.
+`get-default` and `set-default`, `filesystem df` and `show`, `property`.
 
 The kernel makes subvolumes (nested ones, a snapshot, a read-only snapshot) and sets a
 default; butter's show of each prints exactly what `btrfs subvolume show` prints, and its
@@ -154,6 +154,11 @@ def test_property_like_btrfs_progs(kernel, butter, workdir):
         r = kfs.run([b, "property", "set", image] + args, check=False)
         assert r.returncode != 0 and msg in r.stderr, (args, r.stderr)
     oracle.btrfs_check(image)
+    # `filesystem show` of the image file: progs reads it offline too
+    for o in ([], ["--raw"], ["--mbytes"], ["--si"], ["--kbytes"]):
+        want_show = kfs.run(["btrfs", "filesystem", "show"] + o + [image]).stdout
+        assert "Label: 'second'" in want_show, want_show
+        assert kfs.run([b, "filesystem", "show"] + o + [image]).stdout == want_show, o
     after = kernel_props()
     assert after[""][0] == "ro=false\nlabel=second\n", after
     assert after["sv"][0] == "ro=true\n" and after["sv/dir"][0] == ""
