@@ -94,6 +94,22 @@ const char *cli_open_error(int err);
  */
 extern struct butter_test_devices cli_test_devices;
 
+/*
+ * --format json (a global option, as `btrfs --format json`): the commands
+ * that have a JSON form print it, with btrfs-progs' layout where progs has
+ * one (filesystem df, device stats); the others refuse it, as progs does.
+ */
+extern bool cli_json;
+/* JSON output (cli_json): the document's start and end, list items, "key": "value" members. */
+void cli_json_begin(const char *list_name);
+void cli_json_item_begin(bool first);
+void cli_json_member(const char *key, const char *value, bool last);
+void cli_json_member_u64(const char *key, uint64_t value, bool last);
+void cli_json_item_end(void);
+void cli_json_end(bool any);
+/* For a command without a JSON form: the error and exit status progs gives. */
+int cli_json_unsupported(void);
+
 /* Print "butter: " + the formatted message + "\n" on stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -213,8 +229,9 @@ int cmd_device_remove(const struct cli_command *cmd, int argc, char **argv);
 int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv);
 
 /* One `btrfs filesystem df` style line: "Data, single: total=..., used=..." (cmd_info.c). */
+/* One df line; with @count (and cli_json) a JSON item instead, *@count items so far. */
 void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_t used,
-		     const struct cli_units *u);
+		     const struct cli_units *u, int *count);
 
 /*
  * control.c: the same commands on a live `butter mount`, through its control

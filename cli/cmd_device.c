@@ -68,8 +68,11 @@ static const char *const stat_names[BUTTER_DEV_STAT_NR] = {
 	"write_io_errs", "read_io_errs", "flush_io_errs", "corruption_errs", "generation_errs",
 };
 
-/* Print one device's counters; returns 1 if one is not zero. */
-static int print_dev_stats(const char *path, uint64_t devid, const uint64_t *values)
+/*
+ * Print one device's counters (the @idx-th device: with cli_json a JSON item
+ * of progs' "device-stats" list); returns 1 if one is not zero.
+ */
+static int print_dev_stats(size_t idx, const char *path, uint64_t devid, const uint64_t *values)
 {
 	char name[64];
 	int k, nonzero = 0;
@@ -78,10 +81,22 @@ static int print_dev_stats(const char *path, uint64_t devid, const uint64_t *val
 		snprintf(name, sizeof(name), "devid:%" PRIu64, devid);
 		path = name;
 	}
+	if (cli_json) {
+		if (idx == 0)
+			cli_json_begin("device-stats");
+		cli_json_item_begin(idx == 0);
+		cli_json_member("device", path, false);
+		cli_json_member_u64("devid", devid, false);
+	}
 	for (k = 0; k < BUTTER_DEV_STAT_NR; k++) {
-		printf("[%s].%-16s %" PRIu64 "\n", path, stat_names[k], values[k]);
+		if (cli_json)
+			cli_json_member_u64(stat_names[k], values[k], k + 1 == BUTTER_DEV_STAT_NR);
+		else
+			printf("[%s].%-16s %" PRIu64 "\n", path, stat_names[k], values[k]);
 		nonzero |= values[k] != 0;
 	}
+	if (cli_json)
+		cli_json_item_end();
 	return nonzero;
 }
 
@@ -105,8 +120,10 @@ static int ctl_dev_stats(const char *path, bool reset, int *nonzero)
 			close(fd);
 			return -1;
 		}
-		*nonzero |= print_dev_stats(s.path, s.devid, s.values);
+		*nonzero |= print_dev_stats((size_t)idx, s.path, s.devid, s.values);
 	}
+	if (cli_json)
+		cli_json_end(idx > 0);
 	close(fd);
 	return 0;
 }
@@ -154,7 +171,9 @@ int cmd_device_stats(const struct cli_command *cmd, int argc, char **argv)
 	for (idx = 0; (ret = butter_device_stats(fs, idx, reset ? BUTTER_DEV_STATS_RESET : 0,
 						  &st)) == 0;
 	     idx++)
-		nonzero |= print_dev_stats(st.path, st.devid, st.values);
+		nonzero |= print_dev_stats(idx, st.path, st.devid, st.values);
+	if (cli_json && ret == -ENOENT)
+		cli_json_end(idx > 0);
 	if (ret == -ENOENT)
 		ret = reset ? butter_sync(fs) : 0;
 	butter_close(fs);

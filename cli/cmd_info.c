@@ -36,7 +36,7 @@ static const char *space_type(uint64_t flags)
 }
 
 void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_t used,
-		     const struct cli_units *u)
+		     const struct cli_units *u, int *count)
 {
 	const char *profile = butter_profile_name(flags);
 	char a[32], b[32], spelled[16];
@@ -49,6 +49,15 @@ void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_
 		spelled[i] = strcmp(profile, "single") ? (char)toupper((unsigned char)profile[i])
 						       : profile[i];
 	spelled[i] = '\0';
+	if (count && cli_json) { /* progs' "filesystem-df" items; cli_json_begin() came first */
+		cli_json_item_begin((*count)++ == 0);
+		cli_json_member("bg-type", space_type(flags), false);
+		cli_json_member("bg-profile", spelled, false);
+		cli_json_member_u64("total", total, false);
+		cli_json_member_u64("used", used, true);
+		cli_json_item_end();
+		return;
+	}
 	printf("%s%s, %s: total=%s, used=%s\n", indent, space_type(flags), spelled,
 	       cli_size_units(a, sizeof(a), total, u), cli_size_units(b, sizeof(b), used, u));
 }
@@ -172,7 +181,7 @@ int cmd_info(const struct cli_command *cmd, int argc, char **argv)
 			break;
 		}
 		cli_print_space("  ", sp.flags, sp.total, sp.used,
-				&(struct cli_units){ raw ? -1 : 0, false });
+				&(struct cli_units){ raw ? -1 : 0, false }, NULL);
 	}
 
 out:

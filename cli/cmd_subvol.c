@@ -380,14 +380,20 @@ int cmd_filesystem(const struct cli_command *cmd, int argc, char **argv)
 			printf("\t*** Some devices missing\n");
 		printf("\n");
 	} else if (ret == 0) {
+		int count = 0;
+
+		if (cli_json)
+			cli_json_begin("filesystem-df");
 		for (size_t i = 0;; i++) {
 			struct butter_space_info sp;
 
 			ret = butter_get_space(fs, i, &sp);
 			if (ret < 0)
 				break;
-			cli_print_space("", sp.flags, sp.total, sp.used, &units);
+			cli_print_space("", sp.flags, sp.total, sp.used, &units, &count);
 		}
+		if (cli_json)
+			cli_json_end(count > 0);
 		if (ret == -ENOENT)
 			ret = 0;
 	}

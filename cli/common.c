@@ -12,6 +12,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -27,6 +28,70 @@ int cli_log_level;
 unsigned cli_open_flags;
 
 struct butter_test_devices cli_test_devices;
+bool cli_json;
+
+/* A JSON string: quotes, backslash escapes, control bytes as \u00XX. */
+static void json_string(const char *v)
+{
+	putchar('"');
+	for (; *v; v++) {
+		unsigned char ch = (unsigned char)*v;
+
+		if (ch == '"' || ch == '\\')
+			printf("\\%c", ch);
+		else if (ch < 0x20)
+			printf("\\u%04x", ch);
+		else
+			putchar(ch);
+	}
+	putchar('"');
+}
+
+/* progs' layout: a header object, then one named list of objects, two-space indents. */
+void cli_json_begin(const char *list_name)
+{
+	printf("{\n  \"__header\": {\n    \"version\": \"1\"\n  },\n  ");
+	json_string(list_name);
+	printf(": [\n");
+}
+
+void cli_json_item_begin(bool first)
+{
+	printf(first ? "    {\n" : ",\n    {\n");
+}
+
+void cli_json_member(const char *key, const char *value, bool last)
+{
+	printf("      ");
+	json_string(key);
+	printf(": ");
+	json_string(value);
+	printf(last ? "\n" : ",\n");
+}
+
+void cli_json_member_u64(const char *key, uint64_t value, bool last)
+{
+	char buf[24];
+
+	snprintf(buf, sizeof(buf), "%" PRIu64, value);
+	cli_json_member(key, buf, last); /* progs quotes numbers too */
+}
+
+void cli_json_item_end(void)
+{
+	printf("    }");
+}
+
+void cli_json_end(bool any)
+{
+	printf(any ? "\n  ]\n}\n" : "  ]\n}\n");
+}
+
+int cli_json_unsupported(void)
+{
+	cli_error("output format json is unsupported for this command");
+	return CLI_EXIT_ERROR;
+}
 
 void cli_print_usage(const struct cli_command *cmd, FILE *out)
 {

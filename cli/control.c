@@ -188,6 +188,10 @@ int ctl_filesystem(const char *what, const char *path, const char *label,
 			printf("\tTotal devices %" PRIu64 " FS bytes used %" PRIu64 "\n",
 			       fi.num_devices, fi.bytes_used);
 		} else if (ret == 0) {
+			int count = 0;
+
+			if (cli_json)
+				cli_json_begin("filesystem-df");
 			for (uint64_t i = 0;; i++) {
 				struct butter_ioc_space sp = { .idx = i };
 
@@ -196,8 +200,10 @@ int ctl_filesystem(const char *what, const char *path, const char *label,
 						ret = -1;
 					break;
 				}
-				cli_print_space("", sp.flags, sp.total, sp.used, units);
+				cli_print_space("", sp.flags, sp.total, sp.used, units, &count);
 			}
+			if (cli_json)
+				cli_json_end(count > 0);
 		}
 	}
 	if (ret < 0)

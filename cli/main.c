@@ -114,32 +114,6 @@ static const struct cli_command commands[] = {
 			 "as `btrfs subvolume set-default` does. Committed at once.\n",
 	},
 	{
-		.name = "property get",
-		.main = cmd_property,
-		.summary = "show the properties of a file, subvolume or the filesystem",
-		.synopsis = "[--device DEV]... IMAGE PATH [NAME]",
-		.usage = "As `btrfs property get`: \"NAME=VALUE\" lines. NAME is ro (PATH is a\n"
-			 "subvolume's root), label (PATH is /) or compression (any file or\n"
-			 "directory; shown only when set). Without NAME, all that PATH has.\n",
-	},
-	{
-		.name = "property set",
-		.main = cmd_property,
-		.summary = "set a property: ro, label or compression",
-		.synopsis = "[--device DEV]... IMAGE PATH NAME VALUE",
-		.usage = "As `btrfs property set`: ro true|false (a subvolume's root; a received\n"
-			 "subvolume stays read-only), label TEXT (PATH is /), compression\n"
-			 "zlib|lzo|zstd[:LEVEL]|no|none (an empty VALUE removes it; chattr's c or\n"
-			 "m follow). Committed at once.\n",
-	},
-	{
-		.name = "property list",
-		.main = cmd_property,
-		.summary = "list the properties PATH can have",
-		.synopsis = "[--device DEV]... IMAGE PATH",
-		.usage = "As `btrfs property list`: each property PATH can have, with what it is.\n",
-	},
-	{
 		.name = "subvolume create",
 		.main = cmd_subvolume_create,
 		.summary = "create an empty subvolume in an image",
@@ -489,6 +463,32 @@ static const struct cli_command commands[] = {
 			 "the space only it used. A subvolume that contains subvolumes is refused.\n",
 	},
 	{
+		.name = "property get",
+		.main = cmd_property,
+		.summary = "show the properties of a file, subvolume or the filesystem",
+		.synopsis = "[--device DEV]... IMAGE PATH [NAME]",
+		.usage = "As `btrfs property get`: \"NAME=VALUE\" lines. NAME is ro (PATH is a\n"
+			 "subvolume's root), label (PATH is /) or compression (any file or\n"
+			 "directory; shown only when set). Without NAME, all that PATH has.\n",
+	},
+	{
+		.name = "property set",
+		.main = cmd_property,
+		.summary = "set a property: ro, label or compression",
+		.synopsis = "[--device DEV]... IMAGE PATH NAME VALUE",
+		.usage = "As `btrfs property set`: ro true|false (a subvolume's root; a received\n"
+			 "subvolume stays read-only), label TEXT (PATH is /), compression\n"
+			 "zlib|lzo|zstd[:LEVEL]|no|none (an empty VALUE removes it; chattr's c or\n"
+			 "m follow). Committed at once.\n",
+	},
+	{
+		.name = "property list",
+		.main = cmd_property,
+		.summary = "list the properties PATH can have",
+		.synopsis = "[--device DEV]... IMAGE PATH",
+		.usage = "As `btrfs property list`: each property PATH can have, with what it is.\n",
+	},
+	{
 		.name = "mkfs",
 		.main = cmd_mkfs,
 		.summary = "make a btrfs filesystem, optionally filled from a host directory",
@@ -641,7 +641,11 @@ static void print_main_usage(FILE *out)
 	fprintf(out, "\n"
 		     "Every command opening IMAGE takes --device DEV (repeatable) for the other\n"
 		     "members of a multi-device filesystem. IMAGE may be a file or a block device.\n"
-		     "`butter version` (or --version) prints the version.\n");
+		     "`butter version` (or --version) prints the version.\n"
+		     "\n"
+		     "Global option (before COMMAND):\n"
+		     "  --format json|text  JSON, in btrfs-progs' layout, from the commands that\n"
+		     "                      have it: filesystem df, device stats\n");
 }
 
 /* `butter help testing`: the global options of the crash and fault tests, kept out of the main help. */
@@ -689,13 +693,16 @@ static bool is_help(const char *arg)
 
 static int run(const struct cli_command *cmd, int argc, char **argv)
 {
+	/* the commands with a JSON form (btrfs-progs' layout) */
+	if (cli_json && strcmp(cmd->name, "filesystem df") && strcmp(cmd->name, "device stats"))
+		return cli_json_unsupported();
 	optind = 1;
 	return cmd->main(cmd, argc, argv);
 }
 
 /*
- * Take the global options --record LOG and --fault SPEC (also --opt=VALUE)
- * off the front of argv. Returns how many arguments they used, or -1 after
+ * Take the global options --format json|text, --record LOG and --fault SPEC
+ * (also --opt=VALUE) off the front of argv. Returns how many arguments they used, or -1 after
  * printing a usage error.
  */
 static int global_options(int argc, char **argv)
@@ -703,10 +710,13 @@ static int global_options(int argc, char **argv)
 	int i = 1;
 
 	while (i < argc) {
-		const char **slot = NULL;
+		const char **slot = NULL, *format = NULL;
 		const char *name = NULL, *value = NULL;
 
-		if (strncmp(argv[i], "--record", 8) == 0) {
+		if (strncmp(argv[i], "--format", 8) == 0) {
+			slot = &format;
+			name = "--format";
+		} else if (strncmp(argv[i], "--record", 8) == 0) {
 			slot = &cli_test_devices.record_log;
 			name = "--record";
 		} else if (strncmp(argv[i], "--fault", 7) == 0) {
@@ -728,6 +738,13 @@ static int global_options(int argc, char **argv)
 			break;
 		}
 		*slot = value;
+		if (slot == &format) {
+			if (strcmp(format, "json") && strcmp(format, "text")) {
+				fprintf(stderr, "butter: --format is json or text, not '%s'\n", format);
+				return -1;
+			}
+			cli_json = !strcmp(format, "json");
+		}
 	}
 	return i - 1;
 }

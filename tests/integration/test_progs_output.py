@@ -9,6 +9,7 @@ check is clean, the kernel's get-default agrees, and a kernel mount without subv
 that subvolume's files, as does a butter mount; `set-default IMAGE 0` goes back to the top
 level. Wrong ids and paths that are not subvolumes fail with a message and change nothing.
 """
+import json
 import os
 import subprocess
 
@@ -91,7 +92,8 @@ def test_show_and_default_like_btrfs_progs(kernel, butter, workdir):
 
 def test_filesystem_df_like_btrfs_progs(kernel, butter, workdir):
     """`butter filesystem df` of an image the kernel wrote (two devices, raid1 metadata), with
-    each of progs' unit options (-b -h -H -k -m -g -t --iec --si and the long forms), equals btrfs-progs' df on the kernel mount line for line (progs adds
+    each of progs' unit options (-b -h -H -k -m -g -t --iec --si and the long forms), and as
+    --format json (with `device stats` too) equals btrfs-progs' df on the kernel mount line for line (progs adds
     GlobalReserve, the kernel's in-memory reserve, which an image does not have)."""
     with kfs.kernel_fs(workdir, name="k", ndevices=2, mkfs_args=["-d", "single", "-m", "raid1"]) as fs:
         with open(os.path.join(fs.mnt, "f"), "wb") as f:
@@ -104,7 +106,24 @@ def test_filesystem_df_like_btrfs_progs(kernel, butter, workdir):
     with oracle.kernel_mount(*images, mnt=os.path.join(workdir, "km")) as k:
         want = {tuple(o): kfs.run(["btrfs", "filesystem", "df"] + o + [k]).stdout.splitlines()
                 for o in unit_options}
+        want_json = json.loads(kfs.run(["btrfs", "--format", "json", "filesystem", "df", k]).stdout)
+        want_stats = json.loads(kfs.run(["btrfs", "--format", "json", "device", "stats", k]).stdout)
     devs = ["--device", images[1]]
+    # --format json: progs' layout, less the kernel's in-memory GlobalReserve row
+    want_json["filesystem-df"] = [row for row in want_json["filesystem-df"]
+                                  if row["bg-type"] != "GlobalReserve"]
+    got = kfs.run([butter.path, "--format", "json", "filesystem", "df"] + devs + [images[0]])
+    assert json.loads(got.stdout) == want_json
+    got = json.loads(kfs.run([butter.path, "--format", "json", "device", "stats"] + devs +
+                             [images[0]]).stdout)
+    # the same members and values, but "device": an image path here, a loop device there
+    assert [list(r) for r in got["device-stats"]] == [list(r) for r in want_stats["device-stats"]]
+    assert ([{k: v for k, v in r.items() if k != "device"} for r in got["device-stats"]] ==
+            [{k: v for k, v in r.items() if k != "device"} for r in want_stats["device-stats"]])
+    assert [r["device"] for r in got["device-stats"]] == images
+    assert got["__header"] == want_stats["__header"]
+    r = kfs.run([butter.path, "--format", "json", "info", images[0]], check=False)
+    assert r.returncode == 1 and "output format json is unsupported for this command" in r.stderr
     for o in unit_options:
         lines = [line for line in want[tuple(o)] if not line.startswith("GlobalReserve")]
         assert any(line.startswith("Metadata, RAID1:") for line in lines), lines
