@@ -250,6 +250,8 @@ int ctl_subvol_list(const char *path, int (*print)(void *arg, const struct butte
 		    void *arg);
 /* One whole scrub of the mount holding @path, step by step; 0 or -errno (reported). */
 int ctl_scrub(const char *path, bool readonly, struct butter_scrub_stats *st);
+/* The fsid of the live mount holding @path; 0, or -1 after a message. */
+int ctl_fsid(const char *path, uint8_t fsid[16]);
 int ctl_filesystem(const char *what, const char *path, const char *label,
 		   const struct cli_units *units);
 int cmd_subvolume_delete(const struct cli_command *cmd, int argc, char **argv);

@@ -5,15 +5,22 @@
  * directory inside a live `butter mount` the daemon scrubs, step by step
  * through BUTTER_IOC_SCRUB (cli/control.c), and logs the errors itself.
  *
+ * btrfs-progs' grammar works too: `scrub start [-B] [-r] [-d] [-q]` runs the
+ * same scrub in the foreground (as -B) and prints progs' summary ("Error
+ * summary:    no errors found"); `status`, `cancel` and `resume` answer as
+ * progs does when no scrub runs in the background, which is always here: a
+ * butter scrub runs inside the command that starts it.
+ *
  * Exit status: 0 when nothing is wrong any more (no error found, or every
  * one repaired), 3 when errors remain (found with -r, or without a good
- * copy), 1 when the scrub could not run.
+ * copy), 1 when the scrub could not run, 2 for cancel or resume of nothing.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "cli.h"
 #include "copyin.h"
@@ -39,6 +46,44 @@ static void print_stats(const char *image, const struct butter_scrub_stats *st, 
 	printf("  uncorrectable: %" PRIu64 "\n", st->uncorrectable);
 }
 
+/* The summary `btrfs scrub start -B` prints, for `butter scrub start`. */
+static void print_progs_summary(const uint8_t fsid[16], time_t started, double seconds,
+				const struct butter_scrub_stats *st)
+{
+	char u[37], when[64], a[32], r[32];
+	uint64_t total = st->tree_bytes + st->data_bytes, secs = (uint64_t)seconds;
+	struct tm tm;
+
+	if (!localtime_r(&started, &tm) || !strftime(when, sizeof(when), "%a %b %e %H:%M:%S %Y", &tm))
+		strcpy(when, "-");
+	printf("scrub done for %s\n", cli_uuid(u, fsid));
+	printf("Scrub started:    %s\n", when);
+	printf("Status:           finished\n");
+	printf("Duration:         %" PRIu64 ":%02" PRIu64 ":%02" PRIu64 "\n", secs / 3600,
+	       secs / 60 % 60, secs % 60);
+	printf("Total to scrub:   %s\n", cli_size_units(a, sizeof(a), total, NULL));
+	printf("Rate:             %s/s\n",
+	       cli_size_units(r, sizeof(r), seconds > 0 ? (uint64_t)((double)total / seconds) : 0, NULL));
+	if (!(st->read_errors + st->csum_errors + st->verify_errors + st->super_errors +
+	      st->parity_errors)) {
+		printf("Error summary:    no errors found\n");
+		return;
+	}
+	printf("Error summary:   ");
+	if (st->read_errors)
+		printf(" read=%" PRIu64, st->read_errors);
+	if (st->super_errors)
+		printf(" super=%" PRIu64, st->super_errors);
+	if (st->verify_errors)
+		printf(" verify=%" PRIu64, st->verify_errors);
+	if (st->csum_errors)
+		printf(" csum=%" PRIu64, st->csum_errors);
+	if (st->parity_errors)
+		printf(" parity=%" PRIu64, st->parity_errors);
+	printf("\n  Corrected:      %" PRIu64 "\n  Uncorrectable:  %" PRIu64
+	       "\n  Unverified:     0\n", st->corrected, st->uncorrectable);
+}
+
 int cmd_scrub(const struct cli_command *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -49,12 +94,38 @@ int cmd_scrub(const struct cli_command *cmd, int argc, char **argv)
 	struct cli_args args = { .cmd = cmd };
 	struct butter_scrub_stats st;
 	struct butter_fs *fs;
-	bool readonly = false;
+	struct butter_info info;
+	struct timespec t0, t1;
+	bool readonly = false, progs = false, quiet = false;
 	int c, ret, status;
 
-	while ((c = cli_getopt(&args, argc, argv, ":hr", longopts)) != -1) {
+	/* progs' subcommands: start runs the scrub; the rest find none running */
+	if (argc > 1 && (!strcmp(argv[1], "status") || !strcmp(argv[1], "cancel") ||
+			 !strcmp(argv[1], "resume"))) {
+		const char *target = argc > 2 ? argv[argc - 1] : "";
+
+		if (!strcmp(argv[1], "status")) {
+			printf("no stats available (a butter scrub runs inside `scrub start`)\n");
+			return cli_finish_stdout(CLI_EXIT_OK);
+		}
+		if (!strcmp(argv[1], "cancel"))
+			cli_error("scrub cancel failed on %s: not running", target);
+		else
+			cli_error("scrub: nothing to resume for %s", target);
+		return CLI_EXIT_USAGE;
+	}
+	if (argc > 1 && !strcmp(argv[1], "start")) {
+		progs = true;
+		argv[1] = argv[0];
+		argv++;
+		argc--;
+	}
+	while ((c = cli_getopt(&args, argc, argv, progs ? ":hrBdqR" : ":hr", longopts)) != -1) {
 		if (c == 'r')
 			readonly = true;
+		else if (c == 'q')
+			quiet = true;
+		/* -B: always in the foreground here; -d, -R: the totals are printed anyway */
 	}
 	if (optind >= argc) {
 		free(args.devices);
@@ -67,28 +138,37 @@ int cmd_scrub(const struct cli_command *cmd, int argc, char **argv)
 	const char *image = argv[optind];
 	struct stat sb;
 
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	memset(&info, 0, sizeof(info));
 	if (stat(image, &sb) == 0 && S_ISDIR(sb.st_mode) && args.ndevices == 0) {
 		/* a path inside a live `butter mount`: the daemon scrubs (and logs each error) */
 		free(args.devices);
 		if (ctl_scrub(image, readonly, &st) < 0)
 			return CLI_EXIT_ERROR;
-		print_stats(image, &st, readonly);
-		goto status;
-	}
-	ret = readonly ? cli_open(&args, image, &fs)
-		       : copyin_open_rw(image, args.devices, args.ndevices, &fs);
-	free(args.devices);
-	if (ret < 0)
-		return CLI_EXIT_ERROR;
-	ret = butter_scrub(fs, readonly ? BUTTER_SCRUB_READONLY : 0, &st);
-	if (ret < 0) {
-		cli_error("%s: scrub stopped: %s", image, strerror(-ret));
+		if (progs && ctl_fsid(image, info.fsid) < 0)
+			return CLI_EXIT_ERROR;
+	} else {
+		ret = readonly ? cli_open(&args, image, &fs)
+			       : copyin_open_rw(image, args.devices, args.ndevices, &fs);
+		free(args.devices);
+		if (ret < 0)
+			return CLI_EXIT_ERROR;
+		ret = butter_scrub(fs, readonly ? BUTTER_SCRUB_READONLY : 0, &st);
+		if (ret < 0) {
+			cli_error("%s: scrub stopped: %s", image, strerror(-ret));
+			butter_close(fs);
+			return CLI_EXIT_ERROR;
+		}
+		butter_get_info(fs, &info);
 		butter_close(fs);
-		return CLI_EXIT_ERROR;
 	}
-	print_stats(image, &st, readonly);
-	butter_close(fs);
-status:
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (progs && !quiet)
+		print_progs_summary(info.fsid, time(NULL) - (t1.tv_sec - t0.tv_sec),
+				    (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
+				    &st);
+	else if (!progs)
+		print_stats(image, &st, readonly);
 	if (st.read_errors + st.csum_errors + st.verify_errors + st.super_errors +
 	    st.parity_errors > st.corrected)
 		status = CLI_EXIT_ERRORS_LEFT;

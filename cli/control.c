@@ -212,6 +212,22 @@ int ctl_filesystem(const char *what, const char *path, const char *label,
 	return cli_finish_stdout(ret < 0 ? CLI_EXIT_ERROR : CLI_EXIT_OK);
 }
 
+int ctl_fsid(const char *path, uint8_t fsid[16])
+{
+	struct butter_ioc_fs_info fi;
+	int fd = ctl_open(path, NULL), ret;
+
+	if (fd < 0)
+		return -1;
+	ret = ioctl(fd, BUTTER_IOC_FS_INFO, &fi);
+	if (ret < 0)
+		cli_error("%s: %s", path, strerror(errno));
+	else
+		memcpy(fsid, fi.fsid, 16);
+	close(fd);
+	return ret < 0 ? -1 : 0;
+}
+
 int ctl_scrub(const char *path, bool readonly, struct butter_scrub_stats *st)
 {
 	struct butter_ioc_scrub s;

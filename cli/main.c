@@ -417,7 +417,8 @@ static const struct cli_command commands[] = {
 		.name = "scrub",
 		.main = cmd_scrub,
 		.summary = "check every copy of the used blocks and repair bad ones",
-		.synopsis = "[-r] [--device DEV]... IMAGE|PATH",
+		.synopsis = "[start [-B] [-d] [-q]] [-r] [--device DEV]... IMAGE|PATH\n"
+			    "       status|cancel|resume IMAGE|PATH",
 		.usage = "Read every copy of every allocated block: tree blocks against their\n"
 			 "headers, data against the csum tree, every superblock copy, and the\n"
 			 "parity of RAID5/6 rows that hold data. A bad copy is rewritten from a\n"
@@ -430,6 +431,12 @@ static const struct cli_command commands[] = {
 			 "error itself.\n"
 			 "Exit status: 0 nothing wrong is left, 3 errors remain (with -r, or no\n"
 			 "good copy), 1 the scrub could not run.\n"
+			 "\n"
+			 "btrfs-progs' grammar: `scrub start` runs the same scrub in the foreground\n"
+			 "(-B is implied) and prints progs' summary (\"Error summary:    no errors\n"
+			 "found\"); -q prints nothing, -d is accepted. `status`, `cancel` and\n"
+			 "`resume` answer as progs when no scrub runs: one never runs after its\n"
+			 "command here (cancel and resume exit 2).\n"
 			 "\n"
 			 "  -r, --readonly  report only; the image is opened read-only\n",
 	},

@@ -1,6 +1,6 @@
 """What butter prints where btrfs-progs prints the same thing, against btrfs-progs on a kernel
 mount of the same image: `subvolume list` (its column options and -t tables), `show`,
-`get-default` and `set-default`, `filesystem df` and `show`, `property`.
+`get-default` and `set-default`, `filesystem df` and `show`, `property`, `scrub start -B`.
 
 The kernel makes subvolumes (nested ones, a snapshot, a read-only snapshot) and sets a
 default; butter's show of each prints exactly what `btrfs subvolume show` prints, and its
@@ -188,3 +188,36 @@ def test_property_like_btrfs_progs(kernel, butter, workdir):
         assert kfs.run(["lsattr", os.path.join(k, "sv/file")]).stdout.split()[0][8] == "c"
         r = subprocess.run(["touch", os.path.join(k, "sv/new")], capture_output=True, text=True)
         assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stderr
+
+
+def test_scrub_grammar_like_btrfs_progs(fuse, butter, workdir):
+    """`butter scrub start -B` prints progs' summary lines (Status, Error summary) with its exit
+    status, on an image and on a butter mount; `scrub cancel` and `resume` with nothing running
+    exit 2 as progs does on a kernel mount, and `status` exits 0."""
+    b = butter.path
+    with kfs.kernel_fs(workdir, name="k") as fs:
+        with open(os.path.join(fs.mnt, "f"), "wb") as f:
+            f.write(os.urandom(1 << 20))
+        fs.release()
+        image = fs.images[0]
+
+    def key_lines(out):
+        return [line for line in out.splitlines()
+                if line.startswith(("Status:", "Error summary:", "scrub done for"))]
+
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "km"), opts=("rw",)) as k:
+        want = kfs.run(["btrfs", "scrub", "start", "-B", k])
+        codes = {w: kfs.run(["btrfs", "scrub", w, k], check=False).returncode
+                 for w in ("status", "cancel", "resume")}
+    assert "Error summary:    no errors found" in want.stdout, want.stdout
+    got = kfs.run([b, "scrub", "start", "-B", image])
+    assert key_lines(got.stdout) == key_lines(want.stdout)
+    assert kfs.run([b, "scrub", "start", "-q", image]).stdout == ""
+    for w, code in codes.items():
+        assert kfs.run([b, "scrub", w, image], check=False).returncode == code, w
+    assert codes == {"status": 0, "cancel": 2, "resume": 2}
+    with FuseMount(b, [image], os.path.join(workdir, "fm")) as fm:
+        got = kfs.run([b, "scrub", "start", "-B", fm.mnt])
+        assert key_lines(got.stdout) == key_lines(want.stdout)
+        assert fm.unmount() == 0
+    oracle.btrfs_check(image)
