@@ -196,6 +196,7 @@ int cmd_check(const struct cli_command *cmd, int argc, char **argv)
 	static const struct option longopts[] = {
 		CLI_COMMON_LONGOPTS,
 		{ "force", no_argument, NULL, 'f' },
+		{ "readonly", no_argument, NULL, CLI_OPT_FIRST_FREE }, /* progs': always so here */
 		{ 0 },
 	};
 	struct cli_args args = { .cmd = cmd, .open_flags = BUTTER_OPEN_NO_WRITER };

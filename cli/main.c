@@ -401,7 +401,7 @@ static const struct cli_command commands[] = {
 		.name = "check",
 		.main = cmd_check,
 		.summary = "check the trees and the extent tree's bookkeeping (read-only)",
-		.synopsis = "[-f] [--device DEV]... IMAGE",
+		.synopsis = "[-f] [--readonly] [--device DEV]... IMAGE",
 		.usage = "Read every tree and check that it hangs together, that the extent\n"
 			 "tree's reference counts match the pointers the trees hold, that\n"
 			 "block group usage matches its extents, and that no device is smaller\n"
@@ -411,7 +411,8 @@ static const struct cli_command commands[] = {
 			 "check --readonly covers those). A filesystem open read-write elsewhere\n"
 			 "(a live `butter mount`) is refused, as btrfs check refuses it.\n"
 			 "\n"
-			 "  -f, --force    check it anyway, as it is on disk now\n",
+			 "  -f, --force    check it anyway, as it is on disk now\n"
+			 "  --readonly     accepted, as btrfs check takes it: butter check never writes\n",
 	},
 	{
 		.name = "scrub",

@@ -17,7 +17,8 @@ ITEM = 25               # btrfs_item: key (17) + offset (4) + size (4)
 
 
 def butter_check(butter, img):
-    return kfs.run([butter.path, "check", img], check=False, timeout=600)
+    # --readonly as btrfs check is called: butter takes it (and never writes)
+    return kfs.run([butter.path, "check", "--readonly", img], check=False, timeout=600)
 
 
 def both_clean(butter, img):
