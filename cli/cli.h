@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include <butter/butter.h>
 #include <butter/testing.h>
@@ -93,6 +94,17 @@ const char *cli_open_error(int err);
  * (cli_open, copyin_open_rw) passes them to butter_open_testing().
  */
 extern struct butter_test_devices cli_test_devices;
+
+/* A progress line on a terminal (progress.c): only on a tty, never with -q. */
+struct cli_progress {
+	const char *what;
+	uint64_t total, done;
+	struct timespec start, last;
+	bool on, drawn;
+};
+void cli_progress_begin(struct cli_progress *p, const char *what, uint64_t total, bool quiet);
+void cli_progress_update(struct cli_progress *p, uint64_t done);
+void cli_progress_end(struct cli_progress *p);
 
 /*
  * --format json (a global option, as `btrfs --format json`): the commands
@@ -249,9 +261,11 @@ int ctl_subvol(const char *what, const char *src, const char *path, bool readonl
 int ctl_subvol_list(const char *path, int (*print)(void *arg, const struct butter_subvol_info *si),
 		    void *arg);
 /* One whole scrub of the mount holding @path, step by step; 0 or -errno (reported). */
-int ctl_scrub(const char *path, bool readonly, struct butter_scrub_stats *st);
-/* The fsid of the live mount holding @path; 0, or -1 after a message. */
-int ctl_fsid(const char *path, uint8_t fsid[16]);
+int ctl_scrub(const char *path, bool readonly, struct butter_scrub_stats *st,
+	      struct cli_progress *progress);
+/* BUTTER_IOC_FS_INFO of the live mount holding @path; 0, or -1 after a message. */
+struct butter_ioc_fs_info;
+int ctl_fs_info(const char *path, struct butter_ioc_fs_info *fi);
 int ctl_filesystem(const char *what, const char *path, const char *label,
 		   const struct cli_units *units);
 int cmd_subvolume_delete(const struct cli_command *cmd, int argc, char **argv);

@@ -22,6 +22,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <butter/control.h>
+
 #include "cli.h"
 #include "copyin.h"
 
@@ -95,6 +97,7 @@ int cmd_scrub(const struct cli_command *cmd, int argc, char **argv)
 	struct butter_scrub_stats st;
 	struct butter_fs *fs;
 	struct butter_info info;
+	struct cli_progress progress;
 	struct timespec t0, t1;
 	bool readonly = false, progs = false, quiet = false;
 	int c, ret, status;
@@ -120,11 +123,11 @@ int cmd_scrub(const struct cli_command *cmd, int argc, char **argv)
 		argv++;
 		argc--;
 	}
-	while ((c = cli_getopt(&args, argc, argv, progs ? ":hrBdqR" : ":hr", longopts)) != -1) {
+	while ((c = cli_getopt(&args, argc, argv, progs ? ":hrBdqR" : ":hrq", longopts)) != -1) {
 		if (c == 'r')
 			readonly = true;
 		else if (c == 'q')
-			quiet = true;
+			quiet = true; /* no progress line, no summary */
 		/* -B: always in the foreground here; -d, -R: the totals are printed anyway */
 	}
 	if (optind >= argc) {
@@ -142,24 +145,40 @@ int cmd_scrub(const struct cli_command *cmd, int argc, char **argv)
 	memset(&info, 0, sizeof(info));
 	if (stat(image, &sb) == 0 && S_ISDIR(sb.st_mode) && args.ndevices == 0) {
 		/* a path inside a live `butter mount`: the daemon scrubs (and logs each error) */
+		struct butter_ioc_fs_info fi;
+
 		free(args.devices);
-		if (ctl_scrub(image, readonly, &st) < 0)
+		if (ctl_fs_info(image, &fi) < 0)
 			return CLI_EXIT_ERROR;
-		if (progs && ctl_fsid(image, info.fsid) < 0)
+		memcpy(info.fsid, fi.fsid, 16);
+		cli_progress_begin(&progress, "scrub", fi.bytes_used, quiet);
+		if (ctl_scrub(image, readonly, &st, &progress) < 0)
 			return CLI_EXIT_ERROR;
 	} else {
+		unsigned flags = readonly ? BUTTER_SCRUB_READONLY : 0;
+		uint64_t cursor = 0;
+
 		ret = readonly ? cli_open(&args, image, &fs)
 			       : copyin_open_rw(image, args.devices, args.ndevices, &fs);
 		free(args.devices);
 		if (ret < 0)
 			return CLI_EXIT_ERROR;
-		ret = butter_scrub(fs, readonly ? BUTTER_SCRUB_READONLY : 0, &st);
+		ret = butter_get_info(fs, &info);
+		/* in 64 MiB steps, for the progress line */
+		memset(&st, 0, sizeof(st));
+		cli_progress_begin(&progress, "scrub", ret == 0 ? info.bytes_used : 0, quiet);
+		do {
+			ret = ret < 0 ? ret : butter_scrub_range(fs, flags, &cursor, 64ULL << 20, &st);
+			cli_progress_update(&progress, st.tree_bytes + st.data_bytes);
+		} while (ret == 1);
+		if (ret == 0)
+			ret = butter_scrub_supers(fs, flags, &st);
+		cli_progress_end(&progress);
 		if (ret < 0) {
 			cli_error("%s: scrub stopped: %s", image, strerror(-ret));
 			butter_close(fs);
 			return CLI_EXIT_ERROR;
 		}
-		butter_get_info(fs, &info);
 		butter_close(fs);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);

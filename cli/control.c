@@ -212,23 +212,21 @@ int ctl_filesystem(const char *what, const char *path, const char *label,
 	return cli_finish_stdout(ret < 0 ? CLI_EXIT_ERROR : CLI_EXIT_OK);
 }
 
-int ctl_fsid(const char *path, uint8_t fsid[16])
+int ctl_fs_info(const char *path, struct butter_ioc_fs_info *fi)
 {
-	struct butter_ioc_fs_info fi;
 	int fd = ctl_open(path, NULL), ret;
 
 	if (fd < 0)
 		return -1;
-	ret = ioctl(fd, BUTTER_IOC_FS_INFO, &fi);
+	ret = ioctl(fd, BUTTER_IOC_FS_INFO, fi);
 	if (ret < 0)
 		cli_error("%s: %s", path, strerror(errno));
-	else
-		memcpy(fsid, fi.fsid, 16);
 	close(fd);
 	return ret < 0 ? -1 : 0;
 }
 
-int ctl_scrub(const char *path, bool readonly, struct butter_scrub_stats *st)
+int ctl_scrub(const char *path, bool readonly, struct butter_scrub_stats *st,
+	      struct cli_progress *progress)
 {
 	struct butter_ioc_scrub s;
 	int fd = ctl_open(path, NULL), ret = 0;
@@ -260,9 +258,13 @@ int ctl_scrub(const char *path, bool readonly, struct butter_scrub_stats *st)
 		st->parity_errors += s.parity_errors;
 		st->corrected += s.corrected;
 		st->uncorrectable += s.uncorrectable;
+		if (progress)
+			cli_progress_update(progress, st->tree_bytes + st->data_bytes);
 		if (!s.more)
 			what++;
 	}
+	if (progress)
+		cli_progress_end(progress);
 	close(fd);
 	return ret;
 }

@@ -418,7 +418,7 @@ static const struct cli_command commands[] = {
 		.name = "scrub",
 		.main = cmd_scrub,
 		.summary = "check every copy of the used blocks and repair bad ones",
-		.synopsis = "[start [-B] [-d] [-q]] [-r] [--device DEV]... IMAGE|PATH\n"
+		.synopsis = "[start [-B] [-d]] [-q] [-r] [--device DEV]... IMAGE|PATH\n"
 			    "       status|cancel|resume IMAGE|PATH",
 		.usage = "Read every copy of every allocated block: tree blocks against their\n"
 			 "headers, data against the csum tree, every superblock copy, and the\n"
@@ -439,7 +439,8 @@ static const struct cli_command commands[] = {
 			 "`resume` answer as progs when no scrub runs: one never runs after its\n"
 			 "command here (cancel and resume exit 2).\n"
 			 "\n"
-			 "  -r, --readonly  report only; the image is opened read-only\n",
+			 "  -r, --readonly  report only; the image is opened read-only\n"
+			 "  -q              no progress line (drawn only on a terminal anyway)\n",
 	},
 	{
 		.name = "filesystem label",

@@ -193,7 +193,8 @@ def test_property_like_btrfs_progs(kernel, butter, workdir):
 def test_scrub_grammar_like_btrfs_progs(fuse, butter, workdir):
     """`butter scrub start -B` prints progs' summary lines (Status, Error summary) with its exit
     status, on an image and on a butter mount; `scrub cancel` and `resume` with nothing running
-    exit 2 as progs does on a kernel mount, and `status` exits 0."""
+    exit 2 as progs does on a kernel mount, and `status` exits 0. On a terminal a progress
+    line is drawn (and erased), on a pipe or with -q not."""
     b = butter.path
     with kfs.kernel_fs(workdir, name="k") as fs:
         with open(os.path.join(fs.mnt, "f"), "wb") as f:
@@ -216,8 +217,19 @@ def test_scrub_grammar_like_btrfs_progs(fuse, butter, workdir):
     for w, code in codes.items():
         assert kfs.run([b, "scrub", w, image], check=False).returncode == code, w
     assert codes == {"status": 0, "cancel": 2, "resume": 2}
+    # a progress line on a terminal only (script(1) gives the command a pty), never with -q
+    def on_tty(argv):
+        r = subprocess.run(["script", "-qec", " ".join(argv), "/dev/null"], capture_output=True,
+                           timeout=300)  # bytes: text mode would turn \r into \n
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout.decode(errors="replace")
+
+    assert "\rscrub: 100% " in on_tty([b, "scrub", image])
+    assert "scrub: " not in on_tty([b, "scrub", "-q", image])
+    assert "\rscrub" not in kfs.run([b, "scrub", image]).stderr
     with FuseMount(b, [image], os.path.join(workdir, "fm")) as fm:
         got = kfs.run([b, "scrub", "start", "-B", fm.mnt])
         assert key_lines(got.stdout) == key_lines(want.stdout)
+        assert "\rscrub: 100% " in on_tty([b, "scrub", fm.mnt])
         assert fm.unmount() == 0
     oracle.btrfs_check(image)
