@@ -410,6 +410,8 @@ static int copy_range(struct copy *c, int fd, butter_ino_t ino, uint64_t start, 
 				return -1;
 			}
 			c->stats->bytes += (uint64_t)r;
+			if (c->o->progress)
+				cli_progress_update(c->o->progress, c->stats->bytes);
 		}
 		if ((size_t)r < n)
 			return 1;

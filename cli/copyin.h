@@ -20,6 +20,7 @@ struct copyin_opts {
 	 * slash) made subvolumes instead of plain directories (mkfs --subvol) */
 	const char *const *subvols;
 	size_t nsubvols;
+	struct cli_progress *progress; /* updated with the bytes copied (NULL: none) */
 };
 
 struct copyin_stats {

@@ -194,7 +194,7 @@ def test_scrub_grammar_like_btrfs_progs(fuse, butter, workdir):
     """`butter scrub start -B` prints progs' summary lines (Status, Error summary) with its exit
     status, on an image and on a butter mount; `scrub cancel` and `resume` with nothing running
     exit 2 as progs does on a kernel mount, and `status` exits 0. On a terminal a progress
-    line is drawn (and erased), on a pipe or with -q not."""
+    line is drawn (and erased) by scrub and mkfs --rootdir, on a pipe or with -q not."""
     b = butter.path
     with kfs.kernel_fs(workdir, name="k") as fs:
         with open(os.path.join(fs.mnt, "f"), "wb") as f:
@@ -224,6 +224,15 @@ def test_scrub_grammar_like_btrfs_progs(fuse, butter, workdir):
         assert r.returncode == 0, r.stdout + r.stderr
         return r.stdout.decode(errors="replace")
 
+    src = os.path.join(workdir, "src")
+    os.makedirs(src)
+    with open(os.path.join(src, "blob"), "wb") as f:
+        f.write(os.urandom(4 << 20))
+    made = os.path.join(workdir, "made.img")
+    assert "\rcopying: " in on_tty([b, "mkfs", "-b", "256M", "--rootdir", src, made])
+    r = kfs.run([b, "mkfs", "-f", "-b", "256M", "--rootdir", src, made])
+    assert "copying:" not in r.stderr + r.stdout
+    oracle.btrfs_check(made)
     assert "\rscrub: 100% " in on_tty([b, "scrub", image])
     assert "scrub: " not in on_tty([b, "scrub", "-q", image])
     assert "\rscrub" not in kfs.run([b, "scrub", image]).stderr
