@@ -1,5 +1,6 @@
 /*
- * cmd_property.c — `butter property get|set|list` on a path inside an image,
+ * cmd_property.c — `butter property get|set|list` on a path inside an image
+ * (IMAGE PATH ...) or inside a live mount (PATH ...: ioctls and xattrs),
  * with btrfs-progs' names and output ("name=value" lines):
  *
  *   ro           a subvolume's read-only flag (PATH is its root directory)
@@ -13,9 +14,15 @@
  * set), in progs' order: ro, label, compression.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <butter/control.h>
 
 #include "cli.h"
 #include "copyin.h"
@@ -82,6 +89,115 @@ static int print_prop(struct butter_fs *fs, butter_ino_t ino, size_t k)
 	}
 }
 
+/* Is @path inside a live `butter mount`? Its subvolume and inode in @info (quietly: no message). */
+static bool in_mount(const char *path, struct butter_ioc_info *info)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	bool yes;
+
+	if (fd < 0)
+		return false;
+	yes = ioctl(fd, BUTTER_IOC_INFO, info) == 0;
+	close(fd);
+	return yes;
+}
+
+/* The mount form: `property get|set|list PATH [NAME [VALUE]]`, through ioctls and xattrs. */
+static int mount_property(const char *what, const char *path, const char *name, const char *value,
+			  const struct butter_ioc_info *info)
+{
+	butter_ino_t ino = { info->subvol, info->ino };
+	int idx = name ? prop_index(name) : -1, ret = 0, fd;
+
+	if (name && idx < 0) {
+		cli_error("%s: unknown property (ro, label, compression)", name);
+		return CLI_EXIT_USAGE;
+	}
+	if (idx >= 0 && !has_prop(ino, (size_t)idx)) {
+		cli_error("%s: property %s is %s's only", path, name,
+			  idx == 0 ? "a subvolume root" : "the top level's root (/)");
+		return CLI_EXIT_ERROR;
+	}
+	if (!strcmp(what, "list")) {
+		for (size_t k = 0; k < NPROPS; k++)
+			if (has_prop(ino, k))
+				printf("%-20s%s\n", props[k].name, props[k].help);
+		return cli_finish_stdout(CLI_EXIT_OK);
+	}
+	if ((fd = ctl_open(path, NULL)) < 0)
+		return CLI_EXIT_ERROR;
+	if (!strcmp(what, "set")) {
+		if (idx == 0) {
+			struct butter_ioc_subvol_set set = { 0, BUTTER_SUBVOL_SET_READONLY, 0 };
+
+			set.value = !strcmp(value, "true");
+			if (!set.value && strcmp(value, "false")) {
+				cli_error("ro: value must be true or false, not '%s'", value);
+				close(fd);
+				return CLI_EXIT_ERROR;
+			}
+			/* the kernel's cached writes reach the daemon first: after, they could not */
+			if (set.value && syncfs(fd) < 0)
+				ret = -errno;
+			if (ret == 0)
+				ret = ioctl(fd, BUTTER_IOC_SUBVOL_SET, &set) < 0 ? -errno : 0;
+		} else if (idx == 1) {
+			struct butter_ioc_label l;
+
+			memset(&l, 0, sizeof(l));
+			ret = strlen(value) > BUTTER_IOC_LABEL_MAX ? -EINVAL : 0;
+			if (ret == 0) {
+				strcpy(l.label, value);
+				ret = ioctl(fd, BUTTER_IOC_SET_LABEL, &l) < 0 ? -errno : 0;
+			}
+		} else {
+			ret = *value ? setxattr(path, "btrfs.compression", value, strlen(value), 0)
+				     : removexattr(path, "btrfs.compression");
+			ret = ret < 0 && !(errno == ENODATA && !*value) ? -errno : 0;
+		}
+		close(fd);
+		if (ret < 0) {
+			cli_error("%s: setting %s: %s", path, name,
+				  ret == -EINVAL ? "invalid value"
+				  : ret == -EBUSY ? "a received subvolume stays read-only" : strerror(-ret));
+			return CLI_EXIT_ERROR;
+		}
+		return CLI_EXIT_OK;
+	}
+	for (size_t k = 0; k < NPROPS && ret == 0; k++) {
+		if ((idx >= 0 && (size_t)idx != k) || !has_prop(ino, k))
+			continue;
+		if (k == 0) {
+			struct butter_ioc_subvol_get *g = calloc(1, sizeof(*g));
+
+			ret = g && ioctl(fd, BUTTER_IOC_SUBVOL_GET, g) == 0 ? 0 : -errno;
+			if (ret == 0)
+				printf("ro=%s\n", (g->info.flags & ROOT_SUBVOL_RDONLY) ? "true" : "false");
+			free(g);
+		} else if (k == 1) {
+			struct butter_ioc_fs_info fi;
+
+			ret = ioctl(fd, BUTTER_IOC_FS_INFO, &fi) == 0 ? 0 : -errno;
+			if (ret == 0)
+				printf("label=%s\n", fi.label);
+		} else {
+			char v[256];
+			ssize_t n = getxattr(path, "btrfs.compression", v, sizeof(v) - 1);
+
+			if (n >= 0) {
+				v[n] = '\0';
+				printf("compression=%s\n", v);
+			} else if (errno != ENODATA) {
+				ret = -errno;
+			}
+		}
+		if (ret < 0)
+			cli_error("%s: %s: %s", path, props[k].name, strerror(-ret));
+	}
+	close(fd);
+	return ret < 0 ? CLI_EXIT_ERROR : cli_finish_stdout(CLI_EXIT_OK);
+}
+
 int cmd_property(const struct cli_command *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -99,6 +215,17 @@ int cmd_property(const struct cli_command *cmd, int argc, char **argv)
 	while (cli_getopt(&args, argc, argv, ":h", longopts) != -1)
 		;
 	nargs = argc - optind;
+	{
+		struct butter_ioc_info info;
+
+		/* PATH inside a live mount, no IMAGE: PATH [NAME [VALUE]] */
+		if (nargs >= 1 && args.ndevices == 0 && (set ? nargs == 3 : nargs <= (list ? 1 : 2)) &&
+		    in_mount(argv[optind], &info)) {
+			free(args.devices);
+			return mount_property(what, argv[optind], nargs >= 2 ? argv[optind + 1] : NULL,
+					      set ? argv[optind + 2] : NULL, &info);
+		}
+	}
 	if (set ? nargs != 4 : (nargs < 2 || nargs > (list ? 2 : 3))) {
 		free(args.devices);
 		return cli_usage_error(cmd, set ? "IMAGE PATH NAME VALUE needed"

@@ -11,8 +11,12 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <butter/control.h>
 
 #include "cli.h"
 #include "copyin.h"
@@ -461,6 +465,66 @@ static int subvol_root_id(struct butter_fs *fs, const char *path, uint64_t *id)
  * `butter subvolume show [-r ID] IMAGE [PATH]`: what `btrfs subvolume show`
  * prints of the subvolume whose root is PATH (or of id ID), in its layout.
  */
+/* What `btrfs subvolume show` prints of @si, up to the "Snapshot(s):" line. */
+static void print_show(const struct butter_subvol_info *si)
+{
+	if (si->id == 5) {
+		printf("/\n\tName: \t\t\t<FS_TREE>\n");
+	} else {
+		const char *slash = strrchr(si->path, '/');
+
+		printf("%s\n\tName: \t\t\t%s\n", si->path, slash ? slash + 1 : si->path);
+	}
+	print_uuid_line("UUID: \t\t\t", si->uuid);
+	print_uuid_line("Parent UUID: \t\t", si->parent_uuid);
+	print_uuid_line("Received UUID: \t\t", si->received_uuid);
+	print_time("Creation time: \t\t", &si->otime);
+	printf("\tSubvolume ID: \t\t%" PRIu64 "\n", si->id);
+	printf("\tGeneration: \t\t%" PRIu64 "\n", si->generation);
+	printf("\tGen at creation: \t%" PRIu64 "\n", si->otransid);
+	printf("\tParent ID: \t\t%" PRIu64 "\n", si->parent_id);
+	printf("\tTop level ID: \t\t%" PRIu64 "\n", si->parent_id);
+	printf("\tFlags: \t\t\t%s\n", (si->flags & ROOT_SUBVOL_RDONLY) ? "readonly" : "-");
+	printf("\tSend transid: \t\t%" PRIu64 "\n", si->stransid);
+	/* btrfs-progs prints the creation time here (its stime string is never shown): so do we */
+	print_time("Send time: \t\t", &si->otime);
+	printf("\tReceive transid: \t%" PRIu64 "\n", si->rtransid);
+	print_time("Receive time: \t\t", &si->rtime);
+	printf("\tSnapshot(s):\n");
+}
+
+/*
+ * A subvolume of the live mount holding @path (@id 0: the one @path is the
+ * root of, else -EINVAL "not a subvolume"), with the default's id. 0, or -1
+ * after a message.
+ */
+static int ctl_subvol_get(const char *path, uint64_t id, struct butter_ioc_subvol_get *g)
+{
+	struct butter_ioc_info info;
+	int fd = ctl_open(path, &info), ret = 0;
+
+	if (fd < 0)
+		return -1;
+	if (id == 0 && info.ino != BUTTER_SUBVOL_ROOT_INO) {
+		cli_error("%s: not a subvolume", path);
+		close(fd);
+		return -1;
+	}
+	memset(g, 0, sizeof(*g));
+	g->id = id;
+	if (ioctl(fd, BUTTER_IOC_SUBVOL_GET, g) < 0) {
+		cli_error("%s: subvolume %" PRIu64 ": %s", path, id, strerror(errno));
+		ret = -1;
+	}
+	close(fd);
+	return ret;
+}
+
+/*
+ * `butter subvolume show [-r ID] IMAGE [PATH]`, or `show [-r ID] PATH` on a
+ * live mount: what `btrfs subvolume show` prints of the subvolume whose root
+ * is PATH (or of id ID), in its layout.
+ */
 int cmd_subvolume_show(const struct cli_command *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -475,6 +539,7 @@ int cmd_subvolume_show(const struct cli_command *cmd, int argc, char **argv)
 	uint64_t id = 0;
 	int c, ret, status = CLI_EXIT_ERROR;
 	const char *image, *path;
+	struct stat st;
 	char *end;
 
 	while ((c = cli_getopt(&args, argc, argv, ":hr:", longopts)) != -1) {
@@ -486,6 +551,22 @@ int cmd_subvolume_show(const struct cli_command *cmd, int argc, char **argv)
 				return cli_usage_error(cmd, "-r takes a subvolume id");
 			}
 		}
+	}
+	if (argc - optind == 1 && stat(argv[optind], &st) == 0 && S_ISDIR(st.st_mode) &&
+	    args.ndevices == 0) {
+		/* a path inside a live `butter mount` */
+		struct butter_ioc_subvol_get *g = malloc(sizeof(*g));
+
+		free(args.devices);
+		if (!g || ctl_subvol_get(argv[optind], id, g) < 0) {
+			free(g);
+			return CLI_EXIT_ERROR;
+		}
+		print_show(&g->info);
+		snaps.uuid = g->info.uuid;
+		status = ctl_subvol_list(argv[optind], print_if_snapshot, &snaps);
+		free(g);
+		return status;
 	}
 	if (argc - optind != (id ? 1 : 2)) {
 		free(args.devices);
@@ -502,29 +583,7 @@ int cmd_subvolume_show(const struct cli_command *cmd, int argc, char **argv)
 		cli_error("subvolume %" PRIu64 ": %s", id, strerror(-ret));
 		goto out;
 	}
-	if (id == 5) {
-		printf("/\n\tName: \t\t\t<FS_TREE>\n");
-	} else {
-		const char *slash = strrchr(si.path, '/');
-
-		printf("%s\n\tName: \t\t\t%s\n", si.path, slash ? slash + 1 : si.path);
-	}
-	print_uuid_line("UUID: \t\t\t", si.uuid);
-	print_uuid_line("Parent UUID: \t\t", si.parent_uuid);
-	print_uuid_line("Received UUID: \t\t", si.received_uuid);
-	print_time("Creation time: \t\t", &si.otime);
-	printf("\tSubvolume ID: \t\t%" PRIu64 "\n", si.id);
-	printf("\tGeneration: \t\t%" PRIu64 "\n", si.generation);
-	printf("\tGen at creation: \t%" PRIu64 "\n", si.otransid);
-	printf("\tParent ID: \t\t%" PRIu64 "\n", si.parent_id);
-	printf("\tTop level ID: \t\t%" PRIu64 "\n", si.parent_id);
-	printf("\tFlags: \t\t\t%s\n", (si.flags & ROOT_SUBVOL_RDONLY) ? "readonly" : "-");
-	printf("\tSend transid: \t\t%" PRIu64 "\n", si.stransid);
-	/* btrfs-progs prints the creation time here (its stime string is never shown): so do we */
-	print_time("Send time: \t\t", &si.otime);
-	printf("\tReceive transid: \t%" PRIu64 "\n", si.rtransid);
-	print_time("Receive time: \t\t", &si.rtime);
-	printf("\tSnapshot(s):\n");
+	print_show(&si);
 	snaps.uuid = si.uuid;
 	ret = butter_subvol_list(fs, print_if_snapshot, &snaps);
 	if (ret < 0) {
@@ -550,6 +609,7 @@ int cmd_subvolume_get_default(const struct cli_command *cmd, int argc, char **ar
 	struct butter_subvol_info si;
 	struct butter_info info;
 	struct butter_fs *fs = NULL;
+	struct stat st;
 	int ret, status = CLI_EXIT_ERROR;
 
 	while (cli_getopt(&args, argc, argv, ":h", longopts) != -1)
@@ -557,6 +617,22 @@ int cmd_subvolume_get_default(const struct cli_command *cmd, int argc, char **ar
 	if (argc - optind != 1) {
 		free(args.devices);
 		return cli_usage_error(cmd, argc - optind < 1 ? "missing IMAGE" : "too many arguments");
+	}
+	if (stat(argv[optind], &st) == 0 && S_ISDIR(st.st_mode) && args.ndevices == 0) {
+		/* a path inside a live `butter mount`: ask for the default's id, then for it */
+		struct butter_ioc_subvol_get *g = malloc(sizeof(*g));
+
+		free(args.devices);
+		ret = g ? ctl_subvol_get(argv[optind], 5, g) : -1;
+		if (ret == 0 && g->default_id != 5)
+			ret = ctl_subvol_get(argv[optind], g->default_id, g);
+		if (ret == 0 && g->info.id == 5)
+			printf("ID 5 (FS_TREE)\n");
+		else if (ret == 0)
+			printf("ID %" PRIu64 " gen %" PRIu64 " top level %" PRIu64 " path %s\n",
+			       g->info.id, g->info.generation, g->info.parent_id, g->info.path);
+		free(g);
+		return ret == 0 ? cli_finish_stdout(CLI_EXIT_OK) : CLI_EXIT_ERROR;
 	}
 	if (cli_open(&args, argv[optind], &fs) < 0)
 		goto out;
@@ -589,13 +665,48 @@ int cmd_subvolume_set_default(const struct cli_command *cmd, int argc, char **ar
 	};
 	struct cli_args args = { .cmd = cmd };
 	struct butter_fs *fs = NULL;
-	const char *what;
+	const char *what, *last;
+	struct stat st;
 	uint64_t id;
 	char *end;
 	int ret, status = CLI_EXIT_ERROR;
 
 	while (cli_getopt(&args, argc, argv, ":h", longopts) != -1)
 		;
+	last = argc > optind ? argv[argc - 1] : "";
+	/* the mount forms: one directory, or an id (not an image file's name) and a directory */
+	if ((argc - optind == 1 ||
+	     (argc - optind == 2 && argv[optind][strspn(argv[optind], "0123456789")] == '\0' &&
+	      stat(argv[optind], &st) != 0)) &&
+	    stat(last, &st) == 0 && S_ISDIR(st.st_mode) && args.ndevices == 0) {
+		/* on a live mount, as btrfs-progs: `set-default ID PATH` or `set-default SUBVOL-PATH` */
+		struct butter_ioc_subvol_set set = { .what = BUTTER_SUBVOL_SET_DEFAULT };
+		struct butter_ioc_info info;
+		int fd;
+
+		free(args.devices);
+		if (argc - optind == 2) {
+			errno = 0;
+			set.id = strtoull(argv[optind], &end, 10);
+			if (errno || *end || !*argv[optind])
+				return cli_usage_error(cmd, "set-default ID PATH: ID is a number");
+			if (set.id == 0)
+				set.id = 5;
+		}
+		if ((fd = ctl_open(last, &info)) < 0)
+			return CLI_EXIT_ERROR;
+		if (argc - optind == 1 && info.ino != BUTTER_SUBVOL_ROOT_INO) {
+			cli_error("%s: not a subvolume", last);
+			close(fd);
+			return CLI_EXIT_ERROR;
+		}
+		ret = ioctl(fd, BUTTER_IOC_SUBVOL_SET, &set) < 0 ? -errno : 0;
+		close(fd);
+		if (ret < 0)
+			cli_error("%s: subvolume %s: %s", last, argc - optind == 2 ? argv[optind] : last,
+				  ret == -ENOENT ? "no such subvolume" : strerror(-ret));
+		return ret < 0 ? CLI_EXIT_ERROR : CLI_EXIT_OK;
+	}
 	if (argc - optind != 2) {
 		free(args.devices);
 		return cli_usage_error(cmd, argc - optind < 2 ? "IMAGE and ID or PATH needed"

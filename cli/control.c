@@ -118,12 +118,14 @@ int ctl_subvol_list(const char *path, int (*print)(void *arg, const struct butte
 {
 	struct butter_ioc_subvol_next *n = malloc(sizeof(*n));
 	struct butter_subvol_info *si = malloc(sizeof(*si));
-	int fd = n && si ? ctl_open(path, NULL) : -1, status = CLI_EXIT_OK;
+	struct butter_ioc_subvol_get *g = malloc(sizeof(*g));
+	int fd = n && si && g ? ctl_open(path, NULL) : -1, status = CLI_EXIT_OK;
 	uint64_t next = 256;
 
 	if (fd < 0) {
 		free(n);
 		free(si);
+		free(g);
 		return CLI_EXIT_ERROR;
 	}
 	for (;;) {
@@ -136,22 +138,29 @@ int ctl_subvol_list(const char *path, int (*print)(void *arg, const struct butte
 			}
 			break;
 		}
-		memset(si, 0, sizeof(*si));
-		si->id = n->id;
-		si->parent_id = n->parent;
-		si->generation = n->generation;
-		si->otransid = n->otransid;
-		si->flags = n->flags;
-		memcpy(si->uuid, n->uuid, 16);
-		memcpy(si->parent_uuid, n->parent_uuid, 16);
-		memcpy(si->received_uuid, n->received_uuid, 16);
-		snprintf(si->path, sizeof(si->path), "%s", n->path);
+		memset(g, 0, sizeof(*g));
+		g->id = n->id;
+		if (ioctl(fd, BUTTER_IOC_SUBVOL_GET, g) == 0) {
+			*si = g->info; /* all the library says (times too) */
+		} else {
+			memset(si, 0, sizeof(*si));
+			si->id = n->id;
+			si->parent_id = n->parent;
+			si->generation = n->generation;
+			si->otransid = n->otransid;
+			si->flags = n->flags;
+			memcpy(si->uuid, n->uuid, 16);
+			memcpy(si->parent_uuid, n->parent_uuid, 16);
+			memcpy(si->received_uuid, n->received_uuid, 16);
+			snprintf(si->path, sizeof(si->path), "%s", n->path);
+		}
 		print(arg, si);
 		next = n->id + 1;
 	}
 	close(fd);
 	free(n);
 	free(si);
+	free(g);
 	return cli_finish_stdout(status);
 }
 

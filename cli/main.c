@@ -90,7 +90,7 @@ static const struct cli_command commands[] = {
 		.name = "subvolume show",
 		.main = cmd_subvolume_show,
 		.summary = "show a subvolume's uuids, generations, times and snapshots",
-		.synopsis = "[--device DEV]... IMAGE PATH | -r ID IMAGE",
+		.synopsis = "[--device DEV]... IMAGE PATH | -r ID IMAGE | [-r ID] MOUNTED-PATH",
 		.usage = "What `btrfs subvolume show` prints, in its layout, of the subvolume\n"
 			 "whose root directory is PATH inside IMAGE (or of id ID):\n"
 			 "\n"
@@ -100,7 +100,7 @@ static const struct cli_command commands[] = {
 		.name = "subvolume get-default",
 		.main = cmd_subvolume_get_default,
 		.summary = "show the default subvolume (what a mount without subvol= shows)",
-		.synopsis = "[--device DEV]... IMAGE",
+		.synopsis = "[--device DEV]... IMAGE|MOUNTED-PATH",
 		.usage = "As `btrfs subvolume get-default`: \"ID 5 (FS_TREE)\" for the top level,\n"
 			 "else the subvolume's line as `subvolume list` prints it.\n",
 	},
@@ -108,7 +108,7 @@ static const struct cli_command commands[] = {
 		.name = "subvolume set-default",
 		.main = cmd_subvolume_set_default,
 		.summary = "make a subvolume the default one",
-		.synopsis = "[--device DEV]... IMAGE ID|PATH",
+		.synopsis = "[--device DEV]... IMAGE ID|PATH | [ID] MOUNTED-PATH",
 		.usage = "Make the subvolume with id ID (0 or 5: the top level), or whose root is\n"
 			 "PATH inside IMAGE, the one a mount without subvol= or subvolid= shows,\n"
 			 "as `btrfs subvolume set-default` does. Committed at once.\n",
@@ -475,7 +475,7 @@ static const struct cli_command commands[] = {
 		.name = "property get",
 		.main = cmd_property,
 		.summary = "show the properties of a file, subvolume or the filesystem",
-		.synopsis = "[--device DEV]... IMAGE PATH [NAME]",
+		.synopsis = "[--device DEV]... IMAGE PATH [NAME] | MOUNTED-PATH [NAME]",
 		.usage = "As `btrfs property get`: \"NAME=VALUE\" lines. NAME is ro (PATH is a\n"
 			 "subvolume's root), label (PATH is /) or compression (any file or\n"
 			 "directory; shown only when set). Without NAME, all that PATH has.\n",
@@ -484,7 +484,7 @@ static const struct cli_command commands[] = {
 		.name = "property set",
 		.main = cmd_property,
 		.summary = "set a property: ro, label or compression",
-		.synopsis = "[--device DEV]... IMAGE PATH NAME VALUE",
+		.synopsis = "[--device DEV]... IMAGE PATH NAME VALUE | MOUNTED-PATH NAME VALUE",
 		.usage = "As `btrfs property set`: ro true|false (a subvolume's root; a received\n"
 			 "subvolume stays read-only), label TEXT (PATH is /), compression\n"
 			 "zlib|lzo|zstd[:LEVEL]|no|none (an empty VALUE removes it; chattr's c or\n"
@@ -494,7 +494,7 @@ static const struct cli_command commands[] = {
 		.name = "property list",
 		.main = cmd_property,
 		.summary = "list the properties PATH can have",
-		.synopsis = "[--device DEV]... IMAGE PATH",
+		.synopsis = "[--device DEV]... IMAGE PATH | MOUNTED-PATH",
 		.usage = "As `btrfs property list`: each property PATH can have, with what it is.\n",
 	},
 	{

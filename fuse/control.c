@@ -298,6 +298,8 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_ioc_device device;
 		struct butter_ioc_defrag defrag;
 		struct butter_ioc_layout layout;
+		struct butter_ioc_subvol_get sget;
+		struct butter_ioc_subvol_set sset;
 	} u;
 	size_t size = _IOC_SIZE(cmd), out = 0;
 	int ret = 0, inval = 0;
@@ -359,6 +361,32 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		if (ret >= 0)
 			ret = c.err ? c.err : c.found ? 0 : -ENOENT;
 		out = sizeof(*n);
+		break;
+	}
+	case BUTTER_IOC_SUBVOL_GET:
+	case BUTTER_IOC_SUBVOL_SET: {
+		uint64_t id = cmd == (unsigned)BUTTER_IOC_SUBVOL_GET ? u.sget.id : u.sset.id;
+		struct butter_info bi;
+		butter_ino_t at;
+
+		if (id == 0) { /* the subvolume holding the fd */
+			ret = nodes_resolve(&d->nodes, ino, &at);
+			id = at.subvol;
+		}
+		if (ret == 0 && cmd == (unsigned)BUTTER_IOC_SUBVOL_GET) {
+			ret = butter_subvol_get(d->fs, id, &u.sget.info);
+			if (ret == 0)
+				ret = butter_get_info(d->fs, &bi);
+			if (ret == 0)
+				u.sget.default_id = bi.default_subvol;
+			out = sizeof(u.sget);
+		} else if (ret == 0) {
+			ret = d->readonly ? -EROFS
+			      : u.sset.what == BUTTER_SUBVOL_SET_DEFAULT ? butter_subvol_set_default(d->fs, id)
+			      : u.sset.what == BUTTER_SUBVOL_SET_READONLY && u.sset.value <= 1
+				      ? butter_subvol_set_readonly(d->fs, id, (int)u.sset.value)
+				      : -EINVAL;
+		}
 		break;
 	}
 	case BUTTER_IOC_SYNC:

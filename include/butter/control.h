@@ -33,6 +33,10 @@
  *                             same thread
  *   BUTTER_IOC_DEFRAG         defragment the fd's file (snapshot-aware)
  *   BUTTER_IOC_LAYOUT         place the ranges of an access trace in order
+ *   BUTTER_IOC_SUBVOL_GET     all the library says of a subvolume
+ *                             (butter_subvol_get), and the default's id
+ *   BUTTER_IOC_SUBVOL_SET     make a subvolume the default, or read-only or
+ *                             writable (committed)
  * Errors come back as errno of the ioctl(2) call, as the library's.
  * A snapshot or subvolume change commits first, so it sees every write
  * made before the call.
@@ -118,6 +122,24 @@ struct butter_ioc_scrub {
 #define BUTTER_IOC_SPACE _IOWR(BUTTER_IOC_MAGIC, 8, struct butter_ioc_space)
 #define BUTTER_IOC_SET_LABEL _IOW(BUTTER_IOC_MAGIC, 9, struct butter_ioc_label)
 #define BUTTER_IOC_SCRUB _IOWR(BUTTER_IOC_MAGIC, 12, struct butter_ioc_scrub)
+
+struct butter_ioc_subvol_get {
+	uint64_t id;            /* in: the subvolume (0: the one holding the fd) */
+	uint64_t default_id;    /* out: the default subvolume */
+	struct butter_subvol_info info; /* out */
+};
+
+#define BUTTER_SUBVOL_SET_DEFAULT 1u  /* @value unused */
+#define BUTTER_SUBVOL_SET_READONLY 2u /* @value 1 read-only, 0 writable */
+
+struct butter_ioc_subvol_set {
+	uint64_t id;            /* the subvolume (0: the one holding the fd) */
+	uint32_t what;          /* BUTTER_SUBVOL_SET_* */
+	uint32_t value;
+};
+
+#define BUTTER_IOC_SUBVOL_GET _IOWR(BUTTER_IOC_MAGIC, 22, struct butter_ioc_subvol_get)
+#define BUTTER_IOC_SUBVOL_SET _IOW(BUTTER_IOC_MAGIC, 23, struct butter_ioc_subvol_set)
 
 /* The daemon serving the mount: who it is and whether its commits still work. */
 #define BUTTER_DAEMON_READONLY 0x1u      /* mounted -o ro */

@@ -10,7 +10,8 @@
  * BTRFS_IOC_DEFAULT_SUBVOL does.
  *
  * Read-only: BTRFS_ROOT_SUBVOL_RDONLY in the root item, as the kernel's
- * SUBVOL_SETFLAGS sets it (`btrfs property set ro`). A received read-only
+ * SUBVOL_SETFLAGS sets it (`btrfs property set ro`). What was written
+ * before and is still buffered is written back first (it could not be after). A received read-only
  * subvolume is not made writable (-EBUSY): its received uuid would then lie
  * to an incremental send, which btrfs-progs refuses too without -f.
  *
@@ -128,6 +129,10 @@ int subvol_set_readonly(struct butter_fs *fs, uint64_t id, int readonly)
 	u32 size;
 	int ret;
 
+	/* what is written but buffered (lib/data/delalloc.c) goes first: read-only, it could not */
+	ret = readonly ? data_flush_all(fs) : 0;
+	if (ret)
+		return ret;
 	ret = fs_begin_change(fs, &w);
 	if (ret)
 		return ret;

@@ -21,7 +21,7 @@ def progs(cmd, mnt, *paths):
     return kfs.run(["btrfs", "subvolume", cmd] + [os.path.join(mnt, p) for p in paths]).stdout
 
 
-def test_show_and_default_like_btrfs_progs(kernel, butter, workdir):
+def test_show_and_default_like_btrfs_progs(fuse, butter, workdir):
     b = butter.path
     with kfs.kernel_fs(workdir, name="k") as fs:
         m = fs.mnt
@@ -82,6 +82,26 @@ def test_show_and_default_like_btrfs_progs(kernel, butter, workdir):
         assert r.returncode == 1 and msg in r.stderr, (arg, r.stderr)
     assert kfs.run([b, "subvolume", "get-default", image]).stdout == default
 
+    # the same on a butter mount (paths inside it, no IMAGE), as progs is used on a mount
+    with FuseMount(b, [image], os.path.join(workdir, "fm5"), ["ro", "subvolid=5"]) as fm:
+        for p in subvols:
+            assert kfs.run([b, "subvolume", "show", os.path.join(fm.mnt, p)]).stdout == shows[p], p
+        assert kfs.run([b, "subvolume", "get-default", fm.mnt]).stdout == default
+        for o in list_options:
+            assert kfs.run([b, "subvolume", "list"] + o + [fm.mnt]).stdout == lists[tuple(o)], o
+        assert fm.unmount() == 0
+    with FuseMount(b, [image], os.path.join(workdir, "fm5"), ["subvolid=5"]) as fm:
+        kfs.run([b, "subvolume", "set-default", os.path.join(fm.mnt, "s")])
+        assert kfs.run([b, "subvolume", "get-default", fm.mnt]).stdout.endswith(" path s\n")
+        r = kfs.run([b, "subvolume", "set-default", "999", fm.mnt], check=False)
+        assert r.returncode == 1 and "no such subvolume" in r.stderr, r.stderr
+        r = kfs.run([b, "subvolume", "show", os.path.join(fm.mnt, "a/dir")], check=False)
+        assert r.returncode == 1 and "not a subvolume" in r.stderr, r.stderr
+        assert fm.unmount() == 0
+    oracle.btrfs_check(image)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kd")) as k:
+        assert progs("get-default", k, "").endswith(" path s\n")
+
     kfs.run([b, "subvolume", "set-default", image, "0"])
     oracle.btrfs_check(image)
     assert kfs.run([b, "subvolume", "get-default", image]).stdout == "ID 5 (FS_TREE)\n"
@@ -131,7 +151,7 @@ def test_filesystem_df_like_btrfs_progs(kernel, butter, workdir):
         assert got.splitlines() == lines, o
 
 
-def test_property_like_btrfs_progs(kernel, butter, workdir):
+def test_property_like_btrfs_progs(fuse, butter, workdir):
     """`butter property get|list` print what btrfs-progs prints for the top level, a
     subvolume, a file and a directory; `set` of ro, label and compression is what the kernel
     then shows (progs' get, lsattr's c, a refused write in the read-only subvolume)."""
@@ -184,7 +204,26 @@ def test_property_like_btrfs_progs(kernel, butter, workdir):
     assert after["sv/file"][0] == "compression=zstd\n"
     for p in objects:
         assert kfs.run([b, "property", "get", image, "/" + p]).stdout == after[p][0], p
+    # on a butter mount: get and list as progs, set as on the image
+    with FuseMount(b, [image], os.path.join(workdir, "fm")) as fm:
+        for p in objects:
+            got = (kfs.run([b, "property", "get", os.path.join(fm.mnt, p)]).stdout,
+                   kfs.run([b, "property", "list", os.path.join(fm.mnt, p)]).stdout)
+            assert got == after[p], (p, got, after[p])
+        kfs.run([b, "property", "set", os.path.join(fm.mnt, "sv"), "ro", "false"])
+        kfs.run([b, "property", "set", os.path.join(fm.mnt, "sv/dir"), "compression", "zlib"])
+        kfs.run([b, "property", "set", fm.mnt, "label", "third"])
+        with open(os.path.join(fm.mnt, "sv/new-file"), "w") as f:
+            f.write("writable again\n")
+        kfs.run([b, "property", "set", os.path.join(fm.mnt, "sv"), "ro", "true"])
+        assert fm.unmount() == 0
+    oracle.btrfs_check(image)
+    after = kernel_props()
+    assert after[""][0] == "ro=false\nlabel=third\n" and after["sv"][0] == "ro=true\n", after
+    assert after["sv/dir"][0] == "compression=zlib\n", after
     with oracle.kernel_mount(image, mnt=os.path.join(workdir, "kw"), opts=("rw",)) as k:
+        with open(os.path.join(k, "sv/new-file")) as f:
+            assert f.read() == "writable again\n"
         assert kfs.run(["lsattr", os.path.join(k, "sv/file")]).stdout.split()[0][8] == "c"
         r = subprocess.run(["touch", os.path.join(k, "sv/new")], capture_output=True, text=True)
         assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stderr
