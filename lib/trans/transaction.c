@@ -60,6 +60,7 @@ int txn_begin(struct txn_ctx *ctx)
 	ctx->tt.ops_arg = ctx->es;
 	memcpy(ctx->tt.chunk_tree_uuid, ctx->vol->chunk_tree_uuid, BTRFS_UUID_SIZE);
 	ctx->es->transid = ctx->tt.transid;
+	ctx->tt.open = 1;
 	ctx->running = 1;
 	return 0;
 }
@@ -262,6 +263,7 @@ int txn_commit(struct txn_ctx *ctx)
 	}
 	if (!ctx->tt.dirty && !extent_commit_pending(ctx->es) && !ctx->super_dirty) {
 		/* nothing changed: the on-disk state is current */
+		ctx->tt.open = 0;
 		ctx->running = 0;
 		return 0;
 	}
@@ -311,6 +313,7 @@ int txn_commit(struct txn_ctx *ctx)
 	ctx->root_tree->dirty = 0;
 	ctx->chunk_tree->dirty = 0;
 	ctx->super_dirty = 0;
+	ctx->tt.open = 0;
 	ctx->running = 0;
 	return ret;
 abort:

@@ -437,6 +437,9 @@ int tree_search_slot(struct tree_trans *t, struct tree_root *root, const struct 
 
 	if (!cow)
 		return tree_search(cache, root, key, path);
+	ASSERT(t->open);
+	if (!t->open)
+		return -EINVAL;
 again:
 	if (++restarts > 64)
 		return -EUCLEAN;
@@ -741,6 +744,9 @@ int tree_cow_root_node(struct tree_trans *t, struct tree_root *root)
 	struct tree_path path;
 	int ret;
 
+	ASSERT(t->open);
+	if (!t->open)
+		return -EINVAL;
 	tree_path_init(&path);
 	ret = node_read(t->cache, root->bytenr, root->generation, root->level, NULL,
 			&path.nodes[root->level]);

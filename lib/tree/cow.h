@@ -45,6 +45,12 @@ struct tree_trans {
 	u8 chunk_tree_uuid[BTRFS_UUID_SIZE];
 	struct tree_node *dirty;     /* every node dirtied in this transaction */
 	u64 ndirty;
+	/*
+	 * Set while the transaction takes changes (txn_begin() to the end of its
+	 * commit). A change after the commit would stamp nodes with a committed
+	 * generation and never be written: tree_search_slot(cow) refuses it.
+	 */
+	int open;
 };
 
 /* Free space in a leaf, in bytes. */

@@ -1279,6 +1279,7 @@ int tlog_fsync_many(struct butter_fs *fs, const butter_ino_t *inos, size_t n, in
 	/* 2. into the log trees */
 	memset(&t, 0, sizeof(t));
 	t.transid = w->txn.tt.transid;
+	t.open = 1;
 	t.cache = &fs->cache;
 	t.ops = &log_block_ops;
 	t.ops_arg = l;
