@@ -310,6 +310,8 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		fuse_reply_err(req, ENOTTY);
 		return;
 	}
+	if (btrfs_ioctl_answer(req, ino, cmd, in_buf, in_bufsz, out_bufsz))
+		return;
 	if (is_fileattr_cmd(cmd)) {
 		unsigned char buf[sizeof(struct fsxattr) + 8];
 		butter_ino_t id;

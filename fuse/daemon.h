@@ -99,6 +99,13 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		       size_t in_bufsz, size_t out_bufsz);
 
 /*
+ * The kernel btrfs's fixed-size ioctls (btrfs_ioctl.c): 1 when @cmd is one
+ * (the reply is sent), 0 when it is not btrfs's (nothing sent).
+ */
+int btrfs_ioctl_answer(fuse_req_t req, fuse_ino_t ino, unsigned cmd, const void *in,
+		       size_t in_size, size_t out_size);
+
+/*
  * O_TMPFILE (ops.c): create a nameless file in the directory node @parent for
  * the caller @uid/@gid with @mode and @umask, count one kernel lookup and
  * one open of it, and fill @e. butter_fuse_tmpfile_unref() undoes both when

@@ -936,6 +936,45 @@ struct butter_check_result {
 
 int butter_check(struct butter_fs *fs, struct butter_check_result *res);
 
+/* ---- raw tree search (BTRFS_IOC_TREE_SEARCH) ------------------------------ */
+/*
+ * The items of one tree whose keys lie between (min_objectid, min_type,
+ * min_offset) and (max_objectid, max_type, max_offset), compared as whole
+ * keys (not field by field), in key order, as the kernel's TREE_SEARCH
+ * ioctl returns them: each as a struct butter_search_header followed by the
+ * item's bytes as they are on disk (little-endian). Only items in leaves
+ * whose generation lies in [min_transid, max_transid] come back; the
+ * header's transid is that generation. The trees are seen as the running
+ * transaction has them (file data still buffered in memory is not in them).
+ *
+ * @tree_id: 1 root, 2 extent, 3 chunk, 4 device, 5 top-level subvolume,
+ * 7 csum, 8 quota, 9 uuid, 10 free space, 11 block group, a subvolume id,
+ * or the data relocation tree; -ENOENT for a tree the filesystem lacks.
+ *
+ * At most @nr_items items, and what fits @bufsize bytes; *@nr_found gets how
+ * many came. An item larger than the whole buffer is returned alone, as a
+ * header with len 0, when it is the first (the kernel's TREE_SEARCH v1
+ * does this); search again past its key to go on.
+ */
+struct butter_search_key {
+	uint64_t tree_id;
+	uint64_t min_objectid, max_objectid;
+	uint64_t min_offset, max_offset;
+	uint64_t min_transid, max_transid;
+	uint32_t min_type, max_type;
+};
+
+struct butter_search_header {  /* the kernel's struct btrfs_ioctl_search_header */
+	uint64_t transid;
+	uint64_t objectid;
+	uint64_t offset;
+	uint32_t type;
+	uint32_t len;                   /* item bytes that follow */
+};
+
+int butter_tree_search(struct butter_fs *fs, const struct butter_search_key *key,
+		       uint32_t nr_items, void *buf, size_t bufsize, uint32_t *nr_found);
+
 /* ---- send ----------------------------------------------------------------- */
 /*
  * Write read-only subvolume @subvol as a btrfs send stream (version 1)

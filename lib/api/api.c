@@ -576,6 +576,12 @@ int butter_space_map(struct butter_fs *fs, uint64_t devid, uint64_t cell_bytes,
 						   ncells));
 }
 
+int butter_tree_search(struct butter_fs *fs, const struct butter_search_key *key,
+		       uint32_t nr_items, void *buf, size_t bufsize, uint32_t *nr_found)
+{
+	LOCKED(fs, HOLD_SHARED, int, ops_tree_search(fs, key, nr_items, buf, bufsize, nr_found));
+}
+
 int butter_balance_item(struct butter_fs *fs, struct butter_balance_args *out)
 {
 	LOCKED(fs, HOLD_SHARED, int, ops_balance_item(fs, out));
