@@ -146,6 +146,20 @@ static const struct cli_command commands[] = {
 			 "`btrfs filesystem show` prints them, in its units.\n",
 	},
 	{
+		.name = "filesystem du",
+		.main = cmd_du,
+		.summary = "how file data is stored, per compression algorithm (compsize)",
+		.synopsis = "--compression [-b] PATH...\n"
+			    "       --compression [-b] [--device DEV]... IMAGE [PATH]...",
+		.usage = "With --compression, what compsize(8) reports for the regular files\n"
+			 "under each PATH (a directory or file inside a live `butter mount`, or\n"
+			 "a kernel btrfs mount), or under each PATH inside IMAGE (default: all):\n"
+			 "per algorithm the bytes on disk, the bytes they hold uncompressed and\n"
+			 "the bytes the files refer to. An extent shared by several files (or\n"
+			 "reflinks, snapshots) counts once on disk, once per reference as\n"
+			 "referenced. Sizes in compsize's short form unless -b (bytes).\n",
+	},
+	{
 		.name = "filesystem sync",
 		.main = cmd_filesystem,
 		.summary = "commit what a live mount has written",
