@@ -14,7 +14,6 @@
  * answers it), so the same code reads both, and the kernel's mount too.
  */
 #include <dirent.h>
-#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -30,6 +29,7 @@
 #include <linux/btrfs.h>
 
 #include "cli.h"
+#include "search.h"
 
 #define EXTENT_DATA_KEY 108
 #define FILE_EXTENT_INLINE 0
@@ -81,14 +81,6 @@ static int seen_add(struct du_totals *t, uint64_t bytenr)
 	return 1;
 }
 
-static uint64_t le64_at(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return le64toh(v);
-}
-
 /* Add one EXTENT_DATA item of @len bytes. */
 static int add_item(struct du_totals *t, const uint8_t *item, uint32_t len)
 {
@@ -97,7 +89,7 @@ static int add_item(struct du_totals *t, const uint8_t *item, uint32_t len)
 
 	if (len < FILE_EXTENT_HEAD)
 		return -EUCLEAN;
-	ram = le64_at(item + 8);
+	ram = cli_le64(item + 8);
 	kind = item[16] < KIND_PREALLOC ? item[16] : -1;
 	if (item[20] == FILE_EXTENT_INLINE) {
 		if (kind < 0)
@@ -115,32 +107,22 @@ static int add_item(struct du_totals *t, const uint8_t *item, uint32_t len)
 		kind = KIND_PREALLOC;
 	if (kind < 0)
 		return -EUCLEAN;
-	bytenr = le64_at(item + 21);
+	bytenr = cli_le64(item + 21);
 	if (bytenr == 0)
 		return 0; /* a hole */
 	t->refs++;
-	t->refd[kind] += le64_at(item + 45);
+	t->refd[kind] += cli_le64(item + 45);
 	ret = seen_add(t, bytenr);
 	if (ret > 0) {
 		t->extents++;
-		t->disk[kind] += le64_at(item + 29);
+		t->disk[kind] += cli_le64(item + 29);
 		t->uncomp[kind] += ram;
 	}
 	return ret < 0 ? ret : 0;
 }
 
-/*
- * Where the items come from: an image handle and the file's (subvolume,
- * inode), or a file descriptor on a mount (tree 0: the file's own).
- */
-struct du_source {
-	struct butter_fs *fs;
-	butter_ino_t ino;
-	int fd;
-};
-
-/* Add every EXTENT_DATA item of one file. */
-static int add_file(struct du_totals *t, const struct du_source *src, uint64_t objectid)
+/* Add every EXTENT_DATA item of file @objectid of the source's subvolume. */
+static int add_file(struct du_totals *t, const struct cli_search_src *src, uint64_t objectid)
 {
 	struct btrfs_ioctl_search_args *args = calloc(1, sizeof(*args));
 	uint64_t offset = 0;
@@ -149,29 +131,18 @@ static int add_file(struct du_totals *t, const struct du_source *src, uint64_t o
 	if (!args)
 		return -ENOMEM;
 	for (;;) {
-		uint32_t n = 0, pos = 0;
-		struct butter_search_header h;
+		struct btrfs_ioctl_search_header h;
+		uint32_t n, pos = 0;
 
-		if (src->fs) {
-			struct butter_search_key k = {
-				.tree_id = src->ino.subvol,
-				.min_objectid = objectid, .max_objectid = objectid,
-				.min_type = EXTENT_DATA_KEY, .max_type = EXTENT_DATA_KEY,
-				.min_offset = offset, .max_offset = UINT64_MAX,
-				.max_transid = UINT64_MAX,
-			};
-			ret = butter_tree_search(src->fs, &k, 4096, args->buf, sizeof(args->buf), &n);
-		} else {
-			memset(&args->key, 0, sizeof(args->key));
-			args->key.min_objectid = args->key.max_objectid = objectid;
-			args->key.min_type = args->key.max_type = EXTENT_DATA_KEY;
-			args->key.min_offset = offset;
-			args->key.max_offset = UINT64_MAX;
-			args->key.max_transid = UINT64_MAX;
-			args->key.nr_items = 4096;
-			ret = ioctl(src->fd, BTRFS_IOC_TREE_SEARCH, args) < 0 ? -errno : 0;
-			n = args->key.nr_items;
-		}
+		memset(&args->key, 0, sizeof(args->key));
+		args->key.min_objectid = args->key.max_objectid = objectid;
+		args->key.min_type = args->key.max_type = EXTENT_DATA_KEY;
+		args->key.min_offset = offset;
+		args->key.max_offset = UINT64_MAX;
+		args->key.max_transid = UINT64_MAX;
+		args->key.nr_items = 4096;
+		ret = cli_tree_search(src, args);
+		n = args->key.nr_items;
 		if (ret || n == 0)
 			break;
 		for (uint32_t i = 0; i < n; i++) {
@@ -263,7 +234,7 @@ static struct du_walk {
 
 static int walk_one(const char *path, const struct stat *sb, int type, struct FTW *ftw)
 {
-	struct du_source src = { .fd = -1 };
+	struct cli_search_src src = { .fd = -1 };
 	int ret;
 
 	(void)ftw;
@@ -353,7 +324,7 @@ static int du_image_path(struct du_totals *t, struct butter_fs *fs, const char *
 		if (ret)
 			break;
 		if (S_ISREG(st.mode)) {
-			struct du_source src = { .fs = fs, .ino = ino, .fd = -1 };
+			struct cli_search_src src = { .fs = fs, .subvol = ino.subvol, .fd = -1 };
 
 			ret = add_file(t, &src, ino.ino);
 		} else if (S_ISDIR(st.mode)) {

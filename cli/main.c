@@ -97,6 +97,17 @@ static const struct cli_command commands[] = {
 			 "  -r, --rootid ID  the subvolume with this id\n",
 	},
 	{
+		.name = "subvolume find-new",
+		.main = cmd_subvolume_find_new,
+		.summary = "list the file extents written since a generation",
+		.synopsis = "[--device DEV]... IMAGE PATH LASTGEN | MOUNTED-PATH LASTGEN",
+		.usage = "As `btrfs subvolume find-new`: every file extent of the subvolume whose\n"
+			 "root directory is PATH (inside IMAGE, or inside a live mount) written\n"
+			 "in generation LASTGEN or later, with its file's path, then the\n"
+			 "subvolume's generation (\"transid marker\") to start the next call from.\n"
+			 "A mount is committed first.\n",
+	},
+	{
 		.name = "subvolume get-default",
 		.main = cmd_subvolume_get_default,
 		.summary = "show the default subvolume (what a mount without subvol= shows)",
