@@ -112,8 +112,8 @@ def test_installed_tree(installed, butter):
 
 
 def test_man_pages(installed, butter):
-    """The man pages meson installs (help2man, from the commands' own help) render with
-    man(1) and say what each group's subcommands are."""
+    """The man pages meson installs (help2man, from the commands' own help; go-md2man for
+    libbutter(3)) render with man(1) and say what each group's subcommands are."""
     if not shutil.which("help2man") or not shutil.which("man"):
         env.unavailable("needs help2man and man (scripts/install-deps.sh installs them)")
     build, root, opts = installed
@@ -134,8 +134,16 @@ def test_man_pages(installed, butter):
         text = render(page)
         assert "NAME" in text and page[:-2] in text, (page, text[:500])
     text = render("butter-subvolume.8")
-    for sub in ("list", "show", "get-default", "set-default", "create", "snapshot", "delete"):
+    for sub in ("list", "show", "get-default", "set-default", "create", "snapshot", "delete",
+                "find-new"):
         assert f"butter subvolume {sub}" in text, sub
+    # libbutter(3), from docs/libbutter.3.md by go-md2man
+    if not shutil.which("go-md2man"):
+        env.unavailable("needs go-md2man for libbutter(3) (scripts/install-deps.sh installs it)")
+    text = render(os.path.join("..", "man3", "libbutter.3"))
+    for words in ("LIBBUTTER(3)", "#include <butter/butter.h>", "butter_open()", "RETURN VALUE",
+                  "pkg-config --cflags --libs butter"):
+        assert words in text, (words, text[:800])
 
 
 def test_example_program_against_installed_library(installed, workdir):
