@@ -19,10 +19,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
-from butter_it import env, kfs
+from butter_it import env, kfs, oracle
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -197,3 +198,67 @@ def test_example_program_against_installed_library(installed, workdir):
     r = subprocess.run([exe, img, "/docs", "/docs/none"], env=run_env, capture_output=True,
                        timeout=300)
     assert r.returncode == 1 and b"/docs/none" in r.stderr and b"No such file" in r.stderr, r
+
+
+def test_python_bindings_against_installed_library(installed, workdir):
+    """The installed Python module (python/butter, ctypes) opens an image mkfs.btrfs wrote,
+    lists, stats and reads it, and writes new files that btrfs check and the kernel accept."""
+    build, root, opts = installed
+    libdir = os.path.join(root, opts["libdir"])
+    found = [d for d, _, files in os.walk(root)
+             if os.path.basename(d) == "butter" and "__init__.py" in files]
+    assert found, f"no installed python package butter under {root}"
+    src = os.path.join(workdir, "src")
+    os.makedirs(os.path.join(src, "docs"))
+    payload = os.urandom(200 << 10)
+    with open(os.path.join(src, "docs", "big.bin"), "wb") as f:
+        f.write(payload)
+    os.symlink("big.bin", os.path.join(src, "docs", "link"))
+    img = os.path.join(workdir, "fs.img")
+    with open(img, "wb") as f:
+        f.truncate(256 << 20)
+    kfs.run(["mkfs.btrfs", "-q", "-f", "--rootdir", src, img], timeout=300)
+    script = f"""
+import butter, stat, sys
+with butter.Filesystem({img!r}) as fs:
+    assert sorted(fs.listdir("/docs")) == [("big.bin", "file"), ("link", "link")], fs.listdir("/docs")
+    st = fs.stat("/docs/big.bin")
+    assert st.size == {len(payload)} and stat.S_ISREG(st.mode) and st.subvol == 5, st
+    assert fs.read("/docs/big.bin") == open({os.path.join(src, "docs", "big.bin")!r}, "rb").read()
+    assert fs.read("/docs/big.bin", 1000, 10) == fs.read("/docs/big.bin")[1000:1010]
+    assert fs.readlink("/docs/link") == "big.bin"
+    assert fs.info().nodesize in (4096, 16384) and fs.info().num_devices == 1
+    try:
+        fs.stat("/docs/none")
+        raise SystemExit("no error for a missing file")
+    except FileNotFoundError:
+        pass
+    try:
+        fs.mkdir("/ro")
+        raise SystemExit("a read-only handle took a change")
+    except OSError as e:
+        assert e.errno == 30, e
+with butter.Filesystem({img!r}, writable=True) as fs:
+    fs.mkdir("/made")
+    fs.write_file("/made/by-python", b"written from python\\n" * 5000)
+print(butter.version())
+"""
+    env_run = dict(os.environ, LD_LIBRARY_PATH=libdir, PYTHONPATH=os.path.dirname(found[0]))
+    sanitize = opts.get("b_sanitize", "none")
+    if isinstance(sanitize, list):
+        sanitize = ",".join(sanitize)
+    if sanitize not in ("", "none"):
+        # python itself is not built with the sanitizers: their runtimes must come first
+        runtimes = [kfs.run(["cc", f"-print-file-name=lib{n}.so"]).stdout.strip()
+                    for n in ("asan", "ubsan") if n in sanitize.replace("address", "asan")
+                    .replace("undefined", "ubsan")]
+        env_run.update(LD_PRELOAD=":".join(runtimes), ASAN_OPTIONS="detect_leaks=0")
+    r = subprocess.run([sys.executable, "-c", script], env=env_run, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    kfs.run(["btrfs", "check", "--readonly", img], timeout=300)
+    with oracle.kernel_mount(img, mnt=os.path.join(workdir, "k")) as m:
+        with open(os.path.join(m, "made", "by-python"), "rb") as f:
+            assert f.read() == b"written from python\n" * 5000
+        with open(os.path.join(m, "docs", "big.bin"), "rb") as f:
+            assert f.read() == payload
