@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -16,6 +17,8 @@
 struct out {
 	int fd;
 	const char *name;
+	struct cli_progress progress;
+	uint64_t bytes;
 };
 
 static int write_all(void *arg, const void *buf, size_t len)
@@ -32,7 +35,9 @@ static int write_all(void *arg, const void *buf, size_t len)
 			return -errno;
 		p += n;
 		len -= (size_t)n;
+		o->bytes += (uint64_t)n;
 	}
+	cli_progress_update(&o->progress, o->bytes);
 	return 0;
 }
 
@@ -40,20 +45,24 @@ int cmd_send(const struct cli_command *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		CLI_COMMON_LONGOPTS,
+		{ "quiet", no_argument, NULL, 'q' },
 		{ 0 },
 	};
 	struct cli_args args = { .cmd = cmd };
-	struct out o = { STDOUT_FILENO, "standard output" };
+	struct out o = { .fd = STDOUT_FILENO, .name = "standard output" };
 	const char *file = NULL, *parent = NULL;
 	struct butter_fs *fs;
 	butter_ino_t ino, pino = { 0, 0 };
 	int c, ret, status = CLI_EXIT_OK;
+	bool quiet = false;
 
-	while ((c = cli_getopt(&args, argc, argv, ":hf:p:", longopts)) != -1) {
+	while ((c = cli_getopt(&args, argc, argv, ":hf:p:q", longopts)) != -1) {
 		if (c == 'f')
 			file = optarg;
 		else if (c == 'p')
 			parent = optarg;
+		else if (c == 'q')
+			quiet = true;
 	}
 	if (argc - optind != 2) {
 		free(args.devices);
@@ -100,7 +109,9 @@ int cmd_send(const struct cli_command *cmd, int argc, char **argv)
 			return CLI_EXIT_ERROR;
 		}
 	}
+	cli_progress_begin(&o.progress, "send", 0, quiet);
 	ret = butter_send(fs, ino.subvol, pino.subvol, write_all, &o);
+	cli_progress_end(&o.progress);
 	if (ret == -EPERM)
 		cli_error("%s: %s%s%s: not a read-only subvolume (send needs them: make snapshots "
 			  "with -r)", image, path, parent ? " or " : "", parent ? parent : "");
@@ -118,6 +129,8 @@ int cmd_send(const struct cli_command *cmd, int argc, char **argv)
 
 struct in {
 	int fd;
+	struct cli_progress progress;
+	uint64_t bytes;
 };
 
 static ssize_t read_some(void *arg, void *buf, size_t len)
@@ -127,8 +140,11 @@ static ssize_t read_some(void *arg, void *buf, size_t len)
 	for (;;) {
 		ssize_t n = read(i->fd, buf, len);
 
-		if (n >= 0)
+		if (n >= 0) {
+			i->bytes += (uint64_t)n;
+			cli_progress_update(&i->progress, i->bytes);
 			return n;
+		}
 		if (errno != EINTR)
 			return -errno;
 	}
@@ -138,19 +154,24 @@ int cmd_receive(const struct cli_command *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		CLI_COMMON_LONGOPTS,
+		{ "quiet", no_argument, NULL, 'q' },
 		{ 0 },
 	};
 	struct cli_args args = { .cmd = cmd };
 	struct butter_receive_result res = { 0 };
-	struct in in = { STDIN_FILENO };
+	struct in in = { .fd = STDIN_FILENO };
 	const char *file = NULL, *dir = "/";
 	struct butter_fs *fs;
 	butter_ino_t dest;
 	int c, ret, status = CLI_EXIT_OK;
+	bool quiet = false;
+	struct stat sb;
 
-	while ((c = cli_getopt(&args, argc, argv, ":hf:", longopts)) != -1) {
+	while ((c = cli_getopt(&args, argc, argv, ":hf:q", longopts)) != -1) {
 		if (c == 'f')
 			file = optarg;
+		else if (c == 'q')
+			quiet = true;
 	}
 	if (argc - optind < 1 || argc - optind > 2) {
 		free(args.devices);
@@ -183,8 +204,14 @@ int cmd_receive(const struct cli_command *cmd, int argc, char **argv)
 	ret = cli_resolve(fs, dir, true, &dest);
 	if (ret)
 		cli_error("%s: %s: %s", image, dir, strerror(-ret));
-	else
+	else {
+		/* a stream from a regular file has a known length; a pipe has none */
+		cli_progress_begin(&in.progress, "receive",
+				   fstat(in.fd, &sb) == 0 && S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0,
+				   quiet);
 		ret = butter_receive(fs, dest, read_some, &in, &res);
+		cli_progress_end(&in.progress);
+	}
 	if (ret == 0)
 		ret = butter_sync(fs);
 	if (ret < 0) {

@@ -241,7 +241,7 @@ static const struct cli_command commands[] = {
 		.name = "send",
 		.main = cmd_send,
 		.summary = "write a read-only subvolume as a btrfs send stream",
-		.synopsis = "[-f FILE] [-p PARENT] [--device DEV]... IMAGE PATH",
+		.synopsis = "[-f FILE] [-p PARENT] [-q] [--device DEV]... IMAGE PATH",
 		.usage = "Write the read-only subvolume PATH of the image as a send stream\n"
 			 "(version 1) to standard output or FILE, for\n"
 			 "`btrfs receive`, which makes it a read-only subvolume again with PATH's\n"
@@ -251,13 +251,14 @@ static const struct cli_command commands[] = {
 			 "\n"
 			 "  -f FILE        write to FILE instead of standard output\n"
 			 "  -p PARENT      an incremental stream: the changes from the read-only\n"
-			 "                 subvolume PARENT, which the receiver already has\n",
+			 "                 subvolume PARENT, which the receiver already has\n"
+			 "  -q, --quiet    no progress line on a terminal\n",
 	},
 	{
 		.name = "receive",
 		.main = cmd_receive,
 		.summary = "apply a btrfs send stream to an image",
-		.synopsis = "[-f FILE] [--device DEV]... IMAGE [DIR]",
+		.synopsis = "[-f FILE] [-q] [--device DEV]... IMAGE [DIR]",
 		.usage = "Read a send stream (from `btrfs send` or `butter send`) from standard\n"
 			 "input or FILE and make its subvolumes in the directory DIR of the\n"
 			 "image (default \"/\"), as `btrfs receive` does: read-only, with the\n"
@@ -265,7 +266,8 @@ static const struct cli_command commands[] = {
 			 "parent received here before. Version 2 streams work unless they use\n"
 			 "version 2's own commands (fallocate, fileattr, encoded writes).\n"
 			 "\n"
-			 "  -f FILE        read FILE instead of standard input\n",
+			 "  -f FILE        read FILE instead of standard input\n"
+			 "  -q, --quiet    no progress line on a terminal\n",
 	},
 	{
 		.name = "device add",

@@ -1,7 +1,8 @@
 /*
  * progress.c — a progress line for long work on a terminal: what, percent,
  * done of total, rate and time left, redrawn in place (\r) at most four
- * times a second on stderr, and erased at the end. Shown only when stderr
+ * times a second on stderr, and erased at the end (without a total: done
+ * and rate). Shown only when stderr
  * is a terminal and the command was not told -q: nothing reaches a pipe or
  * a log.
  */
@@ -40,9 +41,15 @@ void cli_progress_update(struct cli_progress *p, uint64_t done)
 	if (!p->on || seconds_since(&p->last) < 0.25)
 		return;
 	clock_gettime(CLOCK_MONOTONIC, &p->last);
-	total = p->total > done ? p->total : done; /* an estimate of the total may fall short */
 	elapsed = seconds_since(&p->start);
 	rate = elapsed > 0 ? (double)done / elapsed : 0;
+	if (!p->total) { /* no total known (a stream): how much, how fast */
+		fprintf(stderr, "\r%s: %s, %s/s ", p->what, cli_size_units(a, sizeof(a), done, NULL),
+			cli_size_units(r, sizeof(r), (uint64_t)rate, NULL));
+		p->drawn = true;
+		return;
+	}
+	total = p->total > done ? p->total : done; /* an estimate of the total may fall short */
 	pct = total ? (unsigned)(100.0 * (double)done / (double)total) : 0;
 	left = rate > 0 ? (unsigned)((double)(total - done) / rate) : 0;
 	fprintf(stderr, "\r%s: %3u%% %s of %s, %s/s, %u:%02u left ", p->what, pct,

@@ -11,6 +11,7 @@ level. Wrong ids and paths that are not subvolumes fail with a message and chang
 """
 import json
 import os
+import re
 import subprocess
 
 from butter_it import kfs, oracle
@@ -272,6 +273,19 @@ def test_scrub_grammar_like_btrfs_progs(fuse, butter, workdir):
     r = kfs.run([b, "mkfs", "-f", "-b", "256M", "--rootdir", src, made])
     assert "copying:" not in r.stderr + r.stdout
     oracle.btrfs_check(made)
+    # send (no total: bytes and rate) and receive (from a file: percent of its length)
+    kfs.run([b, "subvolume", "snapshot", "-r", made, "/", "/snap"])
+    stream = os.path.join(workdir, "stream")
+    assert "\rsend: " in on_tty([b, "send", "-f", stream, made, "/snap"])
+    assert "send: " not in on_tty([b, "send", "-q", "-f", stream, made, "/snap"])
+    target = os.path.join(workdir, "target.img")
+    kfs.run([b, "mkfs", "-q", "-b", "256M", target])
+    line = on_tty([b, "receive", "-f", stream, target])
+    assert re.search(r"\rreceive: +\d+% .* of 4\.\d\dMiB", line), line
+    assert os.path.getsize(stream) > 4 << 20
+    assert "receive: " not in kfs.run([b, "receive", "-f", stream, target, "/"],
+                                      check=False).stderr
+    oracle.btrfs_check(target)
     assert "\rscrub: 100% " in on_tty([b, "scrub", image])
     assert "scrub: " not in on_tty([b, "scrub", "-q", image])
     assert "\rscrub" not in kfs.run([b, "scrub", image]).stderr
