@@ -228,6 +228,7 @@ int cmd_defrag(const struct cli_command *cmd, int argc, char **argv);
 int cmd_layout(const struct cli_command *cmd, int argc, char **argv);
 int cmd_heatmap(const struct cli_command *cmd, int argc, char **argv);
 int cmd_du(const struct cli_command *cmd, int argc, char **argv);
+int cmd_usage(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_find_new(const struct cli_command *cmd, int argc, char **argv);
 int cmd_scrub(const struct cli_command *cmd, int argc, char **argv);
 int cmd_send(const struct cli_command *cmd, int argc, char **argv);

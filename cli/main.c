@@ -157,6 +157,17 @@ static const struct cli_command commands[] = {
 			 "`btrfs filesystem show` prints them, in its units.\n",
 	},
 	{
+		.name = "filesystem usage",
+		.main = cmd_usage,
+		.summary = "space of each device: allocated by kind, unallocated, free",
+		.synopsis = "[-b|-h|-H|-k|-m|-g|-t] [--iec|--si] [--device DEV]... IMAGE|PATH",
+		.usage = "What `btrfs filesystem usage` prints, in its layout and units: the\n"
+			 "totals, then each kind of chunk with the bytes it takes on each device,\n"
+			 "then each device's unallocated bytes. IMAGE is an image file or\n"
+			 "device; PATH a directory inside a live `butter mount` (root: the chunk\n"
+			 "tree is read as btrfs's TREE_SEARCH reads it).\n",
+	},
+	{
 		.name = "filesystem du",
 		.main = cmd_du,
 		.summary = "how file data is stored, per compression algorithm (compsize)",
@@ -408,6 +419,14 @@ static const struct cli_command commands[] = {
 			 "grow into the device (max: all of it), or shrink, moving the block\n"
 			 "groups that lie past the new end to the space that remains. DEVID\n"
 			 "defaults to 1. The image file keeps its size (truncate it after).\n",
+	},
+	{
+		.name = "device usage",
+		.main = cmd_usage,
+		.summary = "what each device holds, by kind of chunk",
+		.synopsis = "[-b|-h|-H|-k|-m|-g|-t] [--iec|--si] [--device DEV]... IMAGE|PATH",
+		.usage = "What `btrfs device usage` prints: per device its size, slack, the\n"
+			 "bytes of each kind of chunk on it and what is unallocated.\n",
 	},
 	{
 		.name = "device stats",

@@ -14,6 +14,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from butter_it import kfs, oracle
 from butter_it.fusemount import FuseMount, require_fuse
 
@@ -295,3 +297,57 @@ def test_scrub_grammar_like_btrfs_progs(fuse, butter, workdir):
         assert "\rscrub: 100% " in on_tty([b, "scrub", fm.mnt])
         assert fm.unmount() == 0
     oracle.btrfs_check(image)
+
+
+USAGE_RUNTIME = ("    Free (statfs, df):", "    Global reserve:")
+
+
+@pytest.mark.parametrize("layout", [
+    (1, []),
+    (2, ["-d", "raid1", "-m", "raid1"]),
+    (2, ["-d", "raid0", "-m", "raid1"]),
+    (3, ["-d", "raid5", "-m", "raid1c3"]),
+])
+def test_filesystem_and_device_usage_like_btrfs_progs(fuse, butter, workdir, layout):
+    """`butter filesystem usage` and `butter device usage` of an image the kernel wrote equal
+    progs' on the kernel's mount of it, with several unit options, on the image and through a
+    butter mount: every line but the device names (a loop device there, the image here) and
+    the two the kernel takes from its memory (statfs's free bytes, its global reserve)."""
+    ndev, mkfs_args = layout
+    with kfs.kernel_fs(workdir, name="k", ndevices=ndev, mkfs_args=mkfs_args) as fs:
+        with open(os.path.join(fs.mnt, "f"), "wb") as f:
+            f.write(os.urandom(5 << 20))
+        os.makedirs(os.path.join(fs.mnt, "d"))
+        for i in range(200):
+            with open(os.path.join(fs.mnt, "d", str(i)), "w") as f:
+                f.write("x" * 3000)
+        fs.release()
+        images = fs.images
+    options = [[], ["-b"], ["-k"], ["--si"], ["-h"]]
+    want = {}
+    with kfs.attached(images) as loops:
+        mnt = os.path.join(workdir, "km")
+        kfs.mount(loops[0], mnt, ["ro"] + [f"device={d}" for d in loops[1:]])
+        try:
+            for o in options:
+                for what in (["filesystem", "usage"], ["device", "usage"]):
+                    text = kfs.run(["btrfs"] + what + o + [mnt]).stdout
+                    for loop, image in zip(loops, images):
+                        text = re.sub(re.escape(loop) + r"\b", os.path.realpath(image), text)
+                    want[(tuple(what), tuple(o))] = text
+        finally:
+            kfs.umount(mnt)
+
+    def same(got, text, key):
+        keep = [line for line in text.splitlines() if not line.startswith(USAGE_RUNTIME)]
+        assert [line for line in got.splitlines() if not line.startswith(USAGE_RUNTIME)] == keep, \
+            (key, got, text)
+
+    devs = [a for d in images[1:] for a in ("--device", d)]
+    for (what, o), text in want.items():
+        assert "Data," in text
+        same(kfs.run([butter.path] + list(what) + list(o) + devs + [images[0]]).stdout, text,
+             (what, o))
+    with FuseMount(butter.path, images, os.path.join(workdir, "fm"), ["ro"]) as m:
+        for (what, o), text in want.items():
+            same(kfs.run([butter.path] + list(what) + list(o) + [m.mnt]).stdout, text, (what, o))
