@@ -271,6 +271,14 @@ struct butter_ioc_fs_info;
 int ctl_fs_info(const char *path, struct butter_ioc_fs_info *fi);
 int ctl_filesystem(const char *what, const char *path, const char *label,
 		   const struct cli_units *units);
+/*
+ * The filesystem of the live mount holding @path, as its last commit left it:
+ * the mount commits first (what the kernel caches included), then its devices
+ * are opened read-only beside the daemon (the library allows readers there).
+ * For work on what does not change while the daemon writes: read-only
+ * snapshots (send). 0 with *fs, or -1 after a message.
+ */
+int ctl_open_committed(const char *path, struct butter_fs **fs);
 int cmd_subvolume_delete(const struct cli_command *cmd, int argc, char **argv);
 int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv);
 int cmd_put(const struct cli_command *cmd, int argc, char **argv);

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <butter/control.h>
+
 #include "cli.h"
 #include "copyin.h"
 
@@ -41,6 +43,23 @@ static int write_all(void *arg, const void *buf, size_t len)
 	return 0;
 }
 
+/* The subvolume whose root directory is @path inside a live mount; 0 or -1 after a message. */
+static int mount_subvol(const char *path, butter_ino_t *out)
+{
+	struct butter_ioc_info info;
+	int fd = ctl_open(path, &info);
+
+	if (fd < 0)
+		return -1;
+	close(fd);
+	if (info.ino != BUTTER_SUBVOL_ROOT_INO) {
+		cli_error("%s: not a subvolume", path);
+		return -1;
+	}
+	*out = (butter_ino_t){ info.subvol, info.ino };
+	return 0;
+}
+
 int cmd_send(const struct cli_command *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -64,17 +83,31 @@ int cmd_send(const struct cli_command *cmd, int argc, char **argv)
 		else if (c == 'q')
 			quiet = true;
 	}
-	if (argc - optind != 2) {
+	struct stat sb;
+	bool mounted = argc - optind == 1 && args.ndevices == 0 && stat(argv[optind], &sb) == 0 &&
+		       S_ISDIR(sb.st_mode);
+
+	if (!mounted && argc - optind != 2) {
 		free(args.devices);
 		return cli_usage_error(cmd, argc - optind < 2 ? "missing IMAGE or PATH"
 							     : "too many arguments");
 	}
-	const char *image = argv[optind], *path = argv[optind + 1];
+	const char *image = argv[optind], *path = mounted ? argv[optind] : argv[optind + 1];
 
 	if (!file && isatty(STDOUT_FILENO)) {
 		free(args.devices);
 		cli_error("not writing a send stream to a terminal (redirect it, or use -f FILE)");
 		return CLI_EXIT_ERROR;
+	}
+	if (mounted) {
+		/* a live mount: its subvolumes by path, the stream from its last commit */
+		ret = mount_subvol(path, &ino) || (parent && mount_subvol(parent, &pino)) ||
+		      ctl_open_committed(path, &fs) ? -1 : 0;
+		free(args.devices);
+		if (ret)
+			return CLI_EXIT_ERROR;
+		image = path;
+		goto send;
 	}
 	ret = cli_open(&args, image, &fs);
 	free(args.devices);
@@ -100,6 +133,7 @@ int cmd_send(const struct cli_command *cmd, int argc, char **argv)
 			return CLI_EXIT_ERROR;
 		}
 	}
+send:
 	if (file) {
 		o.fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		o.name = file;

@@ -15,6 +15,8 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <linux/btrfs.h>
+
 #include <butter/control.h>
 
 #include "cli.h"
@@ -274,6 +276,67 @@ int ctl_scrub(const char *path, bool readonly, struct butter_scrub_stats *st,
 	}
 	if (progress)
 		cli_progress_end(progress);
+	close(fd);
+	return ret;
+}
+
+/* Messages of a read-only open beside the daemon: errors only (that it reads the last commit is the point). */
+static void errors_only(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (level == BUTTER_LOG_ERROR)
+		fprintf(stderr, "butter: %s\n", msg);
+}
+
+int ctl_open_committed(const char *path, struct butter_fs **fs)
+{
+	struct btrfs_ioctl_fs_info_args fi;
+	struct butter_open_opts opts = { .flags = BUTTER_OPEN_RDONLY | BUTTER_OPEN_DEGRADED,
+					 .log = errors_only };
+	char (*paths)[BTRFS_DEVICE_PATH_NAME_MAX + 1] = NULL;
+	const char **devices = NULL;
+	size_t n = 0;
+	int fd = ctl_open(path, NULL), ret = -1;
+
+	if (fd < 0)
+		return -1;
+	if (syncfs(fd) < 0 || ioctl(fd, BUTTER_IOC_SYNC) < 0) {
+		cli_error("%s: the mount did not commit: %s", path, strerror(errno));
+		goto out;
+	}
+	if (ioctl(fd, BTRFS_IOC_FS_INFO, &fi) < 0) {
+		cli_error("%s: %s", path, strerror(errno));
+		goto out;
+	}
+	paths = calloc(fi.num_devices ? fi.num_devices : 1, sizeof(*paths));
+	devices = calloc(fi.num_devices ? fi.num_devices : 1, sizeof(*devices));
+	if (!paths || !devices) {
+		cli_error("out of memory");
+		goto out;
+	}
+	for (uint64_t id = 1; id <= fi.max_id && n < fi.num_devices; id++) {
+		struct btrfs_ioctl_dev_info_args di = { .devid = id };
+
+		if (ioctl(fd, BTRFS_IOC_DEV_INFO, &di) < 0 || !di.path[0])
+			continue; /* no such device, or missing: a degraded open does without */
+		memcpy(paths[n], di.path, sizeof(di.path));
+		paths[n][BTRFS_DEVICE_PATH_NAME_MAX] = '\0';
+		devices[n] = paths[n];
+		n++;
+	}
+	if (n == 0) {
+		cli_error("%s: the mount names no device", path);
+		goto out;
+	}
+	opts.devices = devices + 1;
+	opts.ndevices = n - 1;
+	ret = butter_open(devices[0], &opts, fs);
+	if (ret < 0)
+		cli_error("%s: %s", devices[0], cli_open_error(-ret));
+	ret = ret < 0 ? -1 : 0;
+out:
+	free(devices);
+	free(paths);
 	close(fd);
 	return ret;
 }

@@ -252,13 +252,15 @@ static const struct cli_command commands[] = {
 		.name = "send",
 		.main = cmd_send,
 		.summary = "write a read-only subvolume as a btrfs send stream",
-		.synopsis = "[-f FILE] [-p PARENT] [-q] [--device DEV]... IMAGE PATH",
+		.synopsis = "[-f FILE] [-p PARENT] [-q] [--device DEV]... IMAGE PATH\n"
+			    "       [-f FILE] [-p PARENT] [-q] MOUNTED-PATH",
 		.usage = "Write the read-only subvolume PATH of the image as a send stream\n"
 			 "(version 1) to standard output or FILE, for\n"
 			 "`btrfs receive`, which makes it a read-only subvolume again with PATH's\n"
 			 "uuid as its received uuid. A writable subvolume is refused, as by\n"
 			 "btrfs send: snapshot it with -r first. Nested subvolumes are not part\n"
-			 "of the stream.\n"
+			 "of the stream. With MOUNTED-PATH (and PARENT) inside a live `butter\n"
+			 "mount`, the mount commits and the stream is made from that commit.\n"
 			 "\n"
 			 "  -f FILE        write to FILE instead of standard output\n"
 			 "  -p PARENT      an incremental stream: the changes from the read-only\n"

@@ -234,3 +234,52 @@ def test_send_incremental(kernel, butter, workdir):
         assert r.returncode == 0, f"butter receive {stream}:\n{r.stderr[-3000:]}"
     got, _ = kernel_view(workdir, img2, ["s2"])
     manifest.assert_same(want, got[0])
+
+
+def test_send_from_a_live_mount(fuse, butter, workdir):
+    """`butter send [-p PARENT] MOUNTED-PATH` on a live butter mount: the mount commits, the
+    stream comes from that commit (written just before, through the kernel's cache, without
+    sync), and the kernel's btrfs receive makes the same trees the mount shows."""
+    from butter_it.fusemount import FuseMount
+    b = butter.path
+    img = os.path.join(workdir, "img")
+    kfs.run([b, "mkfs", "-q", "-b", "1G", img])
+    full = os.path.join(workdir, "full.stream")
+    inc = os.path.join(workdir, "inc.stream")
+    with FuseMount(b, [img], os.path.join(workdir, "m")) as m:
+        vol = os.path.join(m.mnt, "vol")
+        kfs.run([b, "subvolume", "create", vol])
+        tree.small_tree(vol, seed=21)
+        kfs.run([b, "subvolume", "snapshot", "-r", vol, os.path.join(m.mnt, "s1")])
+        r = kfs.run([b, "send", "-f", full, os.path.join(m.mnt, "s1")], check=False)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        # changes (change_tree's reflinks are not FUSE's: copy_file_range shares extents here)
+        files = sorted(os.path.join(r, f) for r, _, fs_ in os.walk(vol) for f in fs_
+                       if os.path.isfile(os.path.join(r, f)) and not os.path.islink(os.path.join(r, f)))
+        with open(files[0], "r+b") as f:
+            f.seek(100)
+            f.write(b"changed")
+        os.unlink(files[1])
+        with open(files[-1], "rb") as src, open(os.path.join(vol, "copied"), "wb") as dst:
+            os.copy_file_range(src.fileno(), dst.fileno(), os.fstat(src.fileno()).st_size)
+        os.mkdir(os.path.join(vol, "newdir"))
+        with open(os.path.join(vol, "late"), "wb") as f:
+            f.write(b"written just before the snapshot\n" * 1000)
+        kfs.run([b, "subvolume", "snapshot", "-r", vol, os.path.join(m.mnt, "s2")])
+        r = kfs.run([b, "send", "-p", os.path.join(m.mnt, "s1"), "-f", inc,
+                     os.path.join(m.mnt, "s2")], check=False)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        want1 = manifest.take(os.path.join(m.mnt, "s1"))
+        want2 = manifest.take(os.path.join(m.mnt, "s2"))
+        # a writable subvolume and a directory that is no subvolume are refused
+        r = kfs.run([b, "send", "-f", full + ".x", vol], check=False)
+        assert r.returncode == 1 and "read-only" in r.stderr, r.stderr
+        os.makedirs(os.path.join(vol, "plain-dir"), exist_ok=True)
+        r = kfs.run([b, "send", "-f", full + ".x", os.path.join(vol, "plain-dir")], check=False)
+        assert r.returncode == 1 and "not a subvolume" in r.stderr, r.stderr
+    assert os.path.getsize(inc) < os.path.getsize(full)
+    with kfs.kernel_fs(workdir, name="dst") as dst:
+        receive(full, dst.mnt)
+        receive(inc, dst.mnt)
+        manifest.assert_same(want1, manifest.take(os.path.join(dst.mnt, "s1")))
+        manifest.assert_same(want2, manifest.take(os.path.join(dst.mnt, "s2")))
