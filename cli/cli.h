@@ -85,6 +85,12 @@ void cli_print_usage(const struct cli_command *cmd, FILE *out);
  */
 int cli_open(const struct cli_args *args, const char *image, struct butter_fs **fs);
 
+/*
+ * Whether @path names the command's mount form: a directory (inside a live
+ * mount) given without --device, rather than an image file or device.
+ */
+bool cli_is_mount_path(const char *path, const struct cli_args *args);
+
 /* Explain the butter_open() errors (positive @err) whose strerror() text would mislead. */
 const char *cli_open_error(int err);
 

@@ -336,13 +336,6 @@ static int mount_balance(const char *path, uint32_t cmd, const struct butter_bal
 	return mount_wait(path, "balance", &io);
 }
 
-static bool is_mount_path(const char *path, const struct cli_args *args)
-{
-	struct stat sb;
-
-	return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && args->ndevices == 0;
-}
-
 /* Run a balance on an image opened read-write; exit status. */
 static int image_balance(const char *image, const struct cli_args *args,
 			 const struct butter_balance_args *ba)
@@ -443,7 +436,7 @@ int cmd_balance_start(const struct cli_command *cmd, int argc, char **argv)
 	}
 	const char *image = argv[optind];
 
-	if (is_mount_path(image, &args))
+	if (cli_is_mount_path(image, &args))
 		ret = mount_balance(image, BUTTER_BALANCE_CMD_START, &ba, background);
 	else
 		ret = image_balance(image, &args, &ba);
@@ -522,7 +515,7 @@ int cmd_balance_ctl(const struct cli_command *cmd, int argc, char **argv)
 	}
 	const char *path = argv[optind];
 
-	if (is_mount_path(path, &args)) {
+	if (cli_is_mount_path(path, &args)) {
 		uint32_t c2 = !strcmp(what, "status")	? BUTTER_BALANCE_CMD_STATUS
 			      : !strcmp(what, "pause")	? BUTTER_BALANCE_CMD_PAUSE
 			      : !strcmp(what, "cancel") ? BUTTER_BALANCE_CMD_CANCEL
@@ -657,7 +650,7 @@ int cmd_device_remove(const struct cli_command *cmd, int argc, char **argv)
 	}
 	const char *image = argv[argc - 1];
 
-	if (is_mount_path(image, &args)) {
+	if (cli_is_mount_path(image, &args)) {
 		free(args.devices);
 		for (i = optind; i < argc - 1; i++) {
 			struct butter_ioc_device dev;
@@ -781,7 +774,7 @@ int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv)
 		if (cli_parse_size(spec, &amount) < 0)
 			goto bad;
 	}
-	if (is_mount_path(image, &args)) {
+	if (cli_is_mount_path(image, &args)) {
 		struct butter_ioc_device dev;
 		struct butter_ioc_fs_info info;
 		struct butter_ioc_dev_stats ds;
@@ -910,7 +903,7 @@ int cmd_replace_start(const struct cli_command *cmd, int argc, char **argv)
 	}
 	const char *src = argv[optind], *target = argv[optind + 1], *image = argv[optind + 2];
 
-	if (is_mount_path(image, &args)) {
+	if (cli_is_mount_path(image, &args)) {
 		struct butter_ioc_device dev;
 		char *abs = realpath(target, NULL);
 
@@ -996,7 +989,7 @@ int cmd_replace_ctl(const struct cli_command *cmd, int argc, char **argv)
 	}
 	const char *path = argv[optind];
 
-	if (!is_mount_path(path, &args)) {
+	if (!cli_is_mount_path(path, &args)) {
 		free(args.devices);
 		if (!strcmp(what, "status")) {
 			printf("Never started (an offline replace runs to its end in `replace start`)\n");

@@ -142,7 +142,6 @@ int cmd_device_stats(const struct cli_command *cmd, int argc, char **argv)
 	bool reset = false, check = false;
 	int c, ret, nonzero = 0;
 	size_t idx;
-	struct stat sb;
 
 	while ((c = cli_getopt(&args, argc, argv, ":hzc", longopts)) != -1) {
 		if (c == 'z')
@@ -157,7 +156,7 @@ int cmd_device_stats(const struct cli_command *cmd, int argc, char **argv)
 	}
 	const char *image = argv[optind];
 
-	if (stat(image, &sb) == 0 && S_ISDIR(sb.st_mode) && args.ndevices == 0) {
+	if (cli_is_mount_path(image, &args)) {
 		free(args.devices);
 		if (ctl_dev_stats(image, reset, &nonzero) < 0)
 			return CLI_EXIT_ERROR;

@@ -265,7 +265,6 @@ int cmd_heatmap(const struct cli_command *cmd, int argc, char **argv)
 	uint32_t size = 256, width, ndev = 0;
 	size_t n = 0, unresolved = 0, i;
 	struct trace t = { 0 };
-	struct stat sb;
 	int c, ret = 0, top_fd = -1, status = CLI_EXIT_ERROR;
 	unsigned long v;
 
@@ -296,7 +295,7 @@ int cmd_heatmap(const struct cli_command *cmd, int argc, char **argv)
 	return CLI_EXIT_ERROR;
 #else
 	target = image = argv[optind];
-	if (args.ndevices == 0 && stat(target, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+	if (cli_is_mount_path(target, &args)) {
 		ret = find_mount(target, &mnt, &source);
 		if (ret) {
 			cli_error("%s: %s", target, ret == -ENOENT ? "not inside a butter mount (give the image file)"

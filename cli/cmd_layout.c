@@ -82,7 +82,6 @@ int cmd_layout(const struct cli_command *cmd, int argc, char **argv)
 	struct butter_fs *fs = NULL;
 	const char *trace_path = NULL, *target;
 	struct trace t;
-	struct stat sb;
 	size_t n = 0, unresolved = 0;
 	int c, ret, on_mount = 0, top_fd = -1;
 
@@ -95,7 +94,7 @@ int cmd_layout(const struct cli_command *cmd, int argc, char **argv)
 				       : argc - optind < 1 ? "missing IMAGE or PATH" : "too many arguments");
 	}
 	target = argv[optind];
-	if (args.ndevices == 0 && stat(target, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+	if (cli_is_mount_path(target, &args)) {
 		struct butter_ioc_info info;
 
 		top_fd = open(target, O_RDONLY | O_CLOEXEC | O_DIRECTORY);

@@ -139,11 +139,10 @@ int cmd_scrub(const struct cli_command *cmd, int argc, char **argv)
 		return cli_usage_error(cmd, "too many arguments");
 	}
 	const char *image = argv[optind];
-	struct stat sb;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	memset(&info, 0, sizeof(info));
-	if (stat(image, &sb) == 0 && S_ISDIR(sb.st_mode) && args.ndevices == 0) {
+	if (cli_is_mount_path(image, &args)) {
 		/* a path inside a live `butter mount`: the daemon scrubs (and logs each error) */
 		struct butter_ioc_fs_info fi;
 

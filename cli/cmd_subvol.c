@@ -147,9 +147,8 @@ int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv)
 	if (argc - optind > 1)
 		return cli_usage_error(cmd, "too many arguments");
 	const char *image = argv[optind];
-	struct stat st;
 
-	if (stat(image, &st) == 0 && S_ISDIR(st.st_mode) && args.ndevices == 0) {
+	if (cli_is_mount_path(image, &args)) {
 		free(args.devices);
 		if (o.table)
 			print_table_header(&o);
@@ -307,7 +306,6 @@ int cmd_filesystem(const struct cli_command *cmd, int argc, char **argv)
 	bool df = !strcmp(what, "df"), show = !strcmp(what, "show"); /* the commands with units */
 	struct butter_info bi;
 	struct butter_fs *fs;
-	struct stat st;
 	int c, ret, status = CLI_EXIT_OK;
 	int nmax = !strcmp(what, "label") ? 2 : 1;
 
@@ -325,7 +323,7 @@ int cmd_filesystem(const struct cli_command *cmd, int argc, char **argv)
 	target = argv[optind];
 	if (argc - optind == 2)
 		label = argv[optind + 1];
-	if (stat(target, &st) == 0 && S_ISDIR(st.st_mode) && args.ndevices == 0) {
+	if (cli_is_mount_path(target, &args)) {
 		free(args.devices);
 		return ctl_filesystem(what, target, label, &units);
 	}
@@ -609,7 +607,6 @@ int cmd_subvolume_get_default(const struct cli_command *cmd, int argc, char **ar
 	struct butter_subvol_info si;
 	struct butter_info info;
 	struct butter_fs *fs = NULL;
-	struct stat st;
 	int ret, status = CLI_EXIT_ERROR;
 
 	while (cli_getopt(&args, argc, argv, ":h", longopts) != -1)
@@ -618,7 +615,7 @@ int cmd_subvolume_get_default(const struct cli_command *cmd, int argc, char **ar
 		free(args.devices);
 		return cli_usage_error(cmd, argc - optind < 1 ? "missing IMAGE" : "too many arguments");
 	}
-	if (stat(argv[optind], &st) == 0 && S_ISDIR(st.st_mode) && args.ndevices == 0) {
+	if (cli_is_mount_path(argv[optind], &args)) {
 		/* a path inside a live `butter mount`: ask for the default's id, then for it */
 		struct butter_ioc_subvol_get *g = malloc(sizeof(*g));
 
@@ -678,7 +675,7 @@ int cmd_subvolume_set_default(const struct cli_command *cmd, int argc, char **ar
 	if ((argc - optind == 1 ||
 	     (argc - optind == 2 && argv[optind][strspn(argv[optind], "0123456789")] == '\0' &&
 	      stat(argv[optind], &st) != 0)) &&
-	    stat(last, &st) == 0 && S_ISDIR(st.st_mode) && args.ndevices == 0) {
+	    cli_is_mount_path(last, &args)) {
 		/* on a live mount, as btrfs-progs: `set-default ID PATH` or `set-default SUBVOL-PATH` */
 		struct butter_ioc_subvol_set set = { .what = BUTTER_SUBVOL_SET_DEFAULT };
 		struct butter_ioc_info info;

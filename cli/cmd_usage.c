@@ -626,7 +626,6 @@ int cmd_usage(const struct cli_command *cmd, int argc, char **argv)
 	struct usage_view v = { 0 };
 	bool devices = !strncmp(cmd->name, "device", 6);
 	const char *target;
-	struct stat st;
 	int c, ret;
 
 	cli_units_fix_h(argc, argv);
@@ -639,7 +638,7 @@ int cmd_usage(const struct cli_command *cmd, int argc, char **argv)
 							      : "too many arguments");
 	}
 	target = argv[optind];
-	if (stat(target, &st) == 0 && S_ISDIR(st.st_mode) && args.ndevices == 0) {
+	if (cli_is_mount_path(target, &args)) {
 		int fd = open(target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
 		ret = fd < 0 ? -errno : load_mount(fd, target, &v);

@@ -211,6 +211,13 @@ int cli_open(const struct cli_args *args, const char *image, struct butter_fs **
 	return ret;
 }
 
+bool cli_is_mount_path(const char *path, const struct cli_args *args)
+{
+	struct stat st;
+
+	return args->ndevices == 0 && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 int cli_finish_stdout(int status)
 {
 	if (fflush(stdout) != 0 || ferror(stdout)) {

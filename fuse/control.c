@@ -93,11 +93,15 @@ static int fileattr_ioctl(struct daemon *d, butter_ino_t id, unsigned cmd, const
 		if (in_size != sizeof(fx))
 			return -ENOTTY;
 		memcpy(&fx, in, sizeof(fx));
-		for (i = 0; i < NXFLAGS; i++)
-			fx.fsx_xflags &= ~xflag_map[i].xflag;
-		if (fx.fsx_xflags || fx.fsx_extsize || fx.fsx_projid || fx.fsx_cowextsize)
-			return -EOPNOTSUPP;
-		memcpy(&fx, in, sizeof(fx));
+		{
+			uint32_t known = 0;
+
+			for (i = 0; i < NXFLAGS; i++)
+				known |= xflag_map[i].xflag;
+			if ((fx.fsx_xflags & ~known) || fx.fsx_extsize || fx.fsx_projid ||
+			    fx.fsx_cowextsize)
+				return -EOPNOTSUPP;
+		}
 		ret = butter_get_fileattr(d->fs, id, &old);
 		if (ret)
 			return ret;

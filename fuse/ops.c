@@ -786,20 +786,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
  * and never with O_TRUNC. (The kernel does not know the flags of a FUSE
  * inode, so the daemon says it.)
  */
-static int open_allowed(struct daemon *d, butter_ino_t id, int flags)
+static int open_allowed(uint64_t inode_flags, int flags)
 {
-	uint32_t fl;
-	int ret;
-
 	if ((flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC))
 		return 0;
-	ret = butter_get_fileattr(d->fs, id, &fl);
-	if (ret)
-		return ret;
-	if ((fl & BUTTER_FL_IMMUTABLE) && (flags & O_ACCMODE) != O_RDONLY)
+	if ((inode_flags & BUTTER_INODE_IMMUTABLE) && (flags & O_ACCMODE) != O_RDONLY)
 		return -EPERM;
-	if ((fl & BUTTER_FL_APPEND) && (((flags & O_ACCMODE) != O_RDONLY && !(flags & O_APPEND)) ||
-				       (flags & O_TRUNC)))
+	if ((inode_flags & BUTTER_INODE_APPEND) &&
+	    (((flags & O_ACCMODE) != O_RDONLY && !(flags & O_APPEND)) || (flags & O_TRUNC)))
 		return -EPERM;
 	return 0;
 }
@@ -821,7 +815,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		    (fi->flags & O_ACCMODE) != O_RDONLY)
 			ret = -EROFS;
 		if (ret == 0)
-			ret = open_allowed(d, id, fi->flags);
+			ret = open_allowed(bs.flags, fi->flags); /* the flags butter_stat() just read */
 		if (ret == 0)
 			ret = butter_open_ref(d->fs, id);
 		if (ret == 0 && reads)

@@ -196,9 +196,13 @@ struct butter_stat {
 	uint64_t blocks;     /* in 512-byte units, as st_blocks */
 	uint64_t generation;
 	uint64_t transid;
-	uint64_t flags;      /* btrfs inode flags */
+	uint64_t flags;      /* btrfs inode flags (BUTTER_INODE_* below among them) */
 	struct timespec atime, mtime, ctime, otime;
 };
+
+/* Two of btrfs's inode flags (struct butter_stat.flags): chattr +i and +a. */
+#define BUTTER_INODE_IMMUTABLE (1ULL << 6)
+#define BUTTER_INODE_APPEND (1ULL << 7)
 
 /*
  * One path of @ino from its subvolume's root directory ("a/b/c"; "" for the

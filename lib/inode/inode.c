@@ -173,6 +173,10 @@ static u64 stat_blocks(u64 nbytes, u32 sectorsize)
 	return sectors * (sectorsize / 512);
 }
 
+/* butter_stat().flags are the inode item's: the public names must be btrfs's bits */
+_Static_assert(BUTTER_INODE_IMMUTABLE == BTRFS_INODE_IMMUTABLE_FLAG, "chattr +i bit");
+_Static_assert(BUTTER_INODE_APPEND == BTRFS_INODE_APPEND_FLAG, "chattr +a bit");
+
 int inode_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 {
 	struct btrfs_inode_item item;
