@@ -26,6 +26,7 @@
 struct list_opts {
 	bool readonly_only, flags, uuid, parent_uuid, received_uuid, cgen, parent, snapshots, table;
 	bool all; /* -a: a nested subvolume's path from "<FS_TREE>/", as progs */
+	int count; /* --format json: items printed so far */
 };
 
 static const uint8_t zero_uuid[16];
@@ -76,7 +77,7 @@ static void print_table_header(const struct list_opts *o)
  */
 static int print_subvol(void *arg, const struct butter_subvol_info *si)
 {
-	const struct list_opts *o = arg;
+	struct list_opts *o = arg;
 	bool ro = si->flags & ROOT_SUBVOL_RDONLY, t = o->table;
 	char u[37], when[32] = "-";
 	struct tm tm;
@@ -88,6 +89,33 @@ static int print_subvol(void *arg, const struct butter_subvol_info *si)
 		return 0;
 	if (sec && localtime_r(&sec, &tm))
 		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+	if (cli_json) {
+		/* every column, whatever the options; README, "JSON" */
+		char p[37], r[37];
+		const char *path = si->path;
+		char *full = NULL;
+
+		if (o->all && si->parent_id != 5 && asprintf(&full, "<FS_TREE>/%s", si->path) >= 0)
+			path = full;
+		cli_json_item_begin(o->count++ == 0);
+		cli_json_member_u64("ID", si->id, false);
+		cli_json_member_u64("gen", si->generation, false);
+		cli_json_member_u64("cgen", si->otransid, false);
+		cli_json_member_u64("parent", si->parent_id, false);
+		cli_json_member_u64("top level", si->parent_id, false);
+		cli_json_member("otime", when, false);
+		cli_json_member("parent_uuid", memcmp(si->parent_uuid, zero_uuid, 16)
+						       ? cli_uuid(p, si->parent_uuid) : "-", false);
+		cli_json_member("received_uuid", memcmp(si->received_uuid, zero_uuid, 16)
+							 ? cli_uuid(r, si->received_uuid) : "-", false);
+		cli_json_member("uuid", memcmp(si->uuid, zero_uuid, 16) ? cli_uuid(u, si->uuid) : "-",
+				false);
+		cli_json_member("flags", ro ? "ro" : "-", false);
+		cli_json_member("path", path, true);
+		cli_json_item_end();
+		free(full);
+		return 0;
+	}
 	printf(t ? "%" PRIu64 "\t%" PRIu64 "\t" : "ID %" PRIu64 " gen %" PRIu64, si->id,
 	       si->generation);
 	if (o->cgen || o->snapshots)
@@ -148,11 +176,19 @@ int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv)
 		return cli_usage_error(cmd, "too many arguments");
 	const char *image = argv[optind];
 
+	if (cli_json)
+		o.table = false;
 	if (cli_is_mount_path(image, &args)) {
 		free(args.devices);
 		if (o.table)
 			print_table_header(&o);
-		return ctl_subvol_list(image, print_subvol, &o);
+		if (cli_json)
+			cli_json_begin("subvolume-list");
+		int st = ctl_subvol_list(image, print_subvol, &o);
+
+		if (cli_json && st == CLI_EXIT_OK)
+			cli_json_end(o.count > 0);
+		return st;
 	}
 
 	struct butter_fs *fs;
@@ -163,10 +199,14 @@ int cmd_subvolume_list(const struct cli_command *cmd, int argc, char **argv)
 	int status = CLI_EXIT_OK;
 	if (o.table)
 		print_table_header(&o);
+	if (cli_json)
+		cli_json_begin("subvolume-list");
 	int ret = butter_subvol_list(fs, print_subvol, &o);
 	if (ret < 0) {
 		cli_error("%s: listing subvolumes: %s", image, strerror(-ret));
 		status = CLI_EXIT_ERROR;
+	} else if (cli_json) {
+		cli_json_end(o.count > 0);
 	}
 	butter_close(fs);
 	free(args.devices);

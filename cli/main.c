@@ -703,7 +703,7 @@ static void print_main_usage(FILE *out)
 		     "\n"
 		     "Global option (before COMMAND):\n"
 		     "  --format json|text  JSON, in btrfs-progs' layout, from the commands that\n"
-		     "                      have it: filesystem df, device stats\n");
+		     "                      have it: filesystem df, device stats, subvolume list\n");
 }
 
 /* `butter help testing`: the global options of the crash and fault tests, kept out of the main help. */
@@ -752,7 +752,8 @@ static bool is_help(const char *arg)
 static int run(const struct cli_command *cmd, int argc, char **argv)
 {
 	/* the commands with a JSON form (btrfs-progs' layout) */
-	if (cli_json && strcmp(cmd->name, "filesystem df") && strcmp(cmd->name, "device stats"))
+	if (cli_json && strcmp(cmd->name, "filesystem df") && strcmp(cmd->name, "device stats") &&
+	    strcmp(cmd->name, "subvolume list"))
 		return cli_json_unsupported();
 	optind = 1;
 	return cmd->main(cmd, argc, argv);

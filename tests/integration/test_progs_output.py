@@ -57,6 +57,21 @@ def test_show_and_default_like_btrfs_progs(fuse, butter, workdir):
     assert "path a/dir/n" in lists[()] and "otime" in lists[("-s",)], lists
     for o in list_options:
         assert kfs.run([b, "subvolume", "list"] + o + [image]).stdout == lists[tuple(o)], o
+    # --format json (progs 6.2 has none for list; butter's layout, README): every column, the
+    # values progs prints with -p -c -u -q -R
+    def progs_fields(line):
+        words = line.split(" path ")[0].replace("top level", "top_level").split()
+        d = dict(zip(words[::2], words[1::2]))
+        d["top level"] = d.pop("top_level")
+        d["path"] = line.split(" path ", 1)[1]
+        return d
+    want = [progs_fields(line) for line in lists[("-p", "-c", "-u", "-q", "-R")].splitlines()]
+    got = json.loads(kfs.run([b, "--format", "json", "subvolume", "list", image]).stdout)
+    assert got["__header"] == {"version": "1"}
+    assert [{k: v for k, v in item.items() if k in want[0]} for item in got["subvolume-list"]] \
+        == want, (got, want)
+    assert [item["flags"] for item in got["subvolume-list"]] == \
+        ["ro" if line.endswith(" path ro") else "-" for line in lists[()].splitlines()]
     assert "Snapshot(s):\n\t\t\t\ts\n\t\t\t\tro\n" in shows["a"], shows["a"]
     for p in subvols:
         assert kfs.run([b, "subvolume", "show", image, "/" + p]).stdout == shows[p], p
