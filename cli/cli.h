@@ -234,6 +234,9 @@ int cmd_defrag(const struct cli_command *cmd, int argc, char **argv);
 int cmd_layout(const struct cli_command *cmd, int argc, char **argv);
 int cmd_heatmap(const struct cli_command *cmd, int argc, char **argv);
 int cmd_du(const struct cli_command *cmd, int argc, char **argv);
+/* `filesystem du` without --compression (du_files.c): @paths are IMAGE PATH... or mounted paths. */
+int du_files(const struct cli_args *args, char **paths, int npaths, bool summarize,
+	     const struct cli_units *units);
 int cmd_usage(const struct cli_command *cmd, int argc, char **argv);
 int cmd_subvolume_find_new(const struct cli_command *cmd, int argc, char **argv);
 int cmd_scrub(const struct cli_command *cmd, int argc, char **argv);

@@ -353,30 +353,39 @@ int cmd_du(const struct cli_command *cmd, int argc, char **argv)
 	enum { OPT_COMPRESSION = CLI_OPT_FIRST_FREE };
 	static const struct option longopts[] = {
 		CLI_COMMON_LONGOPTS,
+		CLI_UNITS_LONGOPTS,
 		{ "compression", no_argument, NULL, OPT_COMPRESSION },
 		{ "bytes", no_argument, NULL, 'b' },
+		{ "summarize", no_argument, NULL, 's' },
 		{ 0 },
 	};
 	struct cli_args args = { .cmd = cmd };
+	struct cli_units units = { 0, false };
 	struct du_totals t = { 0 };
 	struct butter_fs *fs = NULL;
-	bool compression = false, raw = false;
+	bool compression = false, raw = false, summarize = false;
 	int c, ret = 0, first;
 
-	while ((c = cli_getopt(&args, argc, argv, ":hb", longopts)) != -1) {
+	while ((c = cli_getopt(&args, argc, argv, ":hbs", longopts)) != -1) {
 		if (c == OPT_COMPRESSION)
 			compression = true;
 		else if (c == 'b')
 			raw = true;
-	}
-	if (!compression) {
-		free(args.devices);
-		return cli_usage_error(cmd, "only --compression is implemented (total, exclusive and "
-					    "shared bytes are not yet)");
+		else if (c == 's')
+			summarize = true;
+		else if (!cli_units_option(&units, c)) {
+			free(args.devices);
+			return cli_usage_error(cmd, "unknown option");
+		}
 	}
 	if (argc - optind < 1) {
 		free(args.devices);
 		return cli_usage_error(cmd, "missing IMAGE or PATH");
+	}
+	if (!compression) { /* btrfs filesystem du: total, exclusive, set shared (du_files.c) */
+		ret = du_files(&args, argv + optind, argc - optind, summarize, &units);
+		free(args.devices);
+		return ret;
 	}
 	first = optind;
 	if (args.ndevices || !on_mount(argv[first])) {

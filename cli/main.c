@@ -170,12 +170,20 @@ static const struct cli_command commands[] = {
 	{
 		.name = "filesystem du",
 		.main = cmd_du,
-		.summary = "how file data is stored, per compression algorithm (compsize)",
-		.synopsis = "--compression [-b] PATH...\n"
-			    "       --compression [-b] [--device DEV]... IMAGE [PATH]...",
-		.usage = "With --compression, what compsize(8) reports for the regular files\n"
-			 "under each PATH (a directory or file inside a live `butter mount`, or\n"
-			 "a kernel btrfs mount), or under each PATH inside IMAGE (default: all):\n"
+		.summary = "bytes of files: total, exclusive, shared (or per compression)",
+		.synopsis = "[-s] [--raw|--human-readable|--kbytes|...] PATH...\n"
+			    "       [-s] [units] [--device DEV]... IMAGE [PATH]...\n"
+			    "       --compression [-b] PATH... | [--device DEV]... IMAGE [PATH]...",
+		.usage = "What `btrfs filesystem du` prints for every regular file and directory\n"
+			 "under each PATH (inside a live mount, or inside IMAGE; default: all):\n"
+			 "the bytes of its extents (Total), those nothing else shares (Exclusive:\n"
+			 "no other file, range or snapshot), and for each PATH the bytes its shared\n"
+			 "extents cover once (Set shared). Bytes unless a unit option says\n"
+			 "otherwise (progs' long ones: --human-readable, --kbytes, --si, ...).\n"
+			 "  -s, --summarize  a line for each PATH only\n"
+			 "\n"
+			 "With --compression, what compsize(8) reports for the regular files\n"
+			 "under each PATH (a live mount, a kernel btrfs mount, or inside IMAGE):\n"
 			 "per algorithm the bytes on disk, the bytes they hold uncompressed and\n"
 			 "the bytes the files refer to. An extent shared by several files (or\n"
 			 "reflinks, snapshots) counts once on disk, once per reference as\n"

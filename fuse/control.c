@@ -304,6 +304,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_ioc_layout layout;
 		struct butter_ioc_subvol_get sget;
 		struct butter_ioc_subvol_set sset;
+		struct butter_ioc_file_extents extents;
 	} u;
 	size_t size = _IOC_SIZE(cmd), out = 0;
 	int ret = 0, inval = 0;
@@ -493,6 +494,18 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 							  u.layout.flags, &u.layout.stats);
 		out = sizeof(u.layout);
 		break;
+	case BUTTER_IOC_FILE_EXTENTS: {
+		butter_ino_t id;
+		size_t got = 0;
+
+		ret = nodes_resolve(&d->nodes, ino, &id);
+		if (ret == 0)
+			ret = butter_file_extents(d->fs, id, u.extents.start, u.extents.extents,
+						  BUTTER_IOC_EXTENTS_MAX, &got);
+		u.extents.count = (uint32_t)got;
+		out = sizeof(u.extents);
+		break;
+	}
 	default:
 		fuse_reply_err(req, ENOTTY);
 		return;

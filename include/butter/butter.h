@@ -940,6 +940,37 @@ struct butter_check_result {
 
 int butter_check(struct butter_fs *fs, struct butter_check_result *res);
 
+/* ---- where a file's data lies (FIEMAP) ----------------------------------- */
+/*
+ * The extents of regular file @ino from the first one ending after byte
+ * @start, in file order, as the kernel's FIEMAP reports them on btrfs: each
+ * file extent item one entry (holes have none), @logical its file offset,
+ * @length its bytes in the file, @physical the filesystem (logical) address
+ * its bytes start at (a compressed extent's own start; 0 for inline data).
+ * Up to @n entries into @out, their number in *got; the file's last extent
+ * carries BUTTER_EXTENT_LAST. File data still buffered in memory (see
+ * butter_set_write_buffer()) is not reported: butter_sync() first.
+ *
+ * BUTTER_EXTENT_SHARED: something else uses these bytes too — another file
+ * or another range of this one (reflinks), or a snapshot (the extent's item
+ * counts more than one reference, or a tree block on the way to the file's
+ * item is shared), as the kernel's FIEMAP_EXTENT_SHARED says.
+ */
+#define BUTTER_EXTENT_LAST     0x01u
+#define BUTTER_EXTENT_INLINE   0x02u  /* stored in the metadata leaf */
+#define BUTTER_EXTENT_PREALLOC 0x04u  /* allocated, reads as zeros (FIEMAP's UNWRITTEN) */
+#define BUTTER_EXTENT_ENCODED  0x08u  /* compressed */
+#define BUTTER_EXTENT_SHARED   0x10u
+
+struct butter_file_extent {
+	uint64_t logical, physical, length;
+	uint32_t flags;     /* BUTTER_EXTENT_* */
+	uint32_t reserved;
+};
+
+int butter_file_extents(struct butter_fs *fs, butter_ino_t ino, uint64_t start,
+			struct butter_file_extent *out, size_t n, size_t *got);
+
 /* ---- raw tree search (BTRFS_IOC_TREE_SEARCH) ------------------------------ */
 /*
  * The items of one tree whose keys lie between (min_objectid, min_type,

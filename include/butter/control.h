@@ -37,6 +37,7 @@
  *                             (butter_subvol_get), and the default's id
  *   BUTTER_IOC_SUBVOL_SET     make a subvolume the default, or read-only or
  *                             writable (committed)
+ *   BUTTER_IOC_FILE_EXTENTS   the fd's file's extents, shared or not (FIEMAP)
  * Errors come back as errno of the ioctl(2) call, as the library's.
  * A snapshot or subvolume change commits first, so it sees every write
  * made before the call.
@@ -301,5 +302,23 @@ struct butter_ioc_layout {
 };
 
 #define BUTTER_IOC_LAYOUT _IOWR(BUTTER_IOC_MAGIC, 21, struct butter_ioc_layout)
+
+/*
+ * BUTTER_IOC_FILE_EXTENTS on a regular file of the mount: butter_file_extents()
+ * of it from byte @start, up to BUTTER_IOC_EXTENTS_MAX at a time (ask again
+ * from past the last one until an extent carries BUTTER_EXTENT_LAST or none
+ * comes). What `butter filesystem du` reads where the kernel's FIEMAP, which
+ * FUSE does not forward, would be asked.
+ */
+#define BUTTER_IOC_EXTENTS_MAX 120
+
+struct butter_ioc_file_extents {
+	uint64_t start;                     /* in */
+	uint32_t count;                     /* out */
+	uint32_t reserved;
+	struct butter_file_extent extents[BUTTER_IOC_EXTENTS_MAX]; /* out */
+};
+
+#define BUTTER_IOC_FILE_EXTENTS _IOWR(BUTTER_IOC_MAGIC, 24, struct butter_ioc_file_extents)
 
 #endif

@@ -576,6 +576,12 @@ int butter_space_map(struct butter_fs *fs, uint64_t devid, uint64_t cell_bytes,
 						   ncells));
 }
 
+int butter_file_extents(struct butter_fs *fs, butter_ino_t ino, uint64_t start,
+			struct butter_file_extent *out, size_t n, size_t *got)
+{
+	LOCKED(fs, HOLD_SHARED, int, ops_file_extents(fs, ino, start, out, n, got));
+}
+
 int butter_tree_search(struct butter_fs *fs, const struct butter_search_key *key,
 		       uint32_t nr_items, void *buf, size_t bufsize, uint32_t *nr_found)
 {

@@ -50,6 +50,9 @@ int ops_file_pieces(struct butter_fs *fs, butter_ino_t ino, u64 off, u64 len,
 int ops_space_map(struct butter_fs *fs, uint64_t devid, uint64_t cell_bytes,
 		  const struct butter_layout_range *marks, size_t nmarks,
 		  struct butter_space_cell *cells, size_t ncells);
+/* The body of butter_file_extents() (fiemap.c). */
+int ops_file_extents(struct butter_fs *fs, butter_ino_t ino, uint64_t start,
+		     struct butter_file_extent *out, size_t n, size_t *got);
 /* The body of butter_tree_search() (search.c). */
 int ops_tree_search(struct butter_fs *fs, const struct butter_search_key *sk, uint32_t nr_items,
 		    void *buf, size_t bufsize, uint32_t *nr_found);

@@ -95,5 +95,80 @@ def test_du_compression_like_compsize(fuse, butter, workdir):
         assert r.returncode == 1 and "nonexistent" in r.stderr and r.stdout == ""
     r = run([b, "filesystem", "du", "--compression", image, "/nonexistent"])
     assert r.returncode == 1 and "nonexistent" in r.stderr and r.stdout == ""
-    r = run([b, "filesystem", "du", image])
-    assert r.returncode == 2 and "--compression" in r.stderr
+    r = run([b, "filesystem", "du", "--compression", "--bogus", image])
+    assert r.returncode == 2 and "--bogus" in r.stderr
+
+
+def test_du_like_btrfs_progs(fuse, butter, workdir):
+    """`butter filesystem du` (total, exclusive, set shared) equals `btrfs filesystem du` on the
+    kernel's mount of the same image: reflinked copies, a snapshot partly rewritten since, a
+    hard link (counted once), an extent split by a punched hole (not shared with itself),
+    compressed, preallocated and inline files, and extents butter's own mount cloned
+    (copy_file_range) and wrote; per file and directory, with -s, in bytes and human units;
+    on the image and through butter's mount."""
+    b = butter.path
+    image = os.path.join(workdir, "img")
+    kfs.make_image(image, 1 << 30)
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "k0"), opts=("rw",)) as k:
+        with open(f"{k}/a", "wb") as f:
+            f.write(os.urandom(3 << 20))
+        kfs.run(["cp", "--reflink=always", f"{k}/a", f"{k}/a2"])
+        os.makedirs(f"{k}/d")
+        with open(f"{k}/d/b", "wb") as f:
+            f.write(os.urandom(2 << 20))
+        os.link(f"{k}/d/b", f"{k}/d/hard")
+        with open(f"{k}/d/s", "w") as f:
+            f.write("inline\n")
+        kfs.run(["fallocate", "-l", "1M", f"{k}/d/pre"])
+        with open(f"{k}/d/punch", "wb") as f:
+            f.write(os.urandom(1 << 20))
+        kfs.run(["sync"])
+        kfs.run(["fallocate", "-p", "-o", "100000", "-l", "200000", f"{k}/d/punch"])
+        kfs.run(["btrfs", "subvolume", "create", f"{k}/sv"])
+        os.makedirs(f"{k}/sv/z")
+        kfs.run(["btrfs", "property", "set", f"{k}/sv/z", "compression", "zstd"])
+        with open(f"{k}/sv/z/text", "wb") as f:
+            f.write(b"".join(b"%d\n" % i for i in range(200000)))
+        with open(f"{k}/sv/f", "wb") as f:
+            f.write(os.urandom(1 << 20))
+        kfs.run(["sync"])
+        kfs.run(["btrfs", "subvolume", "snapshot", f"{k}/sv", f"{k}/snap"])
+        with open(f"{k}/sv/f", "r+b") as f:
+            f.seek(40960)
+            f.write(os.urandom(4096))
+    with FuseMount(b, [image], os.path.join(workdir, "m0")) as m:
+        with open(f"{m.mnt}/d/b", "rb") as src, open(f"{m.mnt}/d/clone", "wb") as dst:
+            os.copy_file_range(src.fileno(), dst.fileno(), 1 << 20)
+        with open(f"{m.mnt}/new", "wb") as f:
+            f.write(os.urandom(300000))
+        # through the live mount, right after (it commits first)
+        live = run([b, "filesystem", "du", "-s", os.path.join(m.mnt, "")])
+        assert live.returncode == 0, live.stderr
+    cases = [([""], []), ([""], ["-s"]), (["", "d", "sv", "a"], ["-s"]), (["d"], ["--raw"]),
+             ([""], ["-s", "--kbytes"]), (["snap", "sv"], [])]
+    want = {}
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "k1")) as k:
+        for paths, opts in cases:
+            r = run(["btrfs", "filesystem", "du"] + opts + [os.path.join(k, p) for p in paths])
+            assert r.returncode == 0, r.stderr
+            # the paths as butter's mount will print them
+            want[(tuple(paths), tuple(opts))] = r.stdout.replace(k, "MNT")
+    whole = want[(("",), ())]
+    assert "MNT/d/punch" in whole and "MNT/d/hard" not in whole, whole
+    live_want = want[(("",), ("-s",))].replace("MNT", m.mnt)
+    assert live.stdout == live_want, (live.stdout, live_want)
+    with FuseMount(b, [image], os.path.join(workdir, "m1"), ["ro"]) as m:
+        for (paths, opts), text in want.items():
+            r = run([b, "filesystem", "du"] + list(opts) + [os.path.join(m.mnt, p) for p in paths])
+            assert r.returncode == 0 and r.stdout == text.replace("MNT", m.mnt), \
+                (paths, opts, r.stdout, r.stderr, text)
+        r = run([b, "filesystem", "du", os.path.join(m.mnt, "none")])
+        assert r.returncode == 1 and "none" in r.stderr
+    # offline: the same numbers, the paths inside the image
+    for (paths, opts), text in want.items():
+        r = run([b, "filesystem", "du"] + list(opts) + [image] + ["/" + p for p in paths])
+        got = r.stdout
+        assert r.returncode == 0, r.stderr
+        assert [line[:36] for line in got.splitlines()] == \
+            [line[:36] for line in text.splitlines()], (paths, opts, got, text)
+    oracle.btrfs_check(image)
