@@ -91,6 +91,14 @@ int cli_open(const struct cli_args *args, const char *image, struct butter_fs **
  */
 bool cli_is_mount_path(const char *path, const struct cli_args *args);
 
+/* The size of the file or block device at @path; 0 if it cannot be told. */
+uint64_t cli_device_size(const char *path);
+
+/* "Data", "Metadata", "System", "Data+Metadata", "GlobalReserve" for chunk type bits (cmd_info.c). */
+const char *cli_space_type(uint64_t flags);
+/* A profile as btrfs-progs spells it ("single", "DUP", "RAID1C3") into @buf (cmd_info.c). */
+const char *cli_profile_text(char buf[16], uint64_t flags);
+
 /* Explain the butter_open() errors (positive @err) whose strerror() text would mislead. */
 const char *cli_open_error(int err);
 

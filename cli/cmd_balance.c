@@ -710,26 +710,6 @@ int cmd_device_remove(const struct cli_command *cmd, int argc, char **argv)
 	return cli_finish_stdout(status);
 }
 
-/* The size of the file or block device at @path; 0 if it cannot be told. */
-static uint64_t device_size(const char *path)
-{
-	struct stat sb;
-	uint64_t size = 0;
-	int fd;
-
-	if (stat(path, &sb) < 0)
-		return 0;
-	if (!S_ISBLK(sb.st_mode))
-		return (uint64_t)sb.st_size;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	if (ioctl(fd, BLKGETSIZE64, &size) < 0)
-		size = 0;
-	close(fd);
-	return size;
-}
-
 int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv)
 {
 	struct cli_args args = { .cmd = cmd };
@@ -798,7 +778,7 @@ int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv)
 			return CLI_EXIT_ERROR;
 		}
 		if (max) {
-			size = device_size(ds.path);
+			size = cli_device_size(ds.path);
 		} else if (sign && info.num_devices != 1) {
 			cli_error("%s: give an absolute size on a mount of several devices", image);
 			return CLI_EXIT_USAGE;
@@ -835,7 +815,7 @@ int cmd_filesystem_resize(const struct cli_command *cmd, int argc, char **argv)
 		return CLI_EXIT_ERROR;
 	}
 	if (max) {
-		size = device_size(di.path);
+		size = cli_device_size(di.path);
 		if (!size) {
 			cli_error("%s: cannot tell the size of %s", image, di.path);
 			butter_close(fs);

@@ -17,7 +17,7 @@
 #define BG_METADATA 0x4ull
 #define BG_GLOBAL_RSV (1ull << 49)
 
-static const char *space_type(uint64_t flags)
+const char *cli_space_type(uint64_t flags)
 {
 	if (flags & BG_GLOBAL_RSV)
 		return "GlobalReserve";
@@ -35,30 +35,36 @@ static const char *space_type(uint64_t flags)
 	}
 }
 
-void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_t used,
-		     const struct cli_units *u, int *count)
+const char *cli_profile_text(char buf[16], uint64_t flags)
 {
 	const char *profile = butter_profile_name(flags);
-	char a[32], b[32], spelled[16];
 	size_t i;
 
 	/* btrfs-progs' spelling: "single", else upper case ("DUP", "RAID1C3") */
 	if (!profile)
 		profile = "unknown";
-	for (i = 0; profile[i] && i + 1 < sizeof(spelled); i++)
-		spelled[i] = strcmp(profile, "single") ? (char)toupper((unsigned char)profile[i])
-						       : profile[i];
-	spelled[i] = '\0';
+	for (i = 0; profile[i] && i + 1 < 16; i++)
+		buf[i] = strcmp(profile, "single") ? (char)toupper((unsigned char)profile[i]) : profile[i];
+	buf[i] = '\0';
+	return buf;
+}
+
+void cli_print_space(const char *indent, uint64_t flags, uint64_t total, uint64_t used,
+		     const struct cli_units *u, int *count)
+{
+	char a[32], b[32], spelled[16];
+
+	cli_profile_text(spelled, flags);
 	if (count && cli_json) { /* progs' "filesystem-df" items; cli_json_begin() came first */
 		cli_json_item_begin((*count)++ == 0);
-		cli_json_member("bg-type", space_type(flags), false);
+		cli_json_member("bg-type", cli_space_type(flags), false);
 		cli_json_member("bg-profile", spelled, false);
 		cli_json_member_u64("total", total, false);
 		cli_json_member_u64("used", used, true);
 		cli_json_item_end();
 		return;
 	}
-	printf("%s%s, %s: total=%s, used=%s\n", indent, space_type(flags), spelled,
+	printf("%s%s, %s: total=%s, used=%s\n", indent, cli_space_type(flags), spelled,
 	       cli_size_units(a, sizeof(a), total, u), cli_size_units(b, sizeof(b), used, u));
 }
 

@@ -31,7 +31,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <linux/fs.h>
 
 #include <butter/control.h>
 
@@ -130,48 +129,6 @@ static uint64_t chunk_device_bytes(const struct usage_chunk *c)
 	if (!(c->type & (BG_RAID1 | BG_RAID1C3 | BG_RAID1C4 | BG_DUP)))
 		div = (c->num_stripes - nparity(c->type)) / (c->type & BG_RAID10 ? 2 : 1);
 	return div ? c->size / div : c->size;
-}
-
-static const char *type_name(uint64_t flags)
-{
-	switch (flags & BG_TYPE_MASK) {
-	case BG_DATA:
-		return "Data";
-	case BG_SYSTEM:
-		return "System";
-	case BG_METADATA:
-		return "Metadata";
-	case BG_DATA | BG_METADATA:
-		return "Data+Metadata";
-	default:
-		return flags & BG_GLOBAL_RSV ? "GlobalReserve" : "unknown";
-	}
-}
-
-static const char *profile_name(uint64_t flags)
-{
-	switch (flags & BG_PROFILE_MASK) {
-	case 0:
-		return "single";
-	case BG_RAID0:
-		return "RAID0";
-	case BG_RAID1:
-		return "RAID1";
-	case BG_DUP:
-		return "DUP";
-	case BG_RAID10:
-		return "RAID10";
-	case BG_RAID5:
-		return "RAID5";
-	case BG_RAID6:
-		return "RAID6";
-	case BG_RAID1C3:
-		return "RAID1C3";
-	case BG_RAID1C4:
-		return "RAID1C4";
-	default:
-		return "unknown";
-	}
 }
 
 /* progs' order of kinds: by type (data, metadata), system last; within a type by profile bits. */
@@ -275,26 +232,6 @@ static int load_chunks(const struct cli_search_src *src, struct usage_view *v)
 	return ret;
 }
 
-/* The bytes of the file or block device at @path (0 if it cannot be told). */
-static uint64_t device_bytes(const char *path)
-{
-	struct stat sb;
-	uint64_t size = 0;
-	int fd;
-
-	if (stat(path, &sb) < 0)
-		return 0;
-	if (S_ISREG(sb.st_mode))
-		return (uint64_t)sb.st_size;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	if (ioctl(fd, BLKGETSIZE64, &size) < 0)
-		size = 0;
-	close(fd);
-	return size;
-}
-
 static int add_dev(struct usage_view *v, uint64_t devid, uint64_t size, const char *path)
 {
 	struct usage_dev *d;
@@ -307,7 +244,7 @@ static int add_dev(struct usage_view *v, uint64_t devid, uint64_t size, const ch
 	d->size = size;
 	if (path && path[0]) {
 		snprintf(d->path, sizeof(d->path), "%s", path);
-		d->device_size = device_bytes(path);
+		d->device_size = cli_device_size(path);
 	} else {
 		strcpy(d->path, "missing");
 	}
@@ -532,7 +469,7 @@ static void print_overall(const struct usage_view *v, const struct cli_units *u)
 static void print_by_chunk(const struct usage_view *v, const struct cli_units *u)
 {
 	struct usage_space *spaces = malloc((v->nspaces ? v->nspaces : 1) * sizeof(*spaces));
-	char a[64], b[64];
+	char a[64], b[64], p[16];
 
 	if (!spaces)
 		return;
@@ -544,7 +481,8 @@ static void print_by_chunk(const struct usage_view *v, const struct cli_units *u
 		if (s->flags & BG_GLOBAL_RSV)
 			continue;
 		/* progs computes the percentage in float */
-		printf("%s,%s: Size:%s, Used:%s (%.2f%%)\n", type_name(s->flags), profile_name(s->flags),
+		printf("%s,%s: Size:%s, Used:%s (%.2f%%)\n", cli_space_type(s->flags),
+		       cli_profile_text(p, s->flags),
 		       sz(a, sizeof(a), s->total, u), sz(b, sizeof(b), s->used, u),
 		       (double)(100.0f * (float)s->used / (float)(s->total + 1)));
 		for (size_t d = 0; d < v->ndevs; d++) {
@@ -589,7 +527,8 @@ static void print_devices(const struct usage_view *v, const struct cli_units *u)
 			  u));
 		for (size_t c = 0; c < v->nchunks; c++) {
 			const struct usage_chunk *ch = &v->chunks[c];
-			const char *t = type_name(ch->type), *p = profile_name(ch->type);
+			char pbuf[16];
+			const char *t = cli_space_type(ch->type), *p = cli_profile_text(pbuf, ch->type);
 			uint64_t size = chunk_device_bytes(ch);
 
 			if (ch->devid != dev->devid)

@@ -19,8 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <linux/fs.h>
 
 #include "cli.h"
 
@@ -209,6 +212,25 @@ int cli_open(const struct cli_args *args, const char *image, struct butter_fs **
 	if (ret < 0)
 		cli_error("%s: %s", image, cli_open_error(-ret));
 	return ret;
+}
+
+uint64_t cli_device_size(const char *path)
+{
+	struct stat sb;
+	uint64_t size = 0;
+	int fd;
+
+	if (stat(path, &sb) < 0)
+		return 0;
+	if (!S_ISBLK(sb.st_mode))
+		return (uint64_t)sb.st_size;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	if (ioctl(fd, BLKGETSIZE64, &size) < 0)
+		size = 0;
+	close(fd);
+	return size;
 }
 
 bool cli_is_mount_path(const char *path, const struct cli_args *args)
