@@ -280,9 +280,15 @@ int ctl_open(const char *path, struct butter_ioc_info *info);
 int ctl_subvol(const char *what, const char *src, const char *path, bool readonly);
 int ctl_subvol_list(const char *path, int (*print)(void *arg, const struct butter_subvol_info *si),
 		    void *arg);
-/* One whole scrub of the mount holding @path, step by step; 0 or -errno (reported). */
-int ctl_scrub(const char *path, bool readonly, struct butter_scrub_stats *st,
-	      struct cli_progress *progress);
+/*
+ * BUTTER_IOC_SCRUB command @cmd (with @flags and @limit) to the mount holding @path;
+ * the daemon's answer in @io. 0, -EBADF when @path is not in a mount
+ * (reported), else the ioctl's -errno (not reported: the caller knows what
+ * EINPROGRESS, ENOENT or ENOTCONN mean for its command).
+ */
+struct butter_ioc_scrub;
+int ctl_scrub(const char *path, uint32_t cmd, uint32_t flags, uint64_t limit,
+	      struct butter_ioc_scrub *io);
 /* BUTTER_IOC_FS_INFO of the live mount holding @path; 0, or -1 after a message. */
 struct butter_ioc_fs_info;
 int ctl_fs_info(const char *path, struct butter_ioc_fs_info *fi);

@@ -236,46 +236,19 @@ int ctl_fs_info(const char *path, struct butter_ioc_fs_info *fi)
 	return ret < 0 ? -1 : 0;
 }
 
-int ctl_scrub(const char *path, bool readonly, struct butter_scrub_stats *st,
-	      struct cli_progress *progress)
+int ctl_scrub(const char *path, uint32_t cmd, uint32_t flags, uint64_t limit,
+	      struct butter_ioc_scrub *io)
 {
-	struct butter_ioc_scrub s;
 	int fd = ctl_open(path, NULL), ret = 0;
-	uint64_t cursor = 0;
-	unsigned what;
 
-	memset(st, 0, sizeof(*st));
 	if (fd < 0)
-		return -ENOENT;
-	/* the blocks step by step (the mount serves other requests between steps), then the supers */
-	for (what = 0; what <= 1 && ret == 0; ) {
-		memset(&s, 0, sizeof(s));
-		s.flags = readonly ? BUTTER_SCRUB_READONLY : 0;
-		s.what = what;
-		s.cursor = cursor;
-		if (ioctl(fd, BUTTER_IOC_SCRUB, &s) < 0) {
-			ret = -errno;
-			cli_error("%s: scrub stopped: %s", path, strerror(errno));
-			break;
-		}
-		cursor = s.cursor;
-		st->tree_bytes += s.tree_bytes;
-		st->data_bytes += s.data_bytes;
-		st->no_csum_bytes += s.no_csum_bytes;
-		st->read_errors += s.read_errors;
-		st->csum_errors += s.csum_errors;
-		st->verify_errors += s.verify_errors;
-		st->super_errors += s.super_errors;
-		st->parity_errors += s.parity_errors;
-		st->corrected += s.corrected;
-		st->uncorrectable += s.uncorrectable;
-		if (progress)
-			cli_progress_update(progress, st->tree_bytes + st->data_bytes);
-		if (!s.more)
-			what++;
-	}
-	if (progress)
-		cli_progress_end(progress);
+		return -EBADF;
+	memset(io, 0, sizeof(*io));
+	io->cmd = cmd;
+	io->flags = flags;
+	io->limit = limit;
+	if (ioctl(fd, BUTTER_IOC_SCRUB, io) < 0)
+		ret = -errno;
 	close(fd);
 	return ret;
 }

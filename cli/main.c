@@ -474,8 +474,10 @@ static const struct cli_command commands[] = {
 		.name = "scrub",
 		.main = cmd_scrub,
 		.summary = "check every copy of the used blocks and repair bad ones",
-		.synopsis = "[start [-B] [-d]] [-q] [-r] [--device DEV]... IMAGE|PATH\n"
-			    "       status|cancel|resume IMAGE|PATH",
+		.synopsis = "[-q] [-r] [--limit SIZE] [--device DEV]... IMAGE|PATH\n"
+			    "       start|resume [-B] [-q] [-r] [-d] [-R] [--limit SIZE] IMAGE|PATH\n"
+			    "       status [-d] [-R] [--raw|--si|--iec|...] IMAGE|PATH\n"
+			    "       cancel IMAGE|PATH",
 		.usage = "Read every copy of every allocated block: tree blocks against their\n"
 			 "headers, data against the csum tree, every superblock copy, and the\n"
 			 "parity of RAID5/6 rows that hold data. A bad copy is rewritten from a\n"
@@ -484,18 +486,22 @@ static const struct cli_command commands[] = {
 			 "error is reported on stderr as found, with its logical address, copy,\n"
 			 "and for data the subvolume, inode and file offset; totals follow.\n"
 			 "PATH, a directory inside a live `butter mount`, scrubs that mount: the\n"
-			 "daemon does the work in steps (the mount stays usable) and logs each\n"
-			 "error itself.\n"
+			 "daemon does the work in a thread of its own, 64 MiB at a time (the mount\n"
+			 "stays usable), and logs each error in its log.\n"
 			 "Exit status: 0 nothing wrong is left, 3 errors remain (with -r, or no\n"
-			 "good copy), 1 the scrub could not run.\n"
+			 "good copy), 1 the scrub could not run, 2 cancel or resume of nothing.\n"
 			 "\n"
-			 "btrfs-progs' grammar: `scrub start` runs the same scrub in the foreground\n"
-			 "(-B is implied) and prints progs' summary (\"Error summary:    no errors\n"
-			 "found\"); -q prints nothing, -d is accepted. `status`, `cancel` and\n"
-			 "`resume` answer as progs when no scrub runs: one never runs after its\n"
-			 "command here (cancel and resume exit 2).\n"
+			 "btrfs-progs' grammar: on a mount, `scrub start` starts the daemon's scrub\n"
+			 "and returns (-B: waits, then prints progs' summary); `status` reports\n"
+			 "the running or last scrub as progs does (--format json: README);\n"
+			 "`cancel` stops it after its step; `resume` goes on from there. On an\n"
+			 "image, `start` scrubs in the foreground and prints the summary; an\n"
+			 "image has no scrub in the background, so `status` has no stats and\n"
+			 "`cancel` and `resume` find nothing. -d is accepted (one report for the\n"
+			 "filesystem); -R prints bytes.\n"
 			 "\n"
-			 "  -r, --readonly  report only; the image is opened read-only\n"
+			 "  -r, --readonly  report only; an image is opened read-only\n"
+			 "  --limit SIZE    at most SIZE bytes a second (K, M, G suffixes); 0 none\n"
 			 "  -q              no progress line (drawn only on a terminal anyway)\n",
 	},
 	{
@@ -711,7 +717,8 @@ static void print_main_usage(FILE *out)
 		     "\n"
 		     "Global option (before COMMAND):\n"
 		     "  --format json|text  JSON, in btrfs-progs' layout, from the commands that\n"
-		     "                      have it: filesystem df, device stats, subvolume list\n");
+		     "                      have it: filesystem df, device stats, subvolume list;\n"
+		     "                      in butter's layout (README): scrub status\n");
 }
 
 /* `butter help testing`: the global options of the crash and fault tests, kept out of the main help. */
@@ -761,7 +768,7 @@ static int run(const struct cli_command *cmd, int argc, char **argv)
 {
 	/* the commands with a JSON form (btrfs-progs' layout) */
 	if (cli_json && strcmp(cmd->name, "filesystem df") && strcmp(cmd->name, "device stats") &&
-	    strcmp(cmd->name, "subvolume list"))
+	    strcmp(cmd->name, "subvolume list") && strcmp(cmd->name, "scrub"))
 		return cli_json_unsupported();
 	optind = 1;
 	return cmd->main(cmd, argc, argv);

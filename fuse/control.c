@@ -194,44 +194,6 @@ static int do_subvol_change(struct daemon *d, unsigned cmd, fuse_ino_t dirnode,
 	return ret;
 }
 
-/*
- * One scrub step (control.h). A step runs alone (the library holds its lock
- * exclusive for it: it commits, and its walk must not meet a change half
- * made); the budget keeps each stall of the mount short, and the caller's
- * loop lets other requests in between.
- */
-#define SCRUB_STEP_BYTES (64ull << 20)
-
-static int do_scrub_step(struct daemon *d, struct butter_ioc_scrub *s)
-{
-	struct butter_scrub_stats st;
-	unsigned flags = (s->flags & BUTTER_SCRUB_READONLY) || d->readonly ? BUTTER_SCRUB_READONLY
-									       : 0;
-	int ret;
-
-	if (s->flags & ~(uint64_t)BUTTER_SCRUB_READONLY || s->what > 1)
-		return -EINVAL;
-	memset(&st, 0, sizeof(st));
-	if (s->what == 0) {
-		ret = butter_scrub_range(d->fs, flags, &s->cursor, SCRUB_STEP_BYTES, &st);
-		s->more = ret == 1;
-	} else {
-		ret = butter_scrub_supers(d->fs, flags, &st);
-		s->more = 0;
-	}
-	s->tree_bytes = st.tree_bytes;
-	s->data_bytes = st.data_bytes;
-	s->no_csum_bytes = st.no_csum_bytes;
-	s->read_errors = st.read_errors;
-	s->csum_errors = st.csum_errors;
-	s->verify_errors = st.verify_errors;
-	s->super_errors = st.super_errors;
-	s->parity_errors = st.parity_errors;
-	s->corrected = st.corrected;
-	s->uncorrectable = st.uncorrectable;
-	return ret < 0 ? ret : 0;
-}
-
 /* BUTTER_IOC_FSYNC: the files as (subvolume, inode) pairs, logged in one go. */
 static int do_fsync_many(struct daemon *d, const struct butter_ioc_fsync *f)
 {
@@ -450,7 +412,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		break;
 	}
 	case BUTTER_IOC_SCRUB:
-		ret = do_scrub_step(d, &u.scrub);
+		ret = scrubber_ioctl(d, &u.scrub);
 		out = sizeof(u.scrub);
 		break;
 	case BUTTER_IOC_SET_LABEL:

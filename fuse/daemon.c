@@ -850,6 +850,7 @@ static int run(const struct mount_opts *o)
 	}
 	fsync_queue_init(&d.fsyncq);
 	pthread_mutex_init(&d.balancer_lock, NULL);
+	pthread_mutex_init(&d.scrubber_lock, NULL);
 
 	fuse_opts = fuse_option_string(o);
 	char *fuse_argv[] = { "butter", "-o", fuse_opts, o->debug ? "-d" : NULL, NULL };
@@ -904,6 +905,7 @@ out:
 		pthread_join(sig_thread, NULL);
 	}
 	balancer_stop(&d); /* after the group it moves; the record stays */
+	scrubber_stop(&d); /* after its step */
 	if (committer.running || committer.d)
 		committer_stop(&committer);
 	if (d.se) {

@@ -57,6 +57,10 @@ struct daemon {
 	pthread_mutex_t balancer_lock;
 	struct balancer *balancer;
 
+	/* the scrub thread (scrub.c); scrubber_lock guards the pointer */
+	pthread_mutex_t scrubber_lock;
+	struct scrubber *scrubber;
+
 	struct tracer *tracer;        /* -o trace=FILE (trace.c); NULL: none */
 
 	/* shutdown: see daemon.c */
@@ -89,6 +93,14 @@ int balancer_ioctl(struct daemon *d, struct butter_ioc_balance *io);
 int balancer_device_ioctl(struct daemon *d, const struct butter_ioc_device *io);
 void balancer_resume_at_mount(struct daemon *d);
 void balancer_stop(struct daemon *d);
+
+/*
+ * The daemon's scrub (scrub.c): BUTTER_IOC_SCRUB's commands; at unmount,
+ * stopping it after its step and joining its thread.
+ */
+struct butter_ioc_scrub;
+int scrubber_ioctl(struct daemon *d, struct butter_ioc_scrub *io);
+void scrubber_stop(struct daemon *d);
 
 /* The request handlers (ops.c). */
 extern const struct fuse_lowlevel_ops butter_fuse_ops;

@@ -17,8 +17,8 @@
  *   BUTTER_IOC_FS_INFO        label, fsid, sizes, devices
  *   BUTTER_IOC_SPACE          the @idx-th kind of chunk (df)
  *   BUTTER_IOC_SET_LABEL      change the label (committed)
- *   BUTTER_IOC_SCRUB          one step of a scrub (butter_scrub_range, or the
- *                             superblocks): the caller loops over @cursor
+ *   BUTTER_IOC_SCRUB          start, resume or cancel the daemon's scrub, or
+ *                             ask how it goes
  *   BUTTER_IOC_DAEMON_INFO    the daemon's pid and state (`butter umount`
  *                             waits for that pid to exit)
  *   BUTTER_IOC_REMOUNT        read-only / read-write on a live mount
@@ -102,15 +102,48 @@ struct butter_ioc_label {
 	char label[BUTTER_IOC_LABEL_MAX + 1];
 };
 
-/* One scrub step; the counters are butter_scrub_stats' (<butter/butter.h>), this step's. */
+/*
+ * BUTTER_IOC_SCRUB: the daemon's scrub, which runs in a thread of its own,
+ * 64 MiB of allocated blocks per step (the mount serves every other request
+ * between steps), then the superblocks, and outlives the command that
+ * started it, as the kernel's does:
+ *   START   a scrub from the start, read-only with BUTTER_SCRUB_READONLY
+ *           in @flags, at most @limit bytes a second unless 0 (EINPROGRESS
+ *           if one runs)
+ *   RESUME  the last scrub, cancelled or interrupted, from where it stopped,
+ *           with the new @limit (ENOENT if there is none, or it finished)
+ *   STATUS  the running or last scrub (@state BUTTER_SCRUB_STATE_NONE: none
+ *           since the mount)
+ *   CANCEL  stop after the step being scrubbed (ENOTCONN if none runs);
+ *           the answer comes once it has stopped
+ * The counters are butter_scrub_stats' (<butter/butter.h>), summed over the
+ * steps since START, resumes included. Unmounting interrupts a scrub; what
+ * it found stays in the daemon's log.
+ */
+#define BUTTER_SCRUB_CMD_START 1u
+#define BUTTER_SCRUB_CMD_RESUME 2u
+#define BUTTER_SCRUB_CMD_STATUS 3u
+#define BUTTER_SCRUB_CMD_CANCEL 4u
+
+#define BUTTER_SCRUB_STATE_NONE 0u        /* no scrub since the mount */
+#define BUTTER_SCRUB_STATE_RUNNING 1u
+#define BUTTER_SCRUB_STATE_FINISHED 2u
+#define BUTTER_SCRUB_STATE_CANCELED 3u    /* by CANCEL: RESUME goes on */
+#define BUTTER_SCRUB_STATE_INTERRUPTED 4u /* by an error (@error): RESUME goes on */
+
 struct butter_ioc_scrub {
-	uint64_t flags;         /* in: BUTTER_SCRUB_READONLY (1) */
-	uint64_t what;          /* in: 0 = blocks from @cursor, 1 = the superblocks */
-	uint64_t cursor;        /* in/out: where the walk stands (0 to start) */
-	uint64_t more;          /* out: 1 while blocks remain after this step */
-	uint64_t tree_bytes, data_bytes, no_csum_bytes;
-	uint64_t read_errors, csum_errors, verify_errors, super_errors, parity_errors;
-	uint64_t corrected, uncorrectable;
+	uint32_t cmd;           /* in: BUTTER_SCRUB_CMD_* */
+	uint32_t flags;         /* in (START): BUTTER_SCRUB_READONLY; out: the scrub's */
+	uint32_t state;         /* out: BUTTER_SCRUB_STATE_* */
+	int32_t error;          /* out: why it stopped (-errno), 0 otherwise */
+	uint64_t pid;           /* out: the daemon's process id (it does the work) */
+	int64_t started;        /* out: when START came, seconds since the epoch */
+	int64_t resumed;        /* out: when the last RESUME came, 0 if none */
+	uint64_t seconds;       /* out: time spent scrubbing, resumes summed */
+	uint64_t bytes_total;   /* out: bytes to check: the allocated bytes now (0 for CANCEL) */
+	uint64_t cursor;        /* out: where the walk of the blocks stands */
+	uint64_t limit;         /* in (START, RESUME), out: bytes a second at most, 0 none */
+	struct butter_scrub_stats stats; /* out */
 };
 
 #define BUTTER_IOC_INFO _IOR(BUTTER_IOC_MAGIC, 1, struct butter_ioc_info)

@@ -322,3 +322,72 @@ def test_live_mount(kernel, butter, workdir):
     assert kfs.read_image(devids[devid], phys, SECTOR) == good, "copy 2 was not repaired"
     assert kernel_errors(kernel_scrub(workdir, images)) == 0
     kernel_check_and_read(workdir, images, want)
+
+
+def test_background_scrub_on_mount(kernel, butter, workdir):
+    """On a live `butter mount` the scrub runs in the daemon's thread, as the kernel's does:
+    `scrub start` returns at once, `status` reports it running in progs' words, `cancel`
+    stops it ("aborted"), `resume -B` goes on to the end and its totals include what the
+    first run found (the damaged copy, repaired), `--format json` says the same; with
+    nothing to act on, cancel and resume exit 2 as progs does. The mount serves reads and
+    writes meanwhile, and an unmount in the middle of a scrub ends it and the daemon
+    cleanly. The kernel judges the repair and the image."""
+    from butter_it import fusemount
+    import json
+    fusemount.require_fuse()
+    b = butter.path
+    rng = random.Random("background")
+    images, want, maps, _, cm, devids, _ = made(workdir, "raid1", 2, rng)
+    file_off = 300 * 1024
+    devid, phys = cm.locate(logical_of(maps["big"], file_off))[1]
+    good = want["big"][file_off:file_off + SECTOR]
+    damage(devids[devid], phys, good)
+    mnt = os.path.join(workdir, "bmnt")
+    with fusemount.FuseMount(b, images, mnt) as m:
+        want["filler"] = rng.randbytes(24 << 20)          # so that the paced scrub takes seconds
+        with open(os.path.join(mnt, "filler"), "wb") as f:
+            f.write(want["filler"])
+        kfs.run([b, "filesystem", "sync", mnt])
+        r = kfs.run([b, "scrub", "status", mnt])
+        assert r.stdout.splitlines()[1:] == ["\tno stats available"], r.stdout
+        r = kfs.run([b, "scrub", "start", "--limit", "4M", mnt], timeout=30)
+        assert re.match(r"scrub started on .*, fsid [0-9a-f-]{36} \(pid=\d+\)$", r.stdout), r.stdout
+        assert kfs.run([b, "scrub", "start", mnt], check=False).returncode == 1  # one at a time
+        # the mount stays usable while the scrub runs
+        want["during"] = rng.randbytes(100000)
+        with open(os.path.join(mnt, "during"), "wb") as f:
+            f.write(want["during"])
+        with open(os.path.join(mnt, "big"), "rb") as f:
+            assert f.read() == want["big"]
+        r = kfs.run([b, "scrub", "status", mnt])
+        assert "Status:           running" in r.stdout, r.stdout
+        assert re.search(r"^Bytes scrubbed:   .*\(\d+\.\d\d%\)$", r.stdout, re.M), r.stdout
+        assert re.search(r"^Rate:  .*/s \(limit 4\.00MiB/s\)$", r.stdout, re.M), r.stdout
+        r = kfs.run([b, "scrub", "cancel", mnt], timeout=30)
+        assert r.stdout == "scrub cancelled\n"
+        r = kfs.run([b, "scrub", "status", "--raw", mnt])
+        assert "Status:           aborted" in r.stdout, r.stdout
+        done = int(re.search(r"^Total to scrub:   (\d+)$", r.stdout, re.M).group(1))
+        assert done > 24 << 20, r.stdout
+        r = kfs.run([b, "scrub", "cancel", mnt], check=False)
+        assert r.returncode == 2 and "not running" in r.stderr, r.stderr
+        r = kfs.run([b, "scrub", "resume", "-B", mnt], check=False, timeout=600)
+        assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+        assert "scrub resumed on " in r.stdout and "Status:           finished" in r.stdout, r.stdout
+        assert re.search(r"^Error summary:    csum=1$", r.stdout, re.M), r.stdout
+        assert re.search(r"^  Corrected:      1$", r.stdout, re.M), r.stdout
+        st = json.loads(kfs.run([b, "--format", "json", "scrub", "status", mnt]).stdout)
+        st = st["scrub-status"][0]
+        assert st["status"] == "finished" and int(st["resumed"]) >= int(st["started"]) > 0, st
+        assert int(st["csum_errors"]) == 1 and int(st["corrected"]) == 1, st
+        assert int(st["bytes_scrubbed"]) >= 24 << 20, st
+        r = kfs.run([b, "scrub", "resume", mnt], check=False)
+        assert r.returncode == 2 and r.stdout.startswith("scrub: nothing to resume for "), r.stdout
+        # an unmount while a scrub runs ends both
+        kfs.run([b, "scrub", "start", "--limit", "1M", mnt])
+        assert m.unmount() == 0, m.log_text()[-3000:]
+        log = m.log_text()
+        assert "rewritten from copy 1" in log and "scrub cancelled" in log, log[-3000:]
+    assert kfs.read_image(devids[devid], phys, SECTOR) == good, "copy 2 was not repaired"
+    assert kernel_errors(kernel_scrub(workdir, images)) == 0
+    kernel_check_and_read(workdir, images, want)
