@@ -2,12 +2,17 @@
  * cmd_send.c — send streams: `butter send` writes a read-only subvolume of
  * an image as a btrfs send stream (butter_send()) to a file or standard
  * output, for `btrfs receive`; `butter receive` applies a stream (from
- * `btrfs send` or `butter send`) to an image (butter_receive()).
+ * `btrfs send` or `butter send`) to an image (butter_receive()), or to a
+ * directory of a live `butter mount`: there the daemon receives
+ * (BUTTER_IOC_RECEIVE) from a pipe this command fills from its input.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -184,6 +189,118 @@ static ssize_t read_some(void *arg, void *buf, size_t len)
 	}
 }
 
+/* The input, copied into the daemon's pipe by a thread (the progress line is drawn there). */
+struct feeder {
+	struct in *in;
+	int pipe_w;
+	int error; /* a read error of the input (the daemon then sees a cut stream) */
+};
+
+static void *feed(void *arg)
+{
+	struct feeder *f = arg;
+	char buf[64 * 1024];
+
+	for (;;) {
+		ssize_t n = read_some(f->in, buf, sizeof(buf)), off = 0;
+
+		if (n <= 0) {
+			f->error = (int)n;
+			break;
+		}
+		while (off < n) {
+			ssize_t w = write(f->pipe_w, buf + off, (size_t)(n - off));
+
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0)
+				goto out; /* EPIPE: the daemon stopped reading (its answer says why) */
+			off += w;
+		}
+	}
+out:
+	close(f->pipe_w); /* the end of the stream, for the daemon */
+	return NULL;
+}
+
+/* Receive into DIR of a live mount: the daemon reads our pipe. Exit status. */
+static int receive_into_mount(const char *dir, struct in *in)
+{
+	struct butter_ioc_receive io;
+	struct feeder f = { in, -1, 0 };
+	pthread_t thread;
+	int p[2], fd, ret;
+
+	fd = ctl_open(dir, NULL);
+	if (fd < 0)
+		return CLI_EXIT_ERROR;
+	if (pipe2(p, O_CLOEXEC) != 0) {
+		cli_error("pipe: %s", strerror(errno));
+		close(fd);
+		return CLI_EXIT_ERROR;
+	}
+	signal(SIGPIPE, SIG_IGN); /* a write to a pipe the daemon closed is EPIPE */
+	memset(&io, 0, sizeof(io));
+	io.cmd = BUTTER_RECEIVE_CMD_START;
+	io.fd = p[0];
+	ret = ioctl(fd, BUTTER_IOC_RECEIVE, &io) < 0 ? -errno : 0;
+	close(p[0]); /* the daemon has its own now */
+	if (ret == 0) {
+		f.pipe_w = p[1];
+		ret = -pthread_create(&thread, NULL, feed, &f);
+		if (ret)
+			close(p[1]); /* the daemon sees an empty stream and ends */
+	} else {
+		close(p[1]);
+	}
+	if (ret) {
+		cli_error("%s: %s", dir,
+			  ret == -EPERM	       ? "receiving into a mount needs root (as btrfs receive)"
+			  : ret == -EINPROGRESS ? "a receive runs on this mount already"
+			  : ret == -ENOTDIR     ? "not a directory"
+			  : ret == -EBADF       ? "the daemon cannot read this process's pipe "
+						"(another pid namespace?)"
+						: strerror(-ret));
+		close(fd);
+		return CLI_EXIT_ERROR;
+	}
+	/* follow the daemon's receive; it ends when the stream does */
+	for (;;) {
+		struct butter_ioc_receive st;
+
+		memset(&st, 0, sizeof(st));
+		st.cmd = BUTTER_RECEIVE_CMD_STATUS;
+		st.id = io.id;
+		if (ioctl(fd, BUTTER_IOC_RECEIVE, &st) < 0) {
+			ret = -errno;
+			break;
+		}
+		if (st.state == BUTTER_RECEIVE_STATE_DONE) {
+			io = st;
+			break;
+		}
+		usleep(50 * 1000);
+	}
+	pthread_join(thread, NULL);
+	cli_progress_end(&in->progress);
+	close(fd);
+	if (ret == -ESRCH)
+		cli_error("%s: the receive ended, and a later one took its place before its result "
+			  "was read: the mount's log says how it went", dir);
+	else if (ret)
+		cli_error("%s: receive status: %s", dir, strerror(-ret));
+	else if (f.error)
+		cli_error("reading the stream: %s", strerror(-f.error));
+	else if (io.error == -EBADMSG)
+		cli_error("%s: the send stream is damaged (the mount's log says where)", dir);
+	else if (io.error)
+		cli_error("%s: receiving: %s (the mount's log says more)", dir, strerror(-io.error));
+	if (ret || f.error || io.error)
+		return CLI_EXIT_ERROR;
+	printf("received %llu subvolume(s) into %s\n", (unsigned long long)io.subvolumes, dir);
+	return cli_finish_stdout(CLI_EXIT_OK);
+}
+
 int cmd_receive(const struct cli_command *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -227,6 +344,16 @@ int cmd_receive(const struct cli_command *cmd, int argc, char **argv)
 		cli_error("no send stream on a terminal (redirect one, or use -f FILE)");
 		free(args.devices);
 		return CLI_EXIT_ERROR;
+	}
+	if (argc - optind == 1 && cli_is_mount_path(image, &args)) {
+		free(args.devices);
+		cli_progress_begin(&in.progress, "receive",
+				   fstat(in.fd, &sb) == 0 && S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0,
+				   quiet);
+		status = receive_into_mount(image, &in);
+		if (file)
+			close(in.fd);
+		return status;
 	}
 	ret = copyin_open_rw(image, args.devices, args.ndevices, &fs);
 	free(args.devices);

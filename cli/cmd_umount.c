@@ -133,7 +133,7 @@ int cmd_umount(const struct cli_command *cmd, int argc, char **argv)
 	struct cli_args args = { .cmd = cmd };
 	struct butter_ioc_daemon_info info;
 	unsigned secs = DEFAULT_WAIT_SECS;
-	int c, fd, pidfd, status = CLI_EXIT_OK;
+	int c, fd, pidfd, ret, status = CLI_EXIT_OK;
 	const char *mnt;
 
 	while ((c = cli_getopt(&args, argc, argv, ":ht:", longopts)) != -1) {
@@ -193,7 +193,22 @@ int cmd_umount(const struct cli_command *cmd, int argc, char **argv)
 	}
 	close(fd);
 
-	if (geteuid() == 0 ? umount2(mnt, UMOUNT_NOFOLLOW) < 0 : fusermount_unmount(mnt) < 0) {
+	/*
+	 * The kernel sends the release of a FUSE file closed just now (our fd
+	 * above, a command's that exited) in the background and keeps the mount
+	 * busy until the daemon answers it: EBUSY is asked again for a second.
+	 */
+	for (int tries = 0;; tries++) {
+		if (geteuid() != 0) {
+			ret = fusermount_unmount(mnt); /* it says why itself */
+			break;
+		}
+		ret = umount2(mnt, UMOUNT_NOFOLLOW);
+		if (ret == 0 || errno != EBUSY || tries == 20)
+			break;
+		usleep(50 * 1000);
+	}
+	if (ret < 0) {
 		if (geteuid() == 0)
 			cli_error("%s: %s", mnt,
 				  errno == EINVAL ? "not a mount point (give the mount's top directory)"

@@ -278,14 +278,18 @@ static const struct cli_command commands[] = {
 	{
 		.name = "receive",
 		.main = cmd_receive,
-		.summary = "apply a btrfs send stream to an image",
-		.synopsis = "[-f FILE] [-q] [--device DEV]... IMAGE [DIR]",
+		.summary = "apply a btrfs send stream to an image or a mount",
+		.synopsis = "[-f FILE] [-q] [--device DEV]... IMAGE [DIR]\n"
+			    "       [-f FILE] [-q] DIR-IN-MOUNT",
 		.usage = "Read a send stream (from `btrfs send` or `butter send`) from standard\n"
 			 "input or FILE and make its subvolumes in the directory DIR of the\n"
 			 "image (default \"/\"), as `btrfs receive` does: read-only, with the\n"
 			 "sender's uuid as their received uuid. An incremental stream needs its\n"
 			 "parent received here before. Version 2 streams work unless they use\n"
 			 "version 2's own commands (fallocate, fileattr, encoded writes).\n"
+			 "DIR-IN-MOUNT, a directory inside a live `butter mount`: the daemon\n"
+			 "receives there from a pipe this command fills (root only, as btrfs\n"
+			 "receive; the mount's log says where a damaged stream broke).\n"
 			 "\n"
 			 "  -f FILE        read FILE instead of standard input\n"
 			 "  -q, --quiet    no progress line on a terminal\n",

@@ -267,6 +267,7 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 		struct butter_ioc_subvol_get sget;
 		struct butter_ioc_subvol_set sset;
 		struct butter_ioc_file_extents extents;
+		struct butter_ioc_receive receive;
 	} u;
 	size_t size = _IOC_SIZE(cmd), out = 0;
 	int ret = 0, inval = 0;
@@ -455,6 +456,10 @@ void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *a
 					  : butter_layout(d->fs, u.layout.ranges, u.layout.count,
 							  u.layout.flags, &u.layout.stats);
 		out = sizeof(u.layout);
+		break;
+	case BUTTER_IOC_RECEIVE:
+		ret = receiving_ioctl(d, req, ino, &u.receive);
+		out = sizeof(u.receive);
 		break;
 	case BUTTER_IOC_FILE_EXTENTS: {
 		butter_ino_t id;

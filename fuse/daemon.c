@@ -851,6 +851,7 @@ static int run(const struct mount_opts *o)
 	fsync_queue_init(&d.fsyncq);
 	pthread_mutex_init(&d.balancer_lock, NULL);
 	pthread_mutex_init(&d.scrubber_lock, NULL);
+	pthread_mutex_init(&d.receiving_lock, NULL);
 
 	fuse_opts = fuse_option_string(o);
 	char *fuse_argv[] = { "butter", "-o", fuse_opts, o->debug ? "-d" : NULL, NULL };
@@ -906,6 +907,7 @@ out:
 	}
 	balancer_stop(&d); /* after the group it moves; the record stays */
 	scrubber_stop(&d); /* after its step */
+	receiving_stop(&d); /* what it received stays; a subvolume cut short stays writable */
 	if (committer.running || committer.d)
 		committer_stop(&committer);
 	if (d.se) {

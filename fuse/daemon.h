@@ -61,6 +61,10 @@ struct daemon {
 	pthread_mutex_t scrubber_lock;
 	struct scrubber *scrubber;
 
+	/* the receive thread (receive.c); receiving_lock guards the pointer */
+	pthread_mutex_t receiving_lock;
+	struct receiving *receiving;
+
 	struct tracer *tracer;        /* -o trace=FILE (trace.c); NULL: none */
 
 	/* shutdown: see daemon.c */
@@ -101,6 +105,14 @@ void balancer_stop(struct daemon *d);
 struct butter_ioc_scrub;
 int scrubber_ioctl(struct daemon *d, struct butter_ioc_scrub *io);
 void scrubber_stop(struct daemon *d);
+
+/*
+ * The daemon's receive (receive.c): BUTTER_IOC_RECEIVE's commands on the
+ * directory node @ino; at unmount, ending it and joining its thread.
+ */
+struct butter_ioc_receive;
+int receiving_ioctl(struct daemon *d, fuse_req_t req, fuse_ino_t ino, struct butter_ioc_receive *io);
+void receiving_stop(struct daemon *d);
 
 /* The request handlers (ops.c). */
 extern const struct fuse_lowlevel_ops butter_fuse_ops;

@@ -1039,6 +1039,9 @@ int butter_send(struct butter_fs *fs, uint64_t subvol, uint64_t parent, butter_s
  * where), -EOPNOTSUPP for a command not handled, -ENOENT when the parent of
  * an incremental stream is not here, or the error of a change. @result (may
  * be NULL) gets how many subvolumes were received and the last one's id.
+ * @read is called without the library's lock (unless the caller holds it in
+ * a butter_lock() section), so other callers go on while the stream comes:
+ * they see the subvolume being built as it grows.
  */
 typedef ssize_t (*butter_receive_read_fn)(void *arg, void *buf, size_t len);
 

@@ -38,6 +38,8 @@
  *   BUTTER_IOC_SUBVOL_SET     make a subvolume the default, or read-only or
  *                             writable (committed)
  *   BUTTER_IOC_FILE_EXTENTS   the fd's file's extents, shared or not (FIEMAP)
+ *   BUTTER_IOC_RECEIVE        receive a send stream into the fd's directory,
+ *                             read by the daemon from the caller's pipe
  * Errors come back as errno of the ioctl(2) call, as the library's.
  * A snapshot or subvolume change commits first, so it sees every write
  * made before the call.
@@ -353,5 +355,40 @@ struct butter_ioc_file_extents {
 };
 
 #define BUTTER_IOC_FILE_EXTENTS _IOWR(BUTTER_IOC_MAGIC, 24, struct butter_ioc_file_extents)
+
+/*
+ * BUTTER_IOC_RECEIVE on a directory of the mount: butter_receive() into it,
+ * run by a thread of the daemon, which reads the stream from a pipe of the
+ * caller's (the read end, its fd number @fd in the calling process; the
+ * daemon opens it through /proc, so only a pipe the caller holds can be
+ * named). Root only, as the kernel's receive (CAP_SYS_ADMIN); one receive
+ * at a time per mount:
+ *   START   begin; @id names this receive (EINPROGRESS while one runs;
+ *           EBADF if @fd is not a pipe the caller holds)
+ *   STATUS  how the receive @id goes: @state, @bytes read so far, and once
+ *           done @error and the result (ESRCH: a later receive replaced it)
+ * The caller writes the stream into the pipe's other end and closes it at
+ * the end; the daemon's thread ends at the pipe's end, or at the first error
+ * (the caller's writes then fail with EPIPE). New names in the directory
+ * are dropped from the kernel's cache at the end.
+ */
+#define BUTTER_RECEIVE_CMD_START 1u
+#define BUTTER_RECEIVE_CMD_STATUS 2u
+
+#define BUTTER_RECEIVE_STATE_RUNNING 1u
+#define BUTTER_RECEIVE_STATE_DONE 2u      /* @error says how it ended */
+
+struct butter_ioc_receive {
+	uint32_t cmd;           /* in: BUTTER_RECEIVE_CMD_* */
+	int32_t fd;             /* in (START): the pipe's read end in the caller */
+	uint64_t id;            /* out (START), in (STATUS) */
+	uint32_t state;         /* out: BUTTER_RECEIVE_STATE_* */
+	int32_t error;          /* out: 0, or butter_receive()'s -errno */
+	uint64_t bytes;         /* out: stream bytes read */
+	uint64_t subvolumes;    /* out: subvolumes received (butter_receive_result) */
+	uint64_t last_subvol;   /* out: the last one's id */
+};
+
+#define BUTTER_IOC_RECEIVE _IOWR(BUTTER_IOC_MAGIC, 25, struct butter_ioc_receive)
 
 #endif

@@ -598,10 +598,51 @@ int butter_balance_cancel(struct butter_fs *fs)
 	LOCKED(fs, HOLD_EXCL, int, ops_balance_cancel(fs));
 }
 
+/*
+ * The stream is read with the lock let go (when this call took it): a
+ * receive from a pipe would otherwise stop every other caller for as long
+ * as the sender takes. ops_receive() reads only between commands, and each
+ * command is whole changes of its own, so other callers see the subvolume
+ * being built as it grows, as the kernel's receive shows it.
+ */
+struct unlocked_read {
+	struct butter_fs *fs;
+	butter_receive_read_fn read;
+	void *arg;
+	int lost; /* the lock could not be taken again (-EIO: the handle died) */
+};
+
+static ssize_t read_unlocked(void *arg, void *buf, size_t len)
+{
+	struct unlocked_read *u = arg;
+	ssize_t n;
+	int taken;
+
+	leave(u->fs, 1);
+	n = u->read(u->arg, buf, len);
+	taken = enter(u->fs, HOLD_EXCL);
+	if (taken < 0) {
+		u->lost = 1;
+		return taken;
+	}
+	return n;
+}
+
 int butter_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read, void *arg,
 	struct butter_receive_result *result)
 {
-	LOCKED(fs, HOLD_EXCL, int, ops_receive(fs, dest, read, arg, result));
+	struct unlocked_read u = { fs, read, arg, 0 };
+	int taken = enter(fs, HOLD_EXCL), ret;
+
+	if (taken < 0)
+		return taken;
+	if (taken == 1)
+		ret = ops_receive(fs, dest, read_unlocked, &u, result);
+	else /* inside the caller's section: it keeps the lock throughout */
+		ret = ops_receive(fs, dest, read, arg, result);
+	if (!u.lost)
+		leave(fs, taken);
+	return ret;
 }
 
 int butter_scrub(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st)

@@ -206,7 +206,14 @@ def test_remount_at_once_waits_for_the_last_commit(fuse, butter, workdir):
         # every fdatasync of the old daemon from now on takes a second: its last commit
         # is still running well after fusermount3 -u has returned
         tracer = delay_syscalls(first.proc.pid, "fdatasync", "delay_enter")
-        kfs.run(["fusermount3", "-u", first.mnt])
+        # the kernel keeps the mount busy until the daemon answers the release of the file
+        # closed above, which it sends in the background: EBUSY is asked again
+        for _ in range(50):  # the daemon's answers come a second late here (strace)
+            r = kfs.run(["fusermount3", "-u", first.mnt], check=False)
+            if r.returncode == 0 or "busy" not in r.stderr:
+                break
+            time.sleep(0.1)
+        assert r.returncode == 0, r.stderr
         with FuseMount(butter.path, [img], os.path.join(workdir, "b")) as second:
             assert f"waiting for {first.proc.pid} (butter) to finish closing" in \
                 second.log_text(), second.log_text()
@@ -247,7 +254,14 @@ def test_mount_right_after_unmount_before_the_daemon_noticed(fuse, butter, workd
         with open(os.path.join(first.mnt, "kept"), "w") as f:
             f.write("written through the first mount\n")
         tracer = delay_syscalls(first.proc.pid, "epoll_wait,epoll_pwait", "delay_exit")
-        kfs.run(["fusermount3", "-u", first.mnt])
+        # the kernel keeps the mount busy until the daemon answers the release of the file
+        # closed above, which it sends in the background: EBUSY is asked again
+        for _ in range(50):  # the daemon's answers come a second late here (strace)
+            r = kfs.run(["fusermount3", "-u", first.mnt], check=False)
+            if r.returncode == 0 or "busy" not in r.stderr:
+                break
+            time.sleep(0.1)
+        assert r.returncode == 0, r.stderr
         with FuseMount(butter.path, [img], os.path.join(workdir, "b")) as second:
             with open(os.path.join(second.mnt, "kept")) as f:
                 assert f.read() == "written through the first mount\n"

@@ -283,3 +283,81 @@ def test_send_from_a_live_mount(fuse, butter, workdir):
         receive(inc, dst.mnt)
         manifest.assert_same(want1, manifest.take(os.path.join(dst.mnt, "s1")))
         manifest.assert_same(want2, manifest.take(os.path.join(dst.mnt, "s2")))
+
+
+def test_receive_into_a_live_mount(kernel, butter, workdir):
+    """`butter receive [-f FILE] DIR-IN-MOUNT`: the kernel's full and incremental streams
+    (the second through a pipe) received into a directory of a live butter mount make the
+    trees the kernel sent, read-only with the senders' uuids as received uuids, visible
+    through the mount at once (the kernel had looked the names up as missing before); the
+    mount serves other requests while a slow sender's stream comes. A damaged stream is
+    refused with the mount's log saying where, a caller other than root is refused, and
+    the mount stays sound: btrfs check and the kernel's view of the image judge."""
+    import subprocess
+    import time
+    from butter_it.fusemount import FuseMount
+    full = os.path.join(workdir, "full.stream")
+    inc = os.path.join(workdir, "inc.stream")
+    with kfs.kernel_fs(workdir, name="src") as fs:
+        vol = os.path.join(fs.mnt, "vol")
+        kfs.run(["btrfs", "subvolume", "create", vol])
+        tree.populate(vol, seed=12, subvolumes=False)
+        s1, s2 = os.path.join(fs.mnt, "s1"), os.path.join(fs.mnt, "s2")
+        kfs.run(["btrfs", "subvolume", "snapshot", "-r", vol, s1])
+        change_tree(vol)
+        kfs.run(["btrfs", "subvolume", "snapshot", "-r", vol, s2])
+        fs.sync()
+        want = [manifest.take(s1), manifest.take(s2)]
+        uuids = [subvol_show(s1)["uuid"], subvol_show(s2)["uuid"]]
+        kfs.run(["btrfs", "send", "-q", "-f", full, s1], timeout=600)
+        kfs.run(["btrfs", "send", "-q", "-p", s1, "-f", inc, s2], timeout=600)
+    b = butter.path
+    img = os.path.join(workdir, "recv.img")
+    kfs.run([b, "mkfs", "-q", "-b", "2G", img])
+    with FuseMount(b, [img], os.path.join(workdir, "m"), ["allow_other"]) as m:
+        into = os.path.join(m.mnt, "backups")
+        os.mkdir(into)
+        assert not os.path.exists(os.path.join(into, "s1"))   # cached as missing now
+        r = kfs.run([b, "receive", "-f", full, into], check=False, timeout=600)
+        assert r.returncode == 0 and "received 1 subvolume(s)" in r.stdout, r.stderr
+        # a slow sender: the stream trickles in while the mount answers other requests
+        with open(inc, "rb") as f:
+            data = f.read()
+        p = subprocess.Popen([b, "receive", into], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdin.write(data[:len(data) // 2])
+        p.stdin.flush()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        with open(os.path.join(m.mnt, "meanwhile"), "w") as f:
+            f.write("written while a receive waits for its sender\n")
+        assert os.listdir(into)
+        assert time.monotonic() - t0 < 5, "the mount stalled while the receive waited"
+        p.stdin.write(data[len(data) // 2:])
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        for name, w, uuid in zip(("s1", "s2"), want, uuids):
+            manifest.assert_same(w, manifest.take(os.path.join(into, name)))
+            r = kfs.run([b, "subvolume", "show", os.path.join(into, name)])
+            assert re.search(rf"Received UUID:\s+{uuid}", r.stdout), r.stdout
+        try:
+            open(os.path.join(into, "s2", "x"), "w").close()
+            raise AssertionError("a received subvolume is writable")
+        except OSError as e:
+            assert e.errno == 30, e   # EROFS
+        # a damaged stream is refused; the mount goes on
+        damaged = bytearray(data)
+        damaged[len(damaged) // 2] ^= 0x5A
+        r = subprocess.run([b, "receive", m.mnt], input=bytes(damaged), capture_output=True)
+        assert r.returncode == 1 and "damaged" in r.stderr.decode(), r.stderr
+        os.chmod(workdir, 0o755)  # nobody may reach the mount
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            b, "receive", m.mnt], input=data, capture_output=True)
+        assert r.returncode == 1 and "needs root" in r.stderr.decode(), r.stderr
+        assert m.unmount() == 0, m.log_text()[-3000:]
+        assert "checksum mismatch" in m.log_text(), m.log_text()[-3000:]
+    got, shows = kernel_view(workdir, img, ["backups/s1", "backups/s2"])
+    for w, g in zip(want, got):
+        manifest.assert_same(w, g)
+    for show, uuid in zip(shows, uuids):
+        assert show["received"] == uuid and "readonly" in show["flags"], (show, uuid)
