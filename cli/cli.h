@@ -133,6 +133,16 @@ void cli_json_member(const char *key, const char *value, bool last);
 void cli_json_member_u64(const char *key, uint64_t value, bool last);
 void cli_json_item_end(void);
 void cli_json_end(bool any);
+/*
+ * Nested JSON, for butter's own layouts (README): cli_jw_open() an object
+ * ('{') or a list ('[') under @key (NULL in a list, and for the document,
+ * which starts with progs' "__header"), members, cli_jw_close(). Numbers
+ * are written as strings, as progs writes them.
+ */
+void cli_jw_open(const char *key, char kind);
+void cli_jw_close(void);
+void cli_jw_str(const char *key, const char *value);
+void cli_jw_u64(const char *key, uint64_t value);
 /* For a command without a JSON form: the error and exit status progs gives. */
 int cli_json_unsupported(void);
 

@@ -92,6 +92,74 @@ static void print_features(const char *kind_name, int kind, uint64_t flags)
 	printf("\n");
 }
 
+static void json_features(const char *key, int kind, uint64_t flags)
+{
+	char unknown[32];
+
+	cli_jw_open(key, '[');
+	for (int bit = 0; bit < 64; bit++) {
+		const char *name = butter_feature_name(kind, bit);
+
+		if (!(flags & (1ull << bit)))
+			continue;
+		if (!name) {
+			snprintf(unknown, sizeof(unknown), "unknown(bit %d)", bit);
+			name = unknown;
+		}
+		cli_jw_str(NULL, name);
+	}
+	cli_jw_close();
+}
+
+/* --format json: one "filesystem-info" object (layout in README). */
+static void print_json(const struct butter_info *info, const struct butter_device_info *devs,
+		       size_t ndevs, const struct butter_space_info *spaces, size_t nspaces)
+{
+	char u[37], spelled[16];
+
+	cli_jw_open(NULL, '{');
+	cli_jw_open("filesystem-info", '{');
+	cli_jw_str("label", info->label);
+	cli_jw_str("uuid", cli_uuid(u, info->fsid));
+	cli_jw_str("metadata_uuid", cli_uuid(u, memcmp(info->metadata_uuid, (uint8_t[16]){ 0 }, 16)
+							   ? info->metadata_uuid : info->fsid));
+	cli_jw_u64("generation", info->generation);
+	cli_jw_u64("total_bytes", info->total_bytes);
+	cli_jw_u64("bytes_used", info->bytes_used);
+	cli_jw_u64("sectorsize", info->sectorsize);
+	cli_jw_u64("nodesize", info->nodesize);
+	cli_jw_str("csum", info->csum_name ? info->csum_name : "unknown");
+	cli_jw_u64("default_subvol", info->default_subvol);
+	cli_jw_open("features", '{');
+	json_features("compat", 0, info->compat_flags);
+	json_features("compat_ro", 1, info->compat_ro_flags);
+	json_features("incompat", 2, info->incompat_flags);
+	cli_jw_close();
+	cli_jw_u64("num_devices", info->num_devices);
+	cli_jw_open("devices", '[');
+	for (size_t i = 0; i < ndevs; i++) {
+		cli_jw_open(NULL, '{');
+		cli_jw_u64("devid", devs[i].devid);
+		cli_jw_u64("size", devs[i].total_bytes);
+		cli_jw_u64("used", devs[i].bytes_used);
+		cli_jw_str("path", devs[i].path ? devs[i].path : "MISSING");
+		cli_jw_close();
+	}
+	cli_jw_close();
+	cli_jw_open("space", '[');
+	for (size_t i = 0; i < nspaces; i++) {
+		cli_jw_open(NULL, '{');
+		cli_jw_str("bg-type", cli_space_type(spaces[i].flags));
+		cli_jw_str("bg-profile", cli_profile_text(spelled, spaces[i].flags));
+		cli_jw_u64("total", spaces[i].total);
+		cli_jw_u64("used", spaces[i].used);
+		cli_jw_close();
+	}
+	cli_jw_close();
+	cli_jw_close();
+	cli_jw_close();
+}
+
 int cmd_info(const struct cli_command *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -129,26 +197,10 @@ int cmd_info(const struct cli_command *cmd, int argc, char **argv)
 		goto out;
 	}
 
-	printf("Label:           %s\n", info.label[0] ? info.label : "(none)");
-	printf("UUID:            %s\n", cli_uuid(u, info.fsid));
-	if (memcmp(info.metadata_uuid, info.fsid, 16) != 0 &&
-	    memcmp(info.metadata_uuid, (uint8_t[16]){ 0 }, 16) != 0)
-		printf("Metadata UUID:   %s\n", cli_uuid(u, info.metadata_uuid));
-	printf("Generation:      %" PRIu64 "\n", info.generation);
-	printf("Total bytes:     %s\n", cli_size(a, sizeof(a), info.total_bytes, raw));
-	printf("Bytes used:      %s\n", cli_size(a, sizeof(a), info.bytes_used, raw));
-	printf("Sector size:     %" PRIu32 "\n", info.sectorsize);
-	printf("Node size:       %" PRIu32 "\n", info.nodesize);
-	printf("Checksum:        %s\n", info.csum_name ? info.csum_name : "unknown");
-	printf("Default subvol:  %" PRIu64 "\n", info.default_subvol);
-	printf("Features:\n");
-	print_features("compat:", 0, info.compat_flags);
-	print_features("compat_ro:", 1, info.compat_ro_flags);
-	print_features("incompat:", 2, info.incompat_flags);
-
-	printf("Devices:         %" PRIu64 "\n", info.num_devices);
+	/* what there is to say, gathered first: then text or JSON */
 	struct butter_device_info *devs = NULL;
-	size_t ndevs = 0;
+	struct butter_space_info *spaces = NULL;
+	size_t ndevs = 0, nspaces = 0;
 	for (;; ndevs++) {
 		struct butter_device_info dev, *v = NULL;
 		ret = butter_get_device(fs, ndevs, &dev);
@@ -168,27 +220,58 @@ int cmd_info(const struct cli_command *cmd, int argc, char **argv)
 		devs[ndevs] = dev;
 	}
 	qsort(devs, ndevs, sizeof(*devs), devid_cmp);
-	for (size_t i = 0; i < ndevs; i++)
-		printf("  devid %4" PRIu64 " size %s used %s path %s\n", devs[i].devid,
-		       cli_size(a, sizeof(a), devs[i].total_bytes, raw),
-		       cli_size(b, sizeof(b), devs[i].bytes_used, raw),
-		       devs[i].path ? devs[i].path : "MISSING");
-	free(devs);
-
-	printf("Space:\n");
-	for (size_t i = 0;; i++) {
-		struct butter_space_info sp;
-		ret = butter_get_space(fs, i, &sp);
+	for (;; nspaces++) {
+		struct butter_space_info sp, *v = NULL;
+		ret = butter_get_space(fs, nspaces, &sp);
 		if (ret == -ENOENT)
 			break;
+		if (ret == 0) {
+			v = realloc(spaces, (nspaces + 1) * sizeof(*v));
+			if (!v)
+				ret = -ENOMEM;
+		}
 		if (ret < 0) {
 			cli_error("%s: reading chunk profiles: %s", image, strerror(-ret));
 			status = CLI_EXIT_ERROR;
 			break;
 		}
-		cli_print_space("  ", sp.flags, sp.total, sp.used,
-				&(struct cli_units){ raw ? -1 : 0, false }, NULL);
+		spaces = v;
+		spaces[nspaces] = sp;
 	}
+	if (status != CLI_EXIT_OK) {
+		/* said above */
+	} else if (cli_json) {
+		print_json(&info, devs, ndevs, spaces, nspaces);
+	} else {
+		printf("Label:           %s\n", info.label[0] ? info.label : "(none)");
+		printf("UUID:            %s\n", cli_uuid(u, info.fsid));
+		if (memcmp(info.metadata_uuid, info.fsid, 16) != 0 &&
+		    memcmp(info.metadata_uuid, (uint8_t[16]){ 0 }, 16) != 0)
+			printf("Metadata UUID:   %s\n", cli_uuid(u, info.metadata_uuid));
+		printf("Generation:      %" PRIu64 "\n", info.generation);
+		printf("Total bytes:     %s\n", cli_size(a, sizeof(a), info.total_bytes, raw));
+		printf("Bytes used:      %s\n", cli_size(a, sizeof(a), info.bytes_used, raw));
+		printf("Sector size:     %" PRIu32 "\n", info.sectorsize);
+		printf("Node size:       %" PRIu32 "\n", info.nodesize);
+		printf("Checksum:        %s\n", info.csum_name ? info.csum_name : "unknown");
+		printf("Default subvol:  %" PRIu64 "\n", info.default_subvol);
+		printf("Features:\n");
+		print_features("compat:", 0, info.compat_flags);
+		print_features("compat_ro:", 1, info.compat_ro_flags);
+		print_features("incompat:", 2, info.incompat_flags);
+		printf("Devices:         %" PRIu64 "\n", info.num_devices);
+		for (size_t i = 0; i < ndevs; i++)
+			printf("  devid %4" PRIu64 " size %s used %s path %s\n", devs[i].devid,
+			       cli_size(a, sizeof(a), devs[i].total_bytes, raw),
+			       cli_size(b, sizeof(b), devs[i].bytes_used, raw),
+			       devs[i].path ? devs[i].path : "MISSING");
+		printf("Space:\n");
+		for (size_t i = 0; i < nspaces; i++)
+			cli_print_space("  ", spaces[i].flags, spaces[i].total, spaces[i].used,
+					&(struct cli_units){ raw ? -1 : 0, false }, NULL);
+	}
+	free(devs);
+	free(spaces);
 
 out:
 	butter_close(fs);

@@ -157,6 +157,47 @@ static void print_long(const struct ls_widths *w, const struct butter_stat *st, 
 	putchar('\n');
 }
 
+static const char *type_name(uint32_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG: return "file";
+	case S_IFDIR: return "directory";
+	case S_IFLNK: return "symlink";
+	case S_IFCHR: return "char";
+	case S_IFBLK: return "block";
+	case S_IFIFO: return "fifo";
+	case S_IFSOCK: return "socket";
+	default: return "unknown";
+	}
+}
+
+/* One entry of --format json's "directory-listing" (layout in README). */
+static void json_entry(const struct butter_stat *st, const char *name, size_t namelen,
+		       const char *target)
+{
+	char buf[48], *copy = strndup(name, namelen);
+
+	cli_jw_open(NULL, '{');
+	cli_jw_str("name", copy ? copy : "");
+	free(copy);
+	cli_jw_str("type", type_name(st->mode));
+	snprintf(buf, sizeof(buf), "%o", st->mode & 07777);
+	cli_jw_str("mode", buf);
+	cli_jw_u64("subvol", st->subvol);
+	cli_jw_u64("ino", st->ino);
+	cli_jw_u64("nlink", st->nlink);
+	cli_jw_u64("uid", st->uid);
+	cli_jw_u64("gid", st->gid);
+	cli_jw_u64("size", st->size);
+	cli_jw_u64("blocks", st->blocks);
+	cli_jw_u64("rdev", st->rdev);
+	snprintf(buf, sizeof(buf), "%lld.%09ld", (long long)st->mtime.tv_sec, (long)st->mtime.tv_nsec);
+	cli_jw_str("mtime", buf);
+	if (target)
+		cli_jw_str("target", target);
+	cli_jw_close();
+}
+
 /* List the directory @dir (shown as @path in messages). Returns an exit status. */
 static int ls_dir(struct butter_fs *fs, const char *path, butter_ino_t dir, bool lng)
 {
@@ -171,7 +212,7 @@ static int ls_dir(struct butter_fs *fs, const char *path, butter_ino_t dir, bool
 	if (l.n)
 		qsort(l.v, l.n, sizeof(*l.v), ls_cmp);
 
-	if (lng) {
+	if (lng || cli_json) {
 		struct ls_widths w = { 0 };
 		uint64_t blocks = 0;
 		for (size_t i = 0; i < l.n; i++) {
@@ -184,7 +225,10 @@ static int ls_dir(struct butter_fs *fs, const char *path, butter_ino_t dir, bool
 			widen(&w, &e->st);
 			blocks += e->st.blocks;
 		}
-		printf("total %" PRIu64 "\n", (blocks + 1) / 2);
+		if (cli_json)
+			cli_jw_open("directory-listing", '[');
+		else
+			printf("total %" PRIu64 "\n", (blocks + 1) / 2);
 		for (size_t i = 0; i < l.n; i++) {
 			struct ls_entry *e = &l.v[i];
 			if (e->err < 0) {
@@ -194,8 +238,13 @@ static int ls_dir(struct butter_fs *fs, const char *path, butter_ino_t dir, bool
 				status = CLI_EXIT_ERROR;
 				continue;
 			}
-			print_long(&w, &e->st, e->name, e->namelen, e->target);
+			if (cli_json)
+				json_entry(&e->st, e->name, e->namelen, e->target);
+			else
+				print_long(&w, &e->st, e->name, e->namelen, e->target);
 		}
+		if (cli_json)
+			cli_jw_close();
 	} else {
 		for (size_t i = 0; i < l.n; i++) {
 			fwrite(l.v[i].name, 1, l.v[i].namelen, stdout);
@@ -245,7 +294,7 @@ int cmd_ls(const struct cli_command *cmd, int argc, char **argv)
 	int ret = cli_resolve(fs, path, false, &ino);
 	if (ret == 0)
 		ret = butter_stat(fs, ino, &st);
-	if (ret == 0 && S_ISLNK(st.mode) && !lng) {
+	if (ret == 0 && S_ISLNK(st.mode) && !lng && !cli_json) {
 		/* As ls does for an operand: list the directory a symlink names. */
 		butter_ino_t t;
 		struct butter_stat tst;
@@ -255,12 +304,14 @@ int cmd_ls(const struct cli_command *cmd, int argc, char **argv)
 			st = tst;
 		}
 	}
+	if (cli_json)
+		cli_jw_open(NULL, '{');
 	if (ret < 0) {
 		cli_error("%s: %s", path, strerror(-ret));
 		status = CLI_EXIT_ERROR;
 	} else if (S_ISDIR(st.mode)) {
 		status = ls_dir(fs, path, ino, lng);
-	} else if (lng) {
+	} else if (lng || cli_json) {
 		struct ls_widths w = { 0 };
 		char *target = NULL;
 		if (S_ISLNK(st.mode))
@@ -270,11 +321,24 @@ int cmd_ls(const struct cli_command *cmd, int argc, char **argv)
 			status = CLI_EXIT_ERROR;
 		} else {
 			widen(&w, &st);
-			print_long(&w, &st, path, strlen(path), target);
+			if (cli_json) {
+				cli_jw_open("directory-listing", '[');
+				json_entry(&st, path, strlen(path), target);
+				cli_jw_close();
+			} else {
+				print_long(&w, &st, path, strlen(path), target);
+			}
 		}
 		free(target);
 	} else {
 		printf("%s\n", path);
+	}
+	if (cli_json) {
+		if (status != CLI_EXIT_OK && ret < 0) {
+			cli_jw_open("directory-listing", '[');
+			cli_jw_close();
+		}
+		cli_jw_close();
 	}
 
 	butter_close(fs);

@@ -99,6 +99,11 @@ int cmd_send(const struct cli_command *cmd, int argc, char **argv)
 	}
 	const char *image = argv[optind], *path = mounted ? argv[optind] : argv[optind + 1];
 
+	if (!file && cli_json) {
+		free(args.devices);
+		cli_error("--format json needs -f FILE: the stream goes to standard output");
+		return CLI_EXIT_USAGE;
+	}
 	if (!file && isatty(STDOUT_FILENO)) {
 		free(args.devices);
 		cli_error("not writing a send stream to a terminal (redirect it, or use -f FILE)");
@@ -163,6 +168,19 @@ send:
 		status = CLI_EXIT_ERROR;
 	}
 	butter_close(fs);
+	if (status == CLI_EXIT_OK && cli_json) { /* the summary (layout in README) */
+		cli_jw_open(NULL, '{');
+		cli_jw_open("send", '{');
+		cli_jw_str("subvolume", path);
+		cli_jw_u64("subvol", ino.subvol);
+		cli_jw_str("parent", parent ? parent : "");
+		cli_jw_u64("parent_subvol", parent ? pino.subvol : 0);
+		cli_jw_str("file", file);
+		cli_jw_u64("bytes", o.bytes);
+		cli_jw_close();
+		cli_jw_close();
+		status = cli_finish_stdout(status);
+	}
 	return status;
 }
 
@@ -187,6 +205,24 @@ static ssize_t read_some(void *arg, void *buf, size_t len)
 		if (errno != EINTR)
 			return -errno;
 	}
+}
+
+/* What a receive made: a line, or with --format json the summary (layout in README). */
+static void print_received(const char *dir, uint64_t subvolumes, uint64_t last_subvol,
+			   uint64_t bytes)
+{
+	if (!cli_json) {
+		printf("received %llu subvolume(s) into %s\n", (unsigned long long)subvolumes, dir);
+		return;
+	}
+	cli_jw_open(NULL, '{');
+	cli_jw_open("receive", '{');
+	cli_jw_str("into", dir);
+	cli_jw_u64("subvolumes", subvolumes);
+	cli_jw_u64("last_subvol", last_subvol);
+	cli_jw_u64("bytes", bytes);
+	cli_jw_close();
+	cli_jw_close();
 }
 
 /* The input, copied into the daemon's pipe by a thread (the progress line is drawn there). */
@@ -297,7 +333,7 @@ static int receive_into_mount(const char *dir, struct in *in)
 		cli_error("%s: receiving: %s (the mount's log says more)", dir, strerror(-io.error));
 	if (ret || f.error || io.error)
 		return CLI_EXIT_ERROR;
-	printf("received %llu subvolume(s) into %s\n", (unsigned long long)io.subvolumes, dir);
+	print_received(dir, io.subvolumes, io.last_subvol, in->bytes);
 	return cli_finish_stdout(CLI_EXIT_OK);
 }
 
@@ -382,8 +418,7 @@ int cmd_receive(const struct cli_command *cmd, int argc, char **argv)
 			cli_error("%s: receiving into %s: %s", image, dir, strerror(-ret));
 		status = CLI_EXIT_ERROR;
 	} else {
-		printf("received %llu subvolume(s) into %s\n", (unsigned long long)res.subvolumes,
-		       dir);
+		print_received(dir, res.subvolumes, res.last_subvol, in.bytes);
 	}
 	if (file)
 		close(in.fd);

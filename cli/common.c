@@ -90,6 +90,72 @@ void cli_json_end(bool any)
 	printf(any ? "\n  ]\n}\n" : "  ]\n}\n");
 }
 
+/*
+ * The nested writer (butter's own layouts): a stack of open objects and
+ * lists, each knowing whether it has a member yet (for the commas).
+ */
+#define JW_DEPTH 8
+static struct {
+	int depth;
+	bool any[JW_DEPTH];
+	char kind[JW_DEPTH];
+} jw;
+
+static void jw_member_start(const char *key)
+{
+	if (jw.depth > 0) {
+		printf(jw.any[jw.depth - 1] ? ",\n" : "\n");
+		jw.any[jw.depth - 1] = true;
+	}
+	printf("%*s", 2 * jw.depth, "");
+	if (key && jw.depth > 0 && jw.kind[jw.depth - 1] == '{') {
+		json_string(key);
+		printf(": ");
+	}
+}
+
+void cli_jw_open(const char *key, char kind)
+{
+	jw_member_start(key);
+	putchar(kind);
+	if (jw.depth < JW_DEPTH) {
+		jw.any[jw.depth] = false;
+		jw.kind[jw.depth] = kind;
+	}
+	jw.depth++;
+	if (jw.depth == 1) { /* the document: progs' header first */
+		printf("\n  \"__header\": {\n    \"version\": \"1\"\n  }");
+		jw.any[0] = true;
+	}
+}
+
+void cli_jw_close(void)
+{
+	char kind = jw.depth > 0 && jw.depth <= JW_DEPTH ? jw.kind[jw.depth - 1] : '{';
+	bool any = jw.depth > 0 && jw.depth <= JW_DEPTH && jw.any[jw.depth - 1];
+
+	jw.depth--;
+	if (any)
+		printf("\n%*s", 2 * jw.depth, "");
+	putchar(kind == '[' ? ']' : '}');
+	if (jw.depth == 0)
+		putchar('\n');
+}
+
+void cli_jw_str(const char *key, const char *value)
+{
+	jw_member_start(key);
+	json_string(value ? value : "");
+}
+
+void cli_jw_u64(const char *key, uint64_t value)
+{
+	char buf[24];
+
+	snprintf(buf, sizeof(buf), "%" PRIu64, value);
+	cli_jw_str(key, buf); /* quoted, as progs writes numbers */
+}
+
 int cli_json_unsupported(void)
 {
 	cli_error("output format json is unsupported for this command");

@@ -722,7 +722,8 @@ static void print_main_usage(FILE *out)
 		     "Global option (before COMMAND):\n"
 		     "  --format json|text  JSON, in btrfs-progs' layout, from the commands that\n"
 		     "                      have it: filesystem df, device stats, subvolume list;\n"
-		     "                      in butter's layout (README): scrub status\n");
+		     "                      in butter's layout (README): info, ls, scrub status,\n"
+		     "                      send -f FILE, receive\n");
 }
 
 /* `butter help testing`: the global options of the crash and fault tests, kept out of the main help. */
@@ -772,7 +773,9 @@ static int run(const struct cli_command *cmd, int argc, char **argv)
 {
 	/* the commands with a JSON form (btrfs-progs' layout) */
 	if (cli_json && strcmp(cmd->name, "filesystem df") && strcmp(cmd->name, "device stats") &&
-	    strcmp(cmd->name, "subvolume list") && strcmp(cmd->name, "scrub"))
+	    strcmp(cmd->name, "subvolume list") && strcmp(cmd->name, "scrub") &&
+	    strcmp(cmd->name, "info") && strcmp(cmd->name, "ls") && strcmp(cmd->name, "send") &&
+	    strcmp(cmd->name, "receive"))
 		return cli_json_unsupported();
 	optind = 1;
 	return cmd->main(cmd, argc, argv);
