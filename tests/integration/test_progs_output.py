@@ -10,6 +10,7 @@ that subvolume's files, as does a butter mount; `set-default IMAGE 0` goes back 
 level. Wrong ids and paths that are not subvolumes fail with a message and change nothing.
 """
 import json
+import stat
 import os
 import re
 import subprocess
@@ -160,8 +161,20 @@ def test_filesystem_df_like_btrfs_progs(kernel, butter, workdir):
             [{k: v for k, v in r.items() if k != "device"} for r in want_stats["device-stats"]])
     assert [r["device"] for r in got["device-stats"]] == images
     assert got["__header"] == want_stats["__header"]
-    r = kfs.run([butter.path, "--format", "json", "info", images[0]], check=False)
+    r = kfs.run([butter.path, "--format", "json", "check", images[0]], check=False)
     assert r.returncode == 1 and "output format json is unsupported for this command" in r.stderr
+    # info's JSON (butter's layout): its "space" items are df's, the rest dump-super's
+    info = json.loads(kfs.run([butter.path, "--format", "json", "info"] + devs +
+                              [images[0]]).stdout)["filesystem-info"]
+    assert info["space"] == want_json["filesystem-df"]
+    sb = kfs.run(["btrfs", "inspect-internal", "dump-super", images[0]]).stdout
+    field = lambda k: re.search(rf"^{k}\s+(\S+)", sb, re.M).group(1)
+    assert info["uuid"] == field("fsid") and info["generation"] == field("generation")
+    assert info["nodesize"] == field("nodesize") and info["sectorsize"] == field("sectorsize")
+    assert info["total_bytes"] == field("total_bytes") and info["bytes_used"] == field("bytes_used")
+    assert info["num_devices"] == field("num_devices") == "2"
+    assert [d["path"] for d in info["devices"]] == images and info["csum"] == "crc32c"
+    assert "skinny-metadata" in info["features"]["incompat"], info["features"]
     for o in unit_options:
         lines = [line for line in want[tuple(o)] if not line.startswith("GlobalReserve")]
         assert any(line.startswith("Metadata, RAID1:") for line in lines), lines
@@ -366,3 +379,55 @@ def test_filesystem_and_device_usage_like_btrfs_progs(fuse, butter, workdir, lay
     with FuseMount(butter.path, images, os.path.join(workdir, "fm"), ["ro"]) as m:
         for (what, o), text in want.items():
             same(kfs.run([butter.path] + list(what) + list(o) + [m.mnt]).stdout, text, (what, o))
+
+
+def test_ls_send_receive_json(kernel, butter, workdir):
+    """--format json of `ls` (every entry's stat as the kernel's mount of the image shows it:
+    lstat field for field, symlink targets), `send -f` and `receive` (their byte counts are
+    the stream's size, the subvolume ids what `subvolume list` says)."""
+    b = butter.path
+    with kfs.kernel_fs(workdir, name="k") as fs:
+        d = os.path.join(fs.mnt, "d")
+        os.mkdir(d)
+        with open(os.path.join(d, "file"), "wb") as f:
+            f.write(os.urandom(70000))
+        os.symlink("file", os.path.join(d, "link"))
+        os.mkfifo(os.path.join(d, "fifo"))
+        os.link(os.path.join(d, "file"), os.path.join(d, "hard"))
+        os.chmod(os.path.join(d, "file"), 0o4750)
+        os.chown(os.path.join(d, "fifo"), 1234, 567)
+        kfs.run(["btrfs", "subvolume", "snapshot", "-r", fs.mnt, os.path.join(fs.mnt, "snap")])
+        fs.release()
+        image = fs.images[0]
+    got = json.loads(kfs.run([b, "--format", "json", "ls", image, "/d"]).stdout)
+    items = got["directory-listing"]
+    assert [i["name"] for i in items] == ["fifo", "file", "hard", "link"]
+    with oracle.kernel_mount(image, mnt=os.path.join(workdir, "km")) as k:
+        for i in items:
+            st = os.lstat(os.path.join(k, "d", i["name"]))
+            assert int(i["mode"], 8) == stat.S_IMODE(st.st_mode), i
+            assert (int(i["ino"]), int(i["nlink"]), int(i["uid"]), int(i["gid"]),
+                    int(i["size"]), int(i["blocks"])) == \
+                (st.st_ino, st.st_nlink, st.st_uid, st.st_gid, st.st_size, st.st_blocks), i
+            assert i["mtime"] == f"{st.st_mtime_ns // 10**9}.{st.st_mtime_ns % 10**9:09d}", i
+            kind = {stat.S_IFREG: "file", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo"}
+            assert i["type"] == kind[stat.S_IFMT(st.st_mode)], i
+            if i["type"] == "symlink":
+                assert i["target"] == os.readlink(os.path.join(k, "d", i["name"]))
+    one = json.loads(kfs.run([b, "--format", "json", "ls", image, "/d/file"]).stdout)
+    assert one["directory-listing"] == [dict(items[1], name="/d/file")]
+    stream = os.path.join(workdir, "s.stream")
+    sent = json.loads(kfs.run([b, "--format", "json", "send", "-f", stream, image,
+                               "/snap"]).stdout)["send"]
+    assert int(sent["bytes"]) == os.path.getsize(stream) > 70000, sent
+    assert sent["subvolume"] == "/snap" and sent["file"] == stream and sent["parent"] == ""
+    r = kfs.run([b, "--format", "json", "send", image, "/snap"], check=False)
+    assert r.returncode == 2 and "-f FILE" in r.stderr, r.stderr
+    target = os.path.join(workdir, "t.img")
+    kfs.run([b, "mkfs", "-q", "-b", "512M", target])
+    got = json.loads(kfs.run([b, "--format", "json", "receive", "-f", stream,
+                              target]).stdout)["receive"]
+    assert got["subvolumes"] == "1" and int(got["bytes"]) == os.path.getsize(stream), got
+    listed = json.loads(kfs.run([b, "--format", "json", "subvolume", "list",
+                                 target]).stdout)["subvolume-list"]
+    assert [(s["ID"], s["path"]) for s in listed] == [(got["last_subvol"], "snap")], listed
