@@ -852,6 +852,7 @@ static int run(const struct mount_opts *o)
 	pthread_mutex_init(&d.balancer_lock, NULL);
 	pthread_mutex_init(&d.scrubber_lock, NULL);
 	pthread_mutex_init(&d.receiving_lock, NULL);
+	pthread_mutex_init(&d.dirs_lock, NULL);
 
 	fuse_opts = fuse_option_string(o);
 	char *fuse_argv[] = { "butter", "-o", fuse_opts, o->debug ? "-d" : NULL, NULL };
@@ -935,6 +936,7 @@ out:
 	}
 	butter_close(d.fs);
 	nodes_destroy(&d.nodes);
+	butter_fuse_dirs_free(&d);
 	fsync_queue_destroy(&d.fsyncq);
 	if (fuse_log_daemon) {
 		fuse_set_log_func(NULL); /* libfuse's default again */

@@ -67,6 +67,10 @@ struct daemon {
 
 	struct tracer *tracer;        /* -o trace=FILE (trace.c); NULL: none */
 
+	/* open directories (ops.c struct dir_handle), freed at exit if the kernel did not */
+	pthread_mutex_t dirs_lock;
+	struct dir_handle *dirs;
+
 	/* shutdown: see daemon.c */
 	pthread_t main_thread;
 	atomic_bool loop_done;        /* the session loop has returned */
@@ -116,6 +120,8 @@ void receiving_stop(struct daemon *d);
 
 /* The request handlers (ops.c). */
 extern const struct fuse_lowlevel_ops butter_fuse_ops;
+/* Free the open-directory handles left at exit (ops.c). */
+void butter_fuse_dirs_free(struct daemon *d);
 
 /* The control ioctls of <butter/control.h> (control.c). */
 void butter_fuse_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,

@@ -189,21 +189,59 @@ static void reply_entry(struct daemon *d, fuse_req_t req, int ret, const struct 
 /* ---- access times ------------------------------------------------------------ */
 
 /*
- * fi->fh of an open directory: end << 1 | noatime, nothing to free (a daemon
- * stopped by a signal gets no releasedir). readdir lists no entry at or past
- * end, the position after the last entry at opendir: renaming entries while
- * listing them gives them new positions past it, and the listing still ends,
- * as on the kernel's btrfs. The kernel keeps fh as opendir replied it, so a
- * rewinddir(3) keeps the bound too (btrfs refreshes it there since 6.5:
- * entries made after opendir are listed again only by a new opendir).
- * noatime: opened with O_NOATIME (readdir gets no open flags).
+ * fi->fh of an open directory points at its dir_handle. readdir lists no
+ * entry at or past @end, the position after the last entry when the listing
+ * began: renaming entries while listing them gives them new positions past
+ * it, and the listing still ends, as on the kernel's btrfs. A listing begins
+ * at opendir and again at each read from offset 0 (rewinddir(3)), which
+ * takes the end anew, so entries made since are listed, as btrfs does since
+ * 6.5. @noatime: opened with O_NOATIME (readdir gets no open flags). The
+ * daemon keeps every handle in a list (dirs_lock), so those the kernel never
+ * releases (a daemon stopped by a signal gets no releasedir) are freed at
+ * exit.
  */
-#define DIR_FH_NOATIME 1u
-#define DIR_FH_END_MAX (UINT64_MAX >> 1)
+struct dir_handle {
+	_Atomic uint64_t end;
+	bool noatime;
+	struct dir_handle *prev, *next; /* the daemon's list */
+};
 
-static uint64_t dir_fh(uint64_t end, bool noatime)
+static struct dir_handle *dir_handle_new(struct daemon *d, uint64_t end, bool noatime)
 {
-	return (end > DIR_FH_END_MAX ? DIR_FH_END_MAX : end) << 1 | (noatime ? DIR_FH_NOATIME : 0);
+	struct dir_handle *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return NULL;
+	atomic_store(&h->end, end);
+	h->noatime = noatime;
+	pthread_mutex_lock(&d->dirs_lock);
+	h->next = d->dirs;
+	if (d->dirs)
+		d->dirs->prev = h;
+	d->dirs = h;
+	pthread_mutex_unlock(&d->dirs_lock);
+	return h;
+}
+
+static void dir_handle_free(struct daemon *d, struct dir_handle *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&d->dirs_lock);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		d->dirs = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	pthread_mutex_unlock(&d->dirs_lock);
+	free(h);
+}
+
+void butter_fuse_dirs_free(struct daemon *d)
+{
+	while (d->dirs)
+		dir_handle_free(d, d->dirs);
 }
 
 static unsigned atime_policy(const struct mount_opts *o)
@@ -1098,6 +1136,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct daemon *d = D(req);
 	struct butter_stat bs;
+	struct dir_handle *h = NULL;
 	uint64_t end = 0;
 	butter_ino_t id;
 	int ret = nodes_resolve(&d->nodes, ino, &id);
@@ -1113,18 +1152,27 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			ret = butter_open_ref(d->fs, id);
 		section_end(d);
 	}
+	if (ret == 0) {
+		h = dir_handle_new(d, end, (fi->flags & O_NOATIME) != 0);
+		if (!h) {
+			release_handle(d, ino);
+			ret = -ENOMEM;
+		}
+	}
 	if (ret) {
 		reply_err(req, ret);
 		return;
 	}
-	fi->fh = dir_fh(end, (fi->flags & O_NOATIME) != 0);
-	if (fuse_reply_open(req, fi) != 0)
+	fi->fh = (uint64_t)(uintptr_t)h;
+	if (fuse_reply_open(req, fi) != 0) {
+		dir_handle_free(d, h);
 		release_handle(d, ino);
+	}
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)fi;
+	dir_handle_free(D(req), (struct dir_handle *)(uintptr_t)fi->fh);
 	release_handle(D(req), ino);
 	fuse_reply_err(req, 0);
 }
@@ -1227,8 +1275,9 @@ static int fill_one(void *arg, const char *name, size_t namelen, butter_ino_t in
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus,
 		       struct fuse_file_info *fi)
 {
-	bool noatime = fi->fh & DIR_FH_NOATIME;
-	uint64_t end = fi->fh >> 1;
+	struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
+	bool noatime = h->noatime;
+	uint64_t end = atomic_load(&h->end);
 	struct daemon *d = D(req);
 	struct dir_fill f = { .d = d, .req = req, .plus = plus, .size = size };
 	int ret = nodes_resolve(&d->nodes, ino, &f.dir), due = 0;
@@ -1245,12 +1294,18 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
 		return;
 	}
 	section_read(d);
-	if (off == 0 && !add_dot(&f, ".", ino, 1))
+	if (off == 0) { /* a listing begins (opendir, rewinddir): up to the end now */
+		ret = butter_readdir_end(d->fs, f.dir, &end);
+		if (ret == 0)
+			atomic_store(&h->end, end);
+	}
+	if (ret == 0 && off == 0 && !add_dot(&f, ".", ino, 1))
 		goto full;
-	if (off <= 1 && !add_dot(&f, "..", ino, 2))
+	if (ret == 0 && off <= 1 && !add_dot(&f, "..", ino, 2))
 		goto full;
-	ret = butter_readdir_until(d->fs, f.dir, off < FIRST_DIR_OFFSET ? 0 : (uint64_t)off, end,
-				   fill_one, &f);
+	if (ret == 0)
+		ret = butter_readdir_until(d->fs, f.dir, off < FIRST_DIR_OFFSET ? 0 : (uint64_t)off,
+					   end, fill_one, &f);
 full:
 	if (ret >= 0 && !noatime)
 		due = butter_atime_due(d->fs, f.dir, atime_policy(d->opts));
