@@ -8,7 +8,8 @@
  * and _IOWR) and back out of the reply (for _IOR and _IOWR). So only
  * commands whose argument has a fixed size can be answered: TREE_SEARCH
  * (v1, 4096 bytes), INO_LOOKUP, FS_INFO, DEV_INFO, GET_DEV_STATS,
- * GET_FEATURES, SUBVOL_GETFLAGS, DEFAULT_SUBVOL and SYNC. The variable ones
+ * GET_FEATURES, SUBVOL_GETFLAGS, DEFAULT_SUBVOL, SYNC and GET/SET_FSLABEL
+ * (the VFS's FS_IOC_GETFSLABEL/SETFSLABEL are the same numbers). The variable ones
  * (TREE_SEARCH_V2, SPACE_INFO's array, LOGICAL_INO, INO_PATHS) cannot be
  * (the kernel fails them with EIO or hands back only their head) and stay
  * ENOTTY, as every other command.
@@ -23,7 +24,7 @@
  *   callers pass st_ino: INO_LOOKUP's objectid, and TREE_SEARCH's when it
  *   asks for one objectid (min == max) of a subvolume tree.
  * - Who may: the kernel asks for CAP_SYS_ADMIN for TREE_SEARCH, INO_LOOKUP
- *   beyond the subvolume root, a stats reset and DEFAULT_SUBVOL; the daemon
+ *   beyond the subvolume root, a stats reset, DEFAULT_SUBVOL and SET_FSLABEL; the daemon
  *   sees only the caller's uid and asks for uid 0.
  */
 #include <errno.h>
@@ -32,6 +33,7 @@
 #include <string.h>
 
 #include <linux/btrfs.h>
+#include <linux/fs.h>
 
 #include "daemon.h"
 
@@ -45,6 +47,7 @@ union btrfs_arg {
 	struct btrfs_ioctl_dev_info_args dev_info;
 	struct btrfs_ioctl_get_dev_stats stats;
 	struct btrfs_ioctl_feature_flags features;
+	char label[BTRFS_LABEL_SIZE];
 	__u64 u64;
 };
 
@@ -232,6 +235,8 @@ int btrfs_ioctl_answer(fuse_req_t req, fuse_ino_t ino, unsigned cmd, const void 
 	case BTRFS_IOC_SUBVOL_GETFLAGS:
 	case BTRFS_IOC_DEFAULT_SUBVOL:
 	case BTRFS_IOC_SYNC:
+	case BTRFS_IOC_GET_FSLABEL:
+	case BTRFS_IOC_SET_FSLABEL:
 		break;
 	default:
 		return 0;
@@ -299,6 +304,24 @@ int btrfs_ioctl_answer(fuse_req_t req, fuse_ino_t ino, unsigned cmd, const void 
 		ret = d->readonly ? 0 : butter_sync(d->fs);
 		if (ret)
 			daemon_commit_failed(d, ret);
+		break;
+	case BTRFS_IOC_GET_FSLABEL: { /* also FS_IOC_GETFSLABEL: the same number */
+		struct butter_info bi;
+
+		ret = butter_get_info(d->fs, &bi);
+		if (ret == 0) /* the rest of a->label is zeros (calloc) */
+			memcpy(a->label, bi.label, strnlen(bi.label, sizeof(a->label) - 1));
+		break;
+	}
+	case BTRFS_IOC_SET_FSLABEL:
+		if (!caller_is_root(req))
+			ret = -EPERM;
+		else if (strnlen(a->label, sizeof(a->label)) == sizeof(a->label))
+			ret = -EINVAL; /* no room for the NUL: the kernel's refusal too */
+		else if (d->readonly)
+			ret = -EROFS;
+		else
+			ret = butter_set_label(d->fs, a->label); /* committed */
 		break;
 	}
 	if (_IOC_DIR(cmd) & _IOC_READ)

@@ -166,3 +166,55 @@ def test_btrfs_ioctls_like_kernel(fuse, butter, workdir):
     for key in sorted(want):
         assert got.get(key) == want[key], (key, got.get(key), want[key])
     assert got == want
+
+
+LABEL_PROBE = r'''
+import fcntl, json, os, sys
+GET, SET = 0x81009431, 0x41009432   # FS_IOC_GETFSLABEL / SETFSLABEL: _IOR/_IOW(0x94, 49/50, char[256])
+fd = os.open(sys.argv[1], os.O_RDONLY)
+out = []
+def get():
+    return fcntl.ioctl(fd, GET, bytes(256)).rstrip(b"\0").decode()
+def attempt(fn):
+    try:
+        return fn()
+    except OSError as e:
+        return "errno %d" % e.errno
+out.append(attempt(get))
+if sys.argv[2] == "set":
+    out.append(attempt(lambda: fcntl.ioctl(fd, SET, b"new label".ljust(256, b"\0")) and get()))
+    out.append(attempt(lambda: fcntl.ioctl(fd, SET, b"x" * 256)))       # no room for the NUL
+    out.append(attempt(get))
+print(json.dumps(out))
+'''
+
+
+def test_fslabel_ioctls_like_kernel(fuse, butter, workdir):
+    """FS_IOC_GETFSLABEL and SETFSLABEL (xfs_io's label, generic/492) answer on a butter mount
+    as on the kernel's: the label, a new one set and committed, a label without room for its
+    NUL refused, EPERM for a user other than root."""
+    results = {}
+    for who in ("kernel", "butter"):
+        image = os.path.join(workdir, f"{who}.img")
+        kfs.run([butter.path, "mkfs", "-q", "-L", "old", "-b", "256M", image])
+        mnt = os.path.join(workdir, f"{who}-mnt")
+        os.makedirs(mnt)
+        os.chmod(workdir, 0o755)
+        if who == "kernel":
+            ctx = oracle.kernel_mount(image, mnt=mnt, opts=("rw",))
+        else:
+            ctx = FuseMount(butter.path, [image], mnt, ["allow_other"])
+        with ctx as m:
+            path = mnt if who == "kernel" else m.mnt
+            root = kfs.run([PYTHON, "-c", LABEL_PROBE, path, "set"]).stdout
+            nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                     PYTHON, "-c", LABEL_PROBE, path, "set"],
+                                    capture_output=True, text=True, check=True).stdout
+            if who == "butter":
+                assert m.unmount() == 0
+        results[who] = (json.loads(root), json.loads(nobody),
+                        kfs.run(["btrfs", "filesystem", "label", image]).stdout)
+    assert results["butter"] == results["kernel"], results
+    assert results["kernel"][0][:2] == ["old", "new label"], results
+    assert results["kernel"][1][1] == "errno 1", results      # EPERM
+    oracle.btrfs_check(os.path.join(workdir, "butter.img"))
