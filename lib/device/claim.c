@@ -24,7 +24,8 @@
  *   byte 1 free  the holder is closing (or between its two lock calls): the
  *                opener waits, trying byte 0 every 20 ms for at most
  *                CLAIM_WAIT_SECONDS, and says once whom it waits for
- *                (after 100 ms, not for a holder between its locks). A
+ *                (after 2 s: not for a holder between its locks, nor for the
+ *                usual close of a daemon just unmounted). A
  *                holder that takes byte 1 meanwhile turns the wait into the
  *                case above.
  *
@@ -394,8 +395,12 @@ int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
 		}
 		if (!deadline) {
 			deadline = now_seconds() + CLAIM_WAIT_SECONDS;
-		} else if (!said && now_seconds() > deadline - CLAIM_WAIT_SECONDS + 0.1) {
-			/* said after 100 ms: not for a holder between its two lock calls */
+		} else if (!said && now_seconds() > deadline - CLAIM_WAIT_SECONDS + 2) {
+			/*
+			 * said after 2 s: not for a holder between its two lock calls,
+			 * nor for the usual close of a mount unmounted just before
+			 * (umount returns before its daemon has exited)
+			 */
 			char real[PATH_MAX], comm[64];
 			pid_t pid = realpath(path, real) ? find_pid(real, st) : 0;
 

@@ -157,13 +157,13 @@ def traced_threads(pid):
     return traced, total
 
 
-def delay_syscalls(pid, syscalls, when):
-    """Make every call of `syscalls` (comma-separated) in `pid` take a second more, at
+def delay_syscalls(pid, syscalls, when, seconds=1):
+    """Make every call of `syscalls` (comma-separated) in `pid` take `seconds` more, at
     `when` (strace's delay_enter or delay_exit); returns the strace process once it
     traces every thread of `pid`."""
     tracer = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-p", str(pid),
                                "-e", f"trace={syscalls}", "-e",
-                               f"inject={syscalls}:{when}=1000000"],
+                               f"inject={syscalls}:{when}={seconds * 1000000}"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while True:
@@ -203,9 +203,10 @@ def test_remount_at_once_waits_for_the_last_commit(fuse, butter, workdir):
             with open(os.path.join(first.mnt, "d", str(i)), "wb") as f:
                 f.write(data)
             want[str(i)] = hashlib.sha256(data).hexdigest()
-        # every fdatasync of the old daemon from now on takes a second: its last commit
-        # is still running well after fusermount3 -u has returned
-        tracer = delay_syscalls(first.proc.pid, "fdatasync", "delay_enter")
+        # every fdatasync of the old daemon from now on takes 3 s: its last commit is still
+        # running well after fusermount3 -u has returned (the new mount says whom it waits
+        # for after 2 s)
+        tracer = delay_syscalls(first.proc.pid, "fdatasync", "delay_enter", seconds=3)
         # the kernel keeps the mount busy until the daemon answers the release of the file
         # closed above, which it sends in the background: EBUSY is asked again
         for _ in range(50):  # the daemon's answers come a second late here (strace)
