@@ -36,6 +36,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -122,6 +123,29 @@ static int wait_for_exit(int pidfd, pid_t pid, const char *mnt, unsigned secs)
 	}
 }
 
+/*
+ * Is a filesystem of device number @dev still mounted somewhere (another
+ * mount of the same FUSE connection: a bind of it, or the mount a second
+ * `butter mount` of the image bound)? Then its daemon goes on serving it.
+ */
+static bool still_mounted(dev_t dev)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[4096];
+	bool found = false;
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		unsigned maj, min;
+
+		if (sscanf(line, "%*u %*u %u:%u", &maj, &min) == 2 && makedev(maj, min) == dev)
+			found = true;
+	}
+	fclose(f);
+	return found;
+}
+
 int cmd_umount(const struct cli_command *cmd, int argc, char **argv)
 {
 	enum { OPT_TIMEOUT = 't' };
@@ -134,6 +158,8 @@ int cmd_umount(const struct cli_command *cmd, int argc, char **argv)
 	struct butter_ioc_daemon_info info;
 	unsigned secs = DEFAULT_WAIT_SECS;
 	int c, fd, pidfd, ret, status = CLI_EXIT_OK;
+	struct stat mst;
+	dev_t mnt_dev = 0;
 	const char *mnt;
 
 	while ((c = cli_getopt(&args, argc, argv, ":ht:", longopts)) != -1) {
@@ -160,6 +186,8 @@ int cmd_umount(const struct cli_command *cmd, int argc, char **argv)
 		return CLI_EXIT_ERROR;
 	}
 	memset(&info, 0, sizeof(info));
+	if (fstat(fd, &mst) == 0)
+		mnt_dev = mst.st_dev;
 	if (ioctl(fd, BUTTER_IOC_DAEMON_INFO, &info) < 0) {
 		cli_error("%s: %s", mnt,
 			  errno == ENOTTY || errno == EINVAL || errno == ENOSYS
@@ -217,6 +245,12 @@ int cmd_umount(const struct cli_command *cmd, int argc, char **argv)
 		if (pidfd >= 0)
 			close(pidfd);
 		return CLI_EXIT_ERROR;
+	}
+	if (still_mounted(mnt_dev)) {
+		/* the daemon serves its other mounts: nothing to wait for */
+		if (pidfd >= 0)
+			close(pidfd);
+		return status;
 	}
 	if (pidfd >= 0) {
 		if (wait_for_exit(pidfd, (pid_t)info.pid, mnt, secs) < 0)

@@ -833,6 +833,9 @@ static int run(const struct mount_opts *o)
 		daemon_log(&d, BUTTER_LOG_ERROR, "%s: not a directory", o->mountpoint);
 		return 1;
 	}
+	ret = bind_if_mounted(&d); /* served by a live mount already: share it (bind.c) */
+	if (ret)
+		return ret > 0 ? 0 : 1;
 	if (open_fs(&d, o->readonly))
 		return 1;
 	if (apply_settings(&d)) {

@@ -118,6 +118,15 @@ struct butter_ioc_receive;
 int receiving_ioctl(struct daemon *d, fuse_req_t req, fuse_ino_t ino, struct butter_ioc_receive *io);
 void receiving_stop(struct daemon *d);
 
+/*
+ * A second mount of an image a live butter mount serves (bind.c): a bind
+ * mount of that one (of the subvolume the options ask for), as the kernel's
+ * btrfs shares one filesystem between its mounts. 1 when done so, 0 when
+ * the image has no live mount, -errno (logged) when it has one that cannot
+ * be shared so.
+ */
+int bind_if_mounted(struct daemon *d);
+
 /* The request handlers (ops.c). */
 extern const struct fuse_lowlevel_ops butter_fuse_ops;
 /* Free the open-directory handles left at exit (ops.c). */

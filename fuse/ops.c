@@ -1019,6 +1019,8 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
  * (KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE) and flushed its cached pages of a range
  * to be punched or zeroed.
  */
+static int kill_sgid_for_caller(struct daemon *d, fuse_req_t req, butter_ino_t id);
+
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
 			 struct fuse_file_info *fi)
 {
@@ -1030,10 +1032,15 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	if (ret == 0 && (offset < 0 || length <= 0))
 		ret = -EINVAL;
 	if (ret == 0) {
-		daemon_note_change(d);
+		section_change(d);
 		ret = butter_fallocate(d->fs, id, mode, (uint64_t)offset, (uint64_t)length);
+		if (ret == 0)
+			ret = kill_sgid_for_caller(d, req, id);
+		section_end(d);
 	}
-	reply_err(req, ret);
+	reply_err(req, ret > 0 ? 0 : ret);
+	if (ret > 0) /* the mode changed behind the kernel's back */
+		fuse_lowlevel_notify_inval_inode(d->se, ino, -1, 0);
 }
 
 /* The reply of FUSE_COPY_FILE_RANGE holds a 32-bit count. */
@@ -1449,11 +1456,14 @@ static bool caller_in_group_or_fsetid(fuse_req_t req, gid_t gid)
 }
 
 /*
- * After an access ACL was set on @id (the library set the mode from it):
- * clear S_ISGID as the kernel does when the caller is neither in the file's
- * group nor holds CAP_FSETID. Called inside a change section.
+ * Clear S_ISGID of @id as the kernel does when the caller is neither in the
+ * file's group nor holds CAP_FSETID: after an access ACL set the mode (the
+ * library set it from the ACL), and after a fallocate (the kernel's FUSE
+ * kills privileges itself there, but keeps S_ISGID of a file without
+ * group-exec, which btrfs drops for such a caller: generic/683-685).
+ * Called inside a change section. 1 when the bit went, 0, or -errno.
  */
-static int acl_kill_sgid(struct daemon *d, fuse_req_t req, butter_ino_t id)
+static int kill_sgid_for_caller(struct daemon *d, fuse_req_t req, butter_ino_t id)
 {
 	struct butter_stat bs;
 	int ret = butter_stat(d->fs, id, &bs);
@@ -1461,7 +1471,8 @@ static int acl_kill_sgid(struct daemon *d, fuse_req_t req, butter_ino_t id)
 	if (ret || !(bs.mode & S_ISGID) || caller_in_group_or_fsetid(req, bs.gid))
 		return ret;
 	bs.mode &= ~(uint32_t)S_ISGID;
-	return butter_setattr(d->fs, id, &bs, BUTTER_SET_MODE);
+	ret = butter_setattr(d->fs, id, &bs, BUTTER_SET_MODE);
+	return ret ? ret : 1;
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
@@ -1488,7 +1499,9 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		if (ret == 0)
 			ret = butter_setxattr(d->fs, id, name, value, size);
 		if (ret == 0 && d->posix_acl && strcmp(name, "system.posix_acl_access") == 0)
-			ret = acl_kill_sgid(d, req, id);
+			ret = kill_sgid_for_caller(d, req, id);
+		if (ret > 0)
+			ret = 0;
 		section_end(d);
 	}
 	if (ret == -E2BIG)

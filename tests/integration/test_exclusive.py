@@ -52,23 +52,70 @@ def refused(proc, *names):
         assert name in out, f"{name!r} not named:\n{out}"
 
 
-def test_second_mount_refused(fuse, butter, workdir):
+def test_second_mount_shares_the_first(kernel, butter, workdir):
+    """A second `butter mount` of an image a live mount serves is that filesystem again, as
+    the kernel's btrfs mounts one device at two places (generic/732): a bind mount of the
+    first (or of the subvolume subvol= names in it, read-only with -o ro); either unmount
+    leaves the other, the daemon ends with the last. A read-write mount of an image mounted
+    read-only is refused, naming the mount."""
     img = make_image(butter, workdir)
-    other = os.path.join(workdir, "b")
-    os.makedirs(other)
+    b, c, d = (os.path.join(workdir, n) for n in "bcd")
+    for p in (b, c, d):
+        os.makedirs(p)
     with FuseMount(butter.path, [img], os.path.join(workdir, "a")) as first:
         with open(os.path.join(first.mnt, "kept"), "w") as f:
             f.write("written through the first mount\n")
+        kfs.run([butter.path, "subvolume", "create", os.path.join(first.mnt, "sv")])
+        with open(os.path.join(first.mnt, "sv", "x"), "w") as f:
+            f.write("in the subvolume\n")
         try:
-            r = run(butter, ["mount", img, other])
-            assert not is_mounted(other), "the second mount was made"
+            for argv, where in ((["mount", img, b], b), (["mount", "-o", "subvol=sv", img, c], c),
+                                (["mount", "-o", "ro", img, d], d)):
+                r = run(butter, argv, timeout=30)
+                assert r.returncode == 0 and is_mounted(where), r.stdout + r.stderr
+            with open(os.path.join(b, "kept")) as f:
+                assert f.read() == "written through the first mount\n"
+            with open(os.path.join(b, "new"), "w") as f:
+                f.write("written through the second\n")
+            with open(os.path.join(first.mnt, "new")) as f:
+                assert f.read() == "written through the second\n"
+            assert os.listdir(c) == ["x"]
+            with pytest.raises(OSError) as e:
+                open(os.path.join(d, "nope"), "w")
+            assert e.value.errno == 30  # EROFS
+            for p in (b, c, d):
+                t0 = time.monotonic()
+                r = run(butter, ["umount", p], timeout=60)
+                assert r.returncode == 0 and not is_mounted(p), r.stderr
+                assert time.monotonic() - t0 < 10, "umount waited for a daemon that serves on"
+            with open(os.path.join(first.mnt, "kept")) as f:      # the first one goes on
+                assert f.read() == "written through the first mount\n"
+            assert first.proc.poll() is None
         finally:
-            if is_mounted(other):
-                kfs.run(["fusermount3", "-u", other], check=False)
-        refused(r, f"pid {first.proc.pid} (butter)", f"mounted at {first.mnt}")
+            for p in (b, c, d):
+                if is_mounted(p):
+                    kfs.run(["umount", "-l", p], check=False)
         assert first.unmount() == 0
-    assert run(butter, ["cat", img, "/kept"]).stdout == "written through the first mount\n"
+    assert run(butter, ["cat", img, "/new"]).stdout == "written through the second\n"
     oracle.btrfs_check(img, strict=True)
+    # read-only first: a read-write second is refused, naming the mount
+    with FuseMount(butter.path, [img], os.path.join(workdir, "ro"), ["ro"]) as first:
+        r = run(butter, ["mount", img, b], timeout=30)
+        assert r.returncode != 0 and not is_mounted(b), r.stdout + r.stderr
+        assert f"mounted at {first.mnt}" in r.stderr and "read-only" in r.stderr, r.stderr
+        assert first.unmount() == 0
+    # the kernel's btrfs: one device at two places, one filesystem
+    with kfs.kernel_fs(workdir, name="k") as fs:
+        second = os.path.join(workdir, "k2")
+        os.makedirs(second)
+        kfs.mount(fs.loops[0], second, [])
+        try:
+            with open(os.path.join(fs.mnt, "seen"), "w") as f:
+                f.write("both\n")
+            with open(os.path.join(second, "seen")) as f:
+                assert f.read() == "both\n"
+        finally:
+            kfs.umount(second)
 
 
 def test_offline_writes_refused_beside_mount(fuse, butter, workdir):

@@ -231,3 +231,49 @@ def test_seek_data_hole_like_kernel(fuse, butter, workdir):
     with kfs.kernel_fs(workdir, size=256 << 20) as fs:
         theirs = seek_scenario(fs.mnt)
     assert mine == theirs
+
+
+FALLOC_AS_NOBODY = r'''
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+fd = os.open(sys.argv[1], os.O_RDWR)
+if libc.fallocate(fd, int(sys.argv[2]), 65536, 65536) != 0:
+    raise OSError(ctypes.get_errno(), "fallocate")
+'''
+
+
+def falloc_modes_as_nobody(d):
+    """For each fallocate mode (plain, punch hole, zero range) and each start mode: the mode
+    a user outside the file's group leaves on a root-owned file of 192 KiB."""
+    import subprocess
+    got = {}
+    for falloc in (0, 0x1 | 0x2, 0x10):       # plain, PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE
+        for start in (0o6666, 0o2666, 0o2676, 0o6766):
+            p = os.path.join(d, f"f{falloc}-{start:o}")
+            with open(p, "wb") as f:
+                f.write(b"X" * (192 << 10))
+            os.chmod(p, start)
+            subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            "/usr/bin/python3", "-c", FALLOC_AS_NOBODY, p, str(falloc)],
+                           check=True, capture_output=True)
+            got[(falloc, start)] = oct(stat.S_IMODE(os.stat(p).st_mode))
+    return got
+
+
+def test_fallocate_drops_setgid_like_kernel(fuse, butter, workdir):
+    """fallocate, punch and zero by a user outside the file's group drop S_ISUID and
+    S_ISGID also when the file has no group-exec (generic/683-685), as btrfs does; the
+    kernel's FUSE keeps S_ISGID there, so the daemon drops it."""
+    os.chmod(workdir, 0o755)
+    image = os.path.join(workdir, "img")
+    butter.run(["mkfs", "-q", "-b", "256M", image])
+    with FuseMount(butter.path, [image], os.path.join(workdir, "mnt"), ["allow_other"]) as m:
+        got = falloc_modes_as_nobody(m.mnt)
+        assert m.unmount() == 0
+    oracle.btrfs_check(image)
+    with kfs.kernel_fs(workdir, size=256 << 20) as fs:
+        os.chmod(fs.mnt, 0o755)
+        want = falloc_modes_as_nobody(fs.mnt)
+    assert got == want, (got, want)
+    assert want[(0, 0o2666)] == "0o666", want
