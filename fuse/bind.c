@@ -173,7 +173,5 @@ int bind_if_mounted(struct daemon *d)
 					   : strerror(-ret));
 		return ret;
 	}
-	daemon_log(d, BUTTER_LOG_INFO, "%s: mounted at %s already: %s is a bind mount of %s",
-		   o->devices[0], mnt, o->mountpoint, dir);
-	return 1;
+	return 1; /* silent, as a mount that worked (findmnt shows it: the same source, a root below) */
 }
