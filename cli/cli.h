@@ -112,7 +112,8 @@ extern struct butter_test_devices cli_test_devices;
 /* A progress line on a terminal (progress.c): only on a tty, never with -q. */
 struct cli_progress {
 	const char *what;
-	uint64_t total, done;
+	const char *unit;     /* NULL: done and total are bytes; else a count of these ("block groups") */
+	uint64_t total, done; /* total may grow as the work learns it (set it before an update) */
 	struct timespec start, last;
 	bool on, drawn;
 };

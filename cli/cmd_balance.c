@@ -226,18 +226,26 @@ static const char *balance_errstr(int err)
  */
 static int mount_wait(const char *path, const char *what, struct butter_ioc_balance *io)
 {
+	struct cli_progress progress;
 	int ret;
 
+	/* a progress line on a terminal: groups moved (chunks copied, for a replace) */
+	cli_progress_begin(&progress, what, 0, false);
 	for (;;) {
 		ret = ctl_balance(path, BUTTER_BALANCE_CMD_STATUS, NULL, io);
 		if (ret < 0) {
+			cli_progress_end(&progress);
 			cli_error("%s: %s status: %s", path, what, ret == -1 ? "no mount" : strerror(-ret));
 			return CLI_EXIT_ERROR;
 		}
+		progress.unit = io->job == BUTTER_DEVICE_CMD_REPLACE ? "chunks" : "block groups";
+		progress.total = io->stats.groups + io->stats.left;
+		cli_progress_update(&progress, io->stats.groups);
 		if (!(io->state & BUTTER_BALANCE_STATE_RUNNING))
 			break;
 		usleep(200 * 1000);
 	}
+	cli_progress_end(&progress);
 	print_stats(path, &io->stats);
 	if (io->error) {
 		cli_error("%s: %s: %s (the mount's log says more)", path, what, strerror(-io->error));
@@ -338,9 +346,11 @@ static int mount_balance(const char *path, uint32_t cmd, const struct butter_bal
 
 /* Run a balance on an image opened read-write; exit status. */
 static int image_balance(const char *image, const struct cli_args *args,
-			 const struct butter_balance_args *ba)
+			 const struct butter_balance_args *ba, bool quiet)
 {
 	struct butter_balance_stats st;
+	struct cli_progress progress;
+	uint64_t cursor = UINT64_MAX;
 	struct butter_fs *fs;
 	int ret;
 
@@ -349,7 +359,17 @@ static int image_balance(const char *image, const struct cli_args *args,
 	ret = copyin_open_rw(image, args->devices, args->ndevices, &fs);
 	if (ret < 0)
 		return CLI_EXIT_ERROR;
-	ret = butter_balance(fs, ba, &st);
+	/* group by group, for the progress line (butter_balance() is these steps) */
+	cli_progress_begin(&progress, "balance", 0, quiet);
+	progress.unit = "block groups";
+	do {
+		ret = butter_balance_step(fs, ba, &cursor, &st);
+		progress.total = st.groups + st.left;
+		cli_progress_update(&progress, st.groups);
+	} while (ret == 0);
+	cli_progress_end(&progress);
+	if (ret == 1)
+		ret = 0;
 	if (ret < 0) {
 		cli_error("%s: balance: %s", image, balance_errstr(ret));
 		butter_close(fs);
@@ -383,11 +403,11 @@ int cmd_balance_start(const struct cli_command *cmd, int argc, char **argv)
 	};
 	struct cli_args args = { .cmd = cmd };
 	struct butter_balance_args ba;
-	bool background = false;
+	bool background = false, quiet = false;
 	int c, ret;
 
 	memset(&ba, 0, sizeof(ba));
-	while ((c = cli_getopt(&args, argc, argv, ":hd::m::s::fv", longopts)) != -1) {
+	while ((c = cli_getopt(&args, argc, argv, ":hd::m::s::fvq", longopts)) != -1) {
 		switch (c) {
 		case 'd':
 			ba.flags |= BUTTER_BALANCE_DATA;
@@ -412,6 +432,9 @@ int cmd_balance_start(const struct cli_command *cmd, int argc, char **argv)
 			break;
 		case 'b':
 			background = true;
+			break;
+		case 'q':
+			quiet = true;
 			break;
 		default:
 			break; /* --full-balance, --enqueue: accepted */
@@ -439,7 +462,7 @@ int cmd_balance_start(const struct cli_command *cmd, int argc, char **argv)
 	if (cli_is_mount_path(image, &args))
 		ret = mount_balance(image, BUTTER_BALANCE_CMD_START, &ba, background);
 	else
-		ret = image_balance(image, &args, &ba);
+		ret = image_balance(image, &args, &ba, quiet);
 	free(args.devices);
 	return ret;
 usage:
@@ -608,7 +631,7 @@ int cmd_balance_ctl(const struct cli_command *cmd, int argc, char **argv)
 		return CLI_EXIT_ERROR;
 	}
 	ba.flags |= BUTTER_BALANCE_RESUME;
-	ret = image_balance(path, &args, &ba);
+	ret = image_balance(path, &args, &ba, false);
 	free(args.devices);
 	return ret;
 }
@@ -860,6 +883,7 @@ int cmd_replace_start(const struct cli_command *cmd, int argc, char **argv)
 	};
 	struct cli_args args = { .cmd = cmd };
 	struct butter_replace_stats st;
+	struct cli_progress progress;
 	struct butter_device_info di;
 	struct butter_fs *fs;
 	unsigned flags = 0;
@@ -926,9 +950,18 @@ int cmd_replace_start(const struct cli_command *cmd, int argc, char **argv)
 		butter_close(fs);
 		return CLI_EXIT_ERROR;
 	}
+	/* piece by piece, for the progress line (butter_replace() is these steps) */
 	memset(&st, 0, sizeof(st));
-	ret = butter_replace(fs, devid, target, flags, &st);
-	if (ret == 0)
+	cli_progress_begin(&progress, "replace", 0, false);
+	progress.unit = "chunks";
+	ret = butter_replace_start(fs, devid, target, flags);
+	while (ret == 0) {
+		ret = butter_replace_step(fs, &st);
+		progress.total = st.chunks_total;
+		cli_progress_update(&progress, st.chunks_done);
+	}
+	cli_progress_end(&progress);
+	if (ret == 1)
 		ret = butter_sync(fs);
 	butter_close(fs);
 	if (ret < 0) {

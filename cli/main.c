@@ -371,7 +371,7 @@ static const struct cli_command commands[] = {
 		.main = cmd_balance_start,
 		.summary = "move block groups elsewhere: compact, spread, convert profiles",
 		.synopsis = "[-d[FILTERS]] [-m[FILTERS]] [-s[FILTERS]] [-f] [--full-balance]\n"
-			    "       [--device DEV]... IMAGE|PATH",
+			    "       [-q] [--device DEV]... IMAGE|PATH",
 		.usage = "As `btrfs balance start`: every block group the filters select (all of\n"
 			 "them with none given) is emptied into other or new groups and its chunk\n"
 			 "removed; data and tree blocks shared by snapshots or reflinks stay\n"
@@ -386,6 +386,7 @@ static const struct cli_command commands[] = {
 			 "                                                     metadata redundancy\n"
 			 "  --bg          on a mount: return once the balance runs\n"
 			 "  -v            say which block group moves\n"
+			 "  -q            no progress line (drawn only on a terminal anyway)\n"
 			 "FILTERS, comma-separated: usage=N|N..M (percent used), devid=N,\n"
 			 "drange=N..M (bytes on devid), vrange=N..M (logical bytes), limit=N|N..M,\n"
 			 "stripes=N|N..M, profiles=P|P..., convert=PROFILE, soft (with convert:\n"

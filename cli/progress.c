@@ -2,7 +2,7 @@
  * progress.c — a progress line for long work on a terminal: what, percent,
  * done of total, rate and time left, redrawn in place (\r) at most four
  * times a second on stderr, and erased at the end (without a total: done
- * and rate). Shown only when stderr
+ * and rate; for a count, such as block groups, no rate). Shown only when stderr
  * is a terminal and the command was not told -q: nothing reaches a pipe or
  * a log.
  */
@@ -43,6 +43,16 @@ void cli_progress_update(struct cli_progress *p, uint64_t done)
 	clock_gettime(CLOCK_MONOTONIC, &p->last);
 	elapsed = seconds_since(&p->start);
 	rate = elapsed > 0 ? (double)done / elapsed : 0;
+	if (p->unit) { /* a count: how many of how many, and the time left */
+		total = p->total > done ? p->total : done;
+		pct = total ? (unsigned)(100.0 * (double)done / (double)total) : 0;
+		left = rate > 0 ? (unsigned)((double)(total - done) / rate) : 0;
+		fprintf(stderr, "\r%s: %3u%% %llu of %llu %s, %u:%02u left ", p->what, pct,
+			(unsigned long long)done, (unsigned long long)total, p->unit, left / 60,
+			left % 60);
+		p->drawn = true;
+		return;
+	}
 	if (!p->total) { /* no total known (a stream): how much, how fast */
 		fprintf(stderr, "\r%s: %s, %s/s ", p->what, cli_size_units(a, sizeof(a), done, NULL),
 			cli_size_units(r, sizeof(r), (uint64_t)rate, NULL));

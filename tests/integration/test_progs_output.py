@@ -319,6 +319,16 @@ def test_scrub_grammar_like_btrfs_progs(fuse, butter, workdir):
     assert "\rscrub: 100% " in on_tty([b, "scrub", image])
     assert "scrub: " not in on_tty([b, "scrub", "-q", image])
     assert "\rscrub" not in kfs.run([b, "scrub", image]).stderr
+    # balance and replace count block groups and chunks
+    line = on_tty([b, "balance", "start", image])
+    assert re.search(r"\rbalance: +\d+% \d+ of \d+ block groups", line), line
+    assert "balance: " not in on_tty([b, "balance", "start", "-q", image])
+    new_dev = os.path.join(workdir, "new-dev.img")
+    with open(new_dev, "wb") as f:
+        f.truncate(os.path.getsize(image))
+    line = on_tty([b, "replace", "start", "1", new_dev, image])
+    assert re.search(r"\rreplace: +\d+% \d+ of \d+ chunks", line), line
+    image = new_dev
     with FuseMount(b, [image], os.path.join(workdir, "fm")) as fm:
         got = kfs.run([b, "scrub", "start", "-B", fm.mnt])
         assert key_lines(got.stdout) == key_lines(want.stdout)
