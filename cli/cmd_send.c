@@ -207,6 +207,45 @@ static ssize_t read_some(void *arg, void *buf, size_t len)
 	}
 }
 
+static void print_line(void *arg, const char *line)
+{
+	(void)arg;
+	puts(line);
+}
+
+static void log_to_stderr(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	fprintf(stderr, "butter: %s\n", msg);
+}
+
+/* `receive --dump`: the stream's commands as progs prints them; exit status. */
+static int receive_dump(const char *file)
+{
+	struct in in = { .fd = STDIN_FILENO };
+	int ret;
+
+	if (file && (in.fd = open(file, O_RDONLY | O_CLOEXEC)) < 0) {
+		cli_error("%s: %s", file, strerror(errno));
+		return CLI_EXIT_ERROR;
+	}
+	if (!file && isatty(STDIN_FILENO)) {
+		cli_error("no send stream on a terminal (redirect one, or use -f FILE)");
+		return CLI_EXIT_ERROR;
+	}
+	cli_progress_begin(&in.progress, "dump", 0, true);
+	ret = butter_receive_dump(read_some, &in, print_line, NULL, log_to_stderr, NULL);
+	if (file)
+		close(in.fd);
+	if (ret < 0) {
+		cli_error("%s: %s", file ? file : "standard input",
+			  ret == -EBADMSG ? "the send stream is damaged (see above)" : strerror(-ret));
+		return CLI_EXIT_ERROR;
+	}
+	return cli_finish_stdout(CLI_EXIT_OK);
+}
+
 /* What a receive made: a line, or with --format json the summary (layout in README). */
 static void print_received(const char *dir, uint64_t subvolumes, uint64_t last_subvol,
 			   uint64_t bytes)
@@ -260,7 +299,7 @@ out:
 }
 
 /* Receive into DIR of a live mount: the daemon reads our pipe. Exit status. */
-static int receive_into_mount(const char *dir, struct in *in)
+static int receive_into_mount(const char *dir, struct in *in, unsigned flags)
 {
 	struct butter_ioc_receive io;
 	struct feeder f = { in, -1, 0 };
@@ -279,6 +318,7 @@ static int receive_into_mount(const char *dir, struct in *in)
 	memset(&io, 0, sizeof(io));
 	io.cmd = BUTTER_RECEIVE_CMD_START;
 	io.fd = p[0];
+	io.flags = flags;
 	ret = ioctl(fd, BUTTER_IOC_RECEIVE, &io) < 0 ? -errno : 0;
 	close(p[0]); /* the daemon has its own now */
 	if (ret == 0) {
@@ -339,9 +379,11 @@ static int receive_into_mount(const char *dir, struct in *in)
 
 int cmd_receive(const struct cli_command *cmd, int argc, char **argv)
 {
+	enum { OPT_DUMP = 0x200 };
 	static const struct option longopts[] = {
 		CLI_COMMON_LONGOPTS,
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "dump", no_argument, NULL, OPT_DUMP },
 		{ 0 },
 	};
 	struct cli_args args = { .cmd = cmd };
@@ -351,14 +393,27 @@ int cmd_receive(const struct cli_command *cmd, int argc, char **argv)
 	struct butter_fs *fs;
 	butter_ino_t dest;
 	int c, ret, status = CLI_EXIT_OK;
-	bool quiet = false;
+	bool quiet = false, dump = false;
+	unsigned flags = 0;
 	struct stat sb;
 
-	while ((c = cli_getopt(&args, argc, argv, ":hf:q", longopts)) != -1) {
+	while ((c = cli_getopt(&args, argc, argv, ":hf:qe", longopts)) != -1) {
 		if (c == 'f')
 			file = optarg;
 		else if (c == 'q')
 			quiet = true;
+		else if (c == 'e')
+			flags |= BUTTER_RECEIVE_END_STOPS;
+		else if (c == OPT_DUMP)
+			dump = true;
+	}
+	if (dump) {
+		free(args.devices);
+		if (argc - optind != 0)
+			return cli_usage_error(cmd, "--dump takes no IMAGE or DIR");
+		if (cli_json)
+			return cli_json_unsupported();
+		return receive_dump(file);
 	}
 	if (argc - optind < 1 || argc - optind > 2) {
 		free(args.devices);
@@ -386,7 +441,7 @@ int cmd_receive(const struct cli_command *cmd, int argc, char **argv)
 		cli_progress_begin(&in.progress, "receive",
 				   fstat(in.fd, &sb) == 0 && S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0,
 				   quiet);
-		status = receive_into_mount(image, &in);
+		status = receive_into_mount(image, &in, flags);
 		if (file)
 			close(in.fd);
 		return status;
@@ -406,7 +461,7 @@ int cmd_receive(const struct cli_command *cmd, int argc, char **argv)
 		cli_progress_begin(&in.progress, "receive",
 				   fstat(in.fd, &sb) == 0 && S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0,
 				   quiet);
-		ret = butter_receive(fs, dest, read_some, &in, &res);
+		ret = butter_receive_flags(fs, dest, flags, read_some, &in, &res);
 		cli_progress_end(&in.progress);
 	}
 	if (ret == 0)

@@ -279,8 +279,9 @@ static const struct cli_command commands[] = {
 		.name = "receive",
 		.main = cmd_receive,
 		.summary = "apply a btrfs send stream to an image or a mount",
-		.synopsis = "[-f FILE] [-q] [--device DEV]... IMAGE [DIR]\n"
-			    "       [-f FILE] [-q] DIR-IN-MOUNT",
+		.synopsis = "[-f FILE] [-q] [-e] [--device DEV]... IMAGE [DIR]\n"
+			    "       [-f FILE] [-q] [-e] DIR-IN-MOUNT\n"
+			    "       --dump [-f FILE]",
 		.usage = "Read a send stream (from `btrfs send` or `butter send`) from standard\n"
 			 "input or FILE and make its subvolumes in the directory DIR of the\n"
 			 "image (default \"/\"), as `btrfs receive` does: read-only, with the\n"
@@ -291,7 +292,11 @@ static const struct cli_command commands[] = {
 			 "receives there from a pipe this command fills (root only, as btrfs\n"
 			 "receive; the mount's log says where a damaged stream broke).\n"
 			 "\n"
+			 "--dump prints the stream's commands, one a line, as btrfs receive --dump\n"
+			 "does, and applies nothing.\n"
+			 "\n"
 			 "  -f FILE        read FILE instead of standard input\n"
+			 "  -e             stop at the first end marker (read nothing after it)\n"
 			 "  -q, --quiet    no progress line on a terminal\n",
 	},
 	{

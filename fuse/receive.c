@@ -42,6 +42,7 @@ struct receiving {
 	fuse_ino_t dir_node;     /* DIR, its node id (the caller holds it open) */
 	butter_ino_t dir;
 	uint64_t dir_end;        /* DIR's end of entries before: new names come after it */
+	unsigned flags;          /* butter_receive_flags()'s */
 	struct daemon *d;
 };
 
@@ -124,7 +125,7 @@ static void *receive_main(void *arg)
 	struct butter_receive_result result = { 0, 0 };
 	int ret;
 
-	ret = butter_receive(r->d->fs, r->dir, read_pipe, r, &result);
+	ret = butter_receive_flags(r->d->fs, r->dir, r->flags, read_pipe, r, &result);
 	close(r->fd); /* the sender's writes fail now, if it still writes */
 	forget_new_names(r);
 	if (ret < 0)
@@ -184,7 +185,8 @@ static int open_callers_pipe(pid_t pid, int fd)
 	return opened;
 }
 
-static int start(struct receiving *r, fuse_req_t req, fuse_ino_t ino, int caller_fd)
+static int start(struct receiving *r, fuse_req_t req, fuse_ino_t ino, int caller_fd,
+		 unsigned flags)
 {
 	struct daemon *d = r->d;
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
@@ -192,6 +194,8 @@ static int start(struct receiving *r, fuse_req_t req, fuse_ino_t ino, int caller
 	uint64_t end;
 	int fd, ret;
 
+	if (flags & ~BUTTER_RECEIVE_END_STOPS)
+		return -EINVAL;
 	if (ctx->uid != 0)
 		return -EPERM;
 	if (d->readonly)
@@ -223,6 +227,7 @@ static int start(struct receiving *r, fuse_req_t req, fuse_ino_t ino, int caller
 	r->dir_node = ino;
 	r->dir = dir;
 	r->dir_end = end;
+	r->flags = flags;
 	ret = -pthread_create(&r->thread, NULL, receive_main, r);
 	r->joinable = ret == 0;
 	if (ret) {
@@ -243,7 +248,7 @@ int receiving_ioctl(struct daemon *d, fuse_req_t req, fuse_ino_t ino, struct but
 	if (!r)
 		return -ENOMEM;
 	if (io->cmd == BUTTER_RECEIVE_CMD_START)
-		ret = start(r, req, ino, io->fd);
+		ret = start(r, req, ino, io->fd, io->flags);
 	else if (io->cmd != BUTTER_RECEIVE_CMD_STATUS)
 		return -EINVAL;
 	if (ret)

@@ -1054,6 +1054,29 @@ int butter_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_
 		   void *arg, struct butter_receive_result *result);
 
 /*
+ * butter_receive() with @flags: BUTTER_RECEIVE_END_STOPS ends the receive at
+ * the first END command (`btrfs receive -e`), reading nothing after it;
+ * without it streams that follow one another are all received, to the end
+ * of the input.
+ */
+#define BUTTER_RECEIVE_END_STOPS 0x1u
+int butter_receive_flags(struct butter_fs *fs, butter_ino_t dest, unsigned flags,
+			 butter_receive_read_fn read, void *arg,
+			 struct butter_receive_result *result);
+
+/*
+ * The commands of a send stream as text, one line each, as `btrfs receive
+ * --dump` prints them (paths from "./", the subvolume's name first; names
+ * escaped as progs escapes them): @line gets each line, without its newline.
+ * Nothing is applied and no filesystem is needed; the stream is checked as
+ * butter_receive() checks it (errors go to @log, stderr if NULL). 0,
+ * -EBADMSG, -EOPNOTSUPP (version 2's own commands), or @read's error.
+ */
+typedef void (*butter_dump_line_fn)(void *arg, const char *line);
+int butter_receive_dump(butter_receive_read_fn read, void *arg, butter_dump_line_fn line,
+			void *line_arg, butter_log_fn log, void *log_arg);
+
+/*
  * Mark subvolume @id as received from @uuid at the sender's transid
  * @stransid (root item and uuid tree, committed), and with
  * BUTTER_RECEIVED_RDONLY make it read-only: the end of a receive.

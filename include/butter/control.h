@@ -387,6 +387,8 @@ struct butter_ioc_receive {
 	uint64_t bytes;         /* out: stream bytes read */
 	uint64_t subvolumes;    /* out: subvolumes received (butter_receive_result) */
 	uint64_t last_subvol;   /* out: the last one's id */
+	uint32_t flags;         /* in (START): BUTTER_RECEIVE_END_STOPS (butter_receive_flags) */
+	uint32_t reserved;
 };
 
 #define BUTTER_IOC_RECEIVE _IOWR(BUTTER_IOC_MAGIC, 25, struct butter_ioc_receive)

@@ -628,21 +628,38 @@ static ssize_t read_unlocked(void *arg, void *buf, size_t len)
 	return n;
 }
 
-int butter_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read, void *arg,
-	struct butter_receive_result *result)
+int butter_receive_flags(struct butter_fs *fs, butter_ino_t dest, unsigned flags,
+	butter_receive_read_fn read, void *arg, struct butter_receive_result *result)
 {
 	struct unlocked_read u = { fs, read, arg, 0 };
-	int taken = enter(fs, HOLD_EXCL), ret;
+	int taken, ret;
 
+	if (flags & ~BUTTER_RECEIVE_END_STOPS)
+		return -EINVAL;
+	taken = enter(fs, HOLD_EXCL);
 	if (taken < 0)
 		return taken;
 	if (taken == 1)
-		ret = ops_receive(fs, dest, read_unlocked, &u, result);
+		ret = ops_receive(fs, dest, flags, read_unlocked, &u, result);
 	else /* inside the caller's section: it keeps the lock throughout */
-		ret = ops_receive(fs, dest, read, arg, result);
+		ret = ops_receive(fs, dest, flags, read, arg, result);
 	if (!u.lost)
 		leave(fs, taken);
 	return ret;
+}
+
+int butter_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read, void *arg,
+	struct butter_receive_result *result)
+{
+	return butter_receive_flags(fs, dest, 0, read, arg, result);
+}
+
+int butter_receive_dump(butter_receive_read_fn read, void *arg, butter_dump_line_fn line,
+	void *line_arg, butter_log_fn log, void *log_arg)
+{
+	struct blog b = { log, log_arg, BUTTER_LOG_WARNING };
+
+	return ops_receive_dump(read, arg, line, line_arg, &b);
 }
 
 int butter_scrub(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st)

@@ -74,8 +74,12 @@ int ops_replace_status(struct butter_fs *fs, struct butter_replace_stats *st);
 int ops_device_resize(struct butter_fs *fs, uint64_t devid, uint64_t *size);
 int ops_device_stats(struct butter_fs *fs, size_t idx, unsigned flags,
 	struct butter_device_stats *out);
-int ops_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read, void *arg,
-	struct butter_receive_result *result);
+int ops_receive(struct butter_fs *fs, butter_ino_t dest, unsigned flags,
+		butter_receive_read_fn read, void *arg, struct butter_receive_result *result);
+/* butter_receive_dump()'s work: the stream as text, errors to @log. */
+struct blog;
+int ops_receive_dump(butter_receive_read_fn read, void *arg, butter_dump_line_fn line,
+		     void *line_arg, const struct blog *log);
 int ops_scrub(struct butter_fs *fs, unsigned flags, struct butter_scrub_stats *st);
 int ops_scrub_range(struct butter_fs *fs, unsigned flags, uint64_t *cursor, uint64_t budget,
 	struct butter_scrub_stats *st);

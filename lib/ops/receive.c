@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <uuid/uuid.h>
 
 #include "butter/butter.h"
 #include "format/checksum.h"
@@ -649,11 +651,11 @@ static int apply(struct receiver *r)
 	return bad(r, "unknown command");
 }
 
-int ops_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn read, void *arg,
-		struct butter_receive_result *result)
+int ops_receive(struct butter_fs *fs, butter_ino_t dest, unsigned flags,
+		butter_receive_read_fn read, void *arg, struct butter_receive_result *result)
 {
 	struct receiver *r = calloc(1, sizeof(*r));
-	int ret, first = 1;
+	int ret, first = 1, ended;
 
 	if (!r)
 		return -ENOMEM;
@@ -685,9 +687,12 @@ int ops_receive(struct butter_fs *fs, butter_ino_t dest, butter_receive_read_fn 
 		}
 		if (ret < 0)
 			goto out;
+		ended = ret == 1; /* at END, not at the input's end */
 		ret = finish_subvol(r); /* END, or the input ended without one */
 		if (ret)
 			goto out;
+		if (ended && (flags & BUTTER_RECEIVE_END_STOPS))
+			break; /* -e: what follows the first END is not ours to read */
 	}
 out:
 	if (ret == 0 && result) {
@@ -696,6 +701,301 @@ out:
 	}
 	free(r->scratch);
 	free(r->buf);
+	free(r);
+	return ret;
+}
+
+/* ---- the stream as text (`btrfs receive --dump`) ------------------------------ */
+
+/*
+ * btrfs-progs' escaping of names in a dump: C escapes for the control
+ * characters that have one, a backslash before a space or a backslash,
+ * three octal digits for any other byte that is not printable ASCII.
+ * Returns how many columns it printed (for the path column's width).
+ */
+static size_t dump_escape(FILE *out, const u8 *s, size_t len)
+{
+	static const char named[] = "\a\b\033\f\n\r\t\v";
+	static const char letter[] = "abefnrtv";
+	size_t cols = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		const char *k = s[i] ? memchr(named, s[i], sizeof(named) - 1) : NULL;
+
+		if (k) {
+			fprintf(out, "\\%c", letter[k - named]);
+			cols += 2;
+		} else if (s[i] == ' ' || s[i] == '\\') {
+			fprintf(out, "\\%c", s[i]);
+			cols += 2;
+		} else if (s[i] < 0x20 || s[i] >= 0x7f) {
+			fprintf(out, "\\%o%o%o", s[i] >> 6, (s[i] >> 3) & 7, s[i] & 7);
+			cols += 4;
+		} else {
+			fputc(s[i], out);
+			cols++;
+		}
+	}
+	return cols;
+}
+
+static size_t dump_escape_str(FILE *out, const char *s)
+{
+	return dump_escape(out, (const u8 *)s, strlen(s));
+}
+
+/* "@a/@b", each without one trailing slash, as progs joins dump paths. */
+static char *dump_join(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	char *out = malloc(la + lb + 2);
+
+	if (!out)
+		return NULL;
+	if (la && a[la - 1] == '/')
+		la--;
+	if (lb && b[lb - 1] == '/')
+		lb--;
+	memcpy(out, a, la);
+	out[la] = '/';
+	memcpy(out + la + 1, b, lb);
+	out[la + 1 + lb] = '\0';
+	return out;
+}
+
+/* The head of a line: the command's name in 16 columns, the path, and padding to 32 when more follows. */
+static void dump_head(FILE *out, const char *title, const char *path, int more)
+{
+	size_t cols;
+
+	fprintf(out, "%-16s", title);
+	cols = dump_escape_str(out, path);
+	if (!more)
+		return;
+	do
+		fputc(' ', out);
+	while (++cols < 32);
+}
+
+static int dump_time(struct receiver *r, int type, char *buf, size_t cap)
+{
+	struct timespec ts;
+	struct tm tm;
+	int ret = get_time(r, type, &ts);
+
+	if (ret)
+		return ret;
+	if (!localtime_r(&ts.tv_sec, &tm) || !strftime(buf, cap, "%Y-%m-%dT%H:%M:%S%z", &tm))
+		return bad(r, "a time that has no local form");
+	return 0;
+}
+
+/* One command as its line in @out; @subvol_path is "./NAME" of the subvolume the stream builds. */
+static int dump_command(struct receiver *r, FILE *out, char **subvol_path, char *path, char *other)
+{
+	char uuid[37], t1[64], t2[64], t3[64];
+	char *full = NULL, *full2 = NULL;
+	u64 a, b, c;
+	u8 u[16], u2[16];
+	int ret = 0;
+
+	if (r->cmd == C_END)
+		return 0;
+	if (r->cmd != C_UPDATE_EXTENT && (r->cmd == 0 || r->cmd > C_END))
+		return r->cmd <= C_MAX_KNOWN ? (blog_err(r->log, "send stream: command %s (version 2) "
+							   "is not supported yet", cmd_names[r->cmd]),
+						  -EOPNOTSUPP)
+					     : bad(r, "unknown command");
+	ret = get_str(r, A_PATH, path, PATH_CAP);
+	if (ret)
+		return ret;
+	if (r->cmd == C_SUBVOL || r->cmd == C_SNAPSHOT) {
+		char *sp = dump_join(".", path);
+
+		if (!sp)
+			return -ENOMEM;
+		free(*subvol_path);
+		*subvol_path = sp;
+		ret = get_uuid(r, A_UUID, u) ? -EBADMSG : get_u64(r, A_CTRANSID, &a);
+		if (ret == 0 && r->cmd == C_SNAPSHOT)
+			ret = get_uuid(r, A_CLONE_UUID, u2) ? -EBADMSG : get_u64(r, A_CLONE_CTRANSID, &b);
+		if (ret)
+			return ret;
+		dump_head(out, cmd_names[r->cmd], sp, 1);
+		uuid_unparse_lower(u, uuid);
+		fprintf(out, "uuid=%s transid=%llu", uuid, (unsigned long long)a);
+		if (r->cmd == C_SNAPSHOT) {
+			uuid_unparse_lower(u2, uuid);
+			fprintf(out, " parent_uuid=%s parent_transid=%llu", uuid, (unsigned long long)b);
+		}
+		return 0;
+	}
+	full = dump_join(*subvol_path ? *subvol_path : ".", path);
+	if (!full)
+		return -ENOMEM;
+	switch (r->cmd) {
+	case C_MKFILE:
+	case C_MKDIR:
+	case C_MKFIFO:
+	case C_MKSOCK:
+	case C_UNLINK:
+	case C_RMDIR:
+		dump_head(out, cmd_names[r->cmd], full, 0);
+		break;
+	case C_MKNOD:
+		if (!(ret = get_u64(r, A_MODE, &a)) && !(ret = get_u64(r, A_RDEV, &b))) {
+			dump_head(out, "mknod", full, 1);
+			fprintf(out, "mode=%llo dev=0x%llx", (unsigned long long)a, (unsigned long long)b);
+		}
+		break;
+	case C_SYMLINK:
+	case C_LINK:
+		if (!(ret = get_str(r, A_PATH_LINK, other, PATH_CAP))) {
+			dump_head(out, cmd_names[r->cmd], full, 1);
+			fputs("dest=", out);
+			dump_escape_str(out, other);
+		}
+		break;
+	case C_RENAME:
+		if (!(ret = get_str(r, A_PATH_TO, other, PATH_CAP))) {
+			full2 = dump_join(*subvol_path ? *subvol_path : ".", other);
+			if (!full2) {
+				ret = -ENOMEM;
+				break;
+			}
+			dump_head(out, "rename", full, 1);
+			fputs("dest=", out);
+			dump_escape_str(out, full2);
+		}
+		break;
+	case C_WRITE:
+		if (!(ret = get_u64(r, A_FILE_OFFSET, &a))) {
+			if (!r->a[A_DATA].present) {
+				ret = bad(r, "no data");
+				break;
+			}
+			dump_head(out, "write", full, 1);
+			fprintf(out, "offset=%llu len=%u", (unsigned long long)a, r->a[A_DATA].len);
+		}
+		break;
+	case C_CLONE:
+		if (!(ret = get_u64(r, A_FILE_OFFSET, &a)) && !(ret = get_u64(r, A_CLONE_LEN, &b)) &&
+		    !(ret = get_u64(r, A_CLONE_OFFSET, &c)) &&
+		    !(ret = get_str(r, A_CLONE_PATH, other, PATH_CAP))) {
+			full2 = dump_join(*subvol_path ? *subvol_path : ".", other);
+			if (!full2) {
+				ret = -ENOMEM;
+				break;
+			}
+			dump_head(out, "clone", full, 1);
+			fprintf(out, "offset=%llu len=%llu from=", (unsigned long long)a,
+				(unsigned long long)b);
+			dump_escape_str(out, full2);
+			fprintf(out, " clone_offset=%llu", (unsigned long long)c);
+		}
+		break;
+	case C_SET_XATTR:
+	case C_REMOVE_XATTR:
+		if ((ret = get_str(r, A_XATTR_NAME, other, XATTR_NAME_CAP)))
+			break;
+		if (r->cmd == C_SET_XATTR && !r->a[A_XATTR_DATA].present) {
+			ret = bad(r, "no xattr data");
+			break;
+		}
+		dump_head(out, cmd_names[r->cmd], full, 1);
+		fputs("name=", out);
+		dump_escape_str(out, other);
+		if (r->cmd == C_SET_XATTR) {
+			const struct attr *v = &r->a[A_XATTR_DATA];
+
+			fputc(' ', out);
+			dump_escape(out, v->v, v->len);
+			fprintf(out, " len=%u", v->len);
+		}
+		break;
+	case C_TRUNCATE:
+		if (!(ret = get_u64(r, A_SIZE, &a))) {
+			dump_head(out, "truncate", full, 1);
+			fprintf(out, "size=%llu", (unsigned long long)a);
+		}
+		break;
+	case C_CHMOD:
+		if (!(ret = get_u64(r, A_MODE, &a))) {
+			dump_head(out, "chmod", full, 1);
+			fprintf(out, "mode=%llo", (unsigned long long)a);
+		}
+		break;
+	case C_CHOWN:
+		if (!(ret = get_u64(r, A_UID, &a)) && !(ret = get_u64(r, A_GID, &b))) {
+			dump_head(out, "chown", full, 1);
+			fprintf(out, "gid=%llu uid=%llu", (unsigned long long)b, (unsigned long long)a);
+		}
+		break;
+	case C_UTIMES:
+		if (!(ret = dump_time(r, A_ATIME, t1, sizeof(t1))) &&
+		    !(ret = dump_time(r, A_MTIME, t2, sizeof(t2))) &&
+		    !(ret = dump_time(r, A_CTIME, t3, sizeof(t3)))) {
+			dump_head(out, "utimes", full, 1);
+			fprintf(out, "atime=%s mtime=%s ctime=%s", t1, t2, t3);
+		}
+		break;
+	case C_UPDATE_EXTENT:
+		if (!(ret = get_u64(r, A_FILE_OFFSET, &a)) && !(ret = get_u64(r, A_SIZE, &b))) {
+			dump_head(out, "update_extent", full, 1);
+			fprintf(out, "offset=%llu len=%llu", (unsigned long long)a, (unsigned long long)b);
+		}
+		break;
+	default:
+		ret = bad(r, "unknown command");
+	}
+	free(full);
+	free(full2);
+	return ret;
+}
+
+int ops_receive_dump(butter_receive_read_fn read, void *arg, butter_dump_line_fn line,
+		     void *line_arg, const struct blog *log)
+{
+	struct receiver *r = calloc(1, sizeof(*r));
+	char *path = malloc(PATH_CAP), *other = malloc(PATH_CAP), *subvol_path = NULL;
+	int ret, first = 1;
+
+	if (!r || !path || !other) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	r->log = log;
+	r->read = read;
+	r->arg = arg;
+	while ((ret = read_header(r, first)) == 1) {
+		first = 0;
+		while ((ret = read_command(r)) == 1 && r->cmd != C_END) {
+			char *text = NULL;
+			size_t len = 0;
+			FILE *out = open_memstream(&text, &len);
+
+			if (!out) {
+				ret = -ENOMEM;
+				break;
+			}
+			ret = dump_command(r, out, &subvol_path, path, other);
+			if (fclose(out) != 0 && ret == 0)
+				ret = -ENOMEM;
+			if (ret == 0 && len)
+				line(line_arg, text);
+			free(text);
+			if (ret)
+				break;
+		}
+		if (ret < 0)
+			break;
+	}
+out:
+	free(subvol_path);
+	free(path);
+	free(other);
+	if (r)
+		free(r->buf);
 	free(r);
 	return ret;
 }
