@@ -856,6 +856,7 @@ static int run(const struct mount_opts *o)
 	pthread_mutex_init(&d.scrubber_lock, NULL);
 	pthread_mutex_init(&d.receiving_lock, NULL);
 	pthread_mutex_init(&d.dirs_lock, NULL);
+	pthread_mutex_init(&d.full_lock, NULL);
 
 	fuse_opts = fuse_option_string(o);
 	char *fuse_argv[] = { "butter", "-o", fuse_opts, o->debug ? "-d" : NULL, NULL };

@@ -67,6 +67,16 @@ struct daemon {
 
 	struct tracer *tracer;        /* -o trace=FILE (trace.c); NULL: none */
 
+	/* nodes whose written-back data found no space (ops.c, "ENOSPC under the writeback cache") */
+#define FULL_NODES 64
+	pthread_mutex_t full_lock;
+	struct {
+		uint64_t ino;           /* node id; 0: a free slot */
+		uint64_t avail;         /* the free bytes when it was marked */
+		uint64_t when;          /* full_clock then: the oldest slot is reused */
+	} full[FULL_NODES];
+	uint64_t full_clock;
+
 	/* open directories (ops.c struct dir_handle), freed at exit if the kernel did not */
 	pthread_mutex_t dirs_lock;
 	struct dir_handle *dirs;

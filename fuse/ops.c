@@ -415,6 +415,76 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	fuse_reply_none(req);
 }
 
+/* ---- ENOSPC under the writeback cache ------------------------------------------ */
+
+/*
+ * With the writeback cache the kernel takes write(2) into its page cache
+ * without asking the daemon; when the data comes back as a WRITE that finds
+ * no space, the error reaches only fsync and close, and a writer that never
+ * gets there (dd from /dev/zero) writes on forever into pages the kernel
+ * then drops. btrfs refuses the write(2) itself. So: a written-back WRITE
+ * that fails with ENOSPC marks its node (d->full) and drops the kernel's
+ * attributes of it; the kernel's next write(2) on it (any read or seek that
+ * needs the size, too) asks for them first, through GETATTR with the file
+ * handle, and that GETATTR answers ENOSPC, which write(2) returns, for as
+ * long as the free space stays below what it was then plus FULL_MARGIN.
+ * stat(2) and everything else that asks without a file handle are answered
+ * as ever.
+ */
+#define FULL_MARGIN (1ull << 20)
+
+static uint64_t avail_bytes(struct daemon *d)
+{
+	struct butter_statfs sf;
+
+	return butter_statfs(d->fs, &sf) == 0 ? sf.bavail * sf.bsize : 0;
+}
+
+static void full_mark(struct daemon *d, fuse_ino_t ino)
+{
+	uint64_t avail = avail_bytes(d);
+	size_t slot = 0;
+
+	pthread_mutex_lock(&d->full_lock);
+	for (size_t i = 0; i < FULL_NODES; i++) {
+		if (d->full[i].ino == ino || !d->full[i].ino) {
+			slot = i;
+			break;
+		}
+		if (d->full[i].when < d->full[slot].when)
+			slot = i; /* the oldest goes if the table is full */
+	}
+	d->full[slot].ino = ino;
+	d->full[slot].avail = avail;
+	d->full[slot].when = ++d->full_clock;
+	pthread_mutex_unlock(&d->full_lock);
+}
+
+/* Is @ino marked full, with no space freed since? (A node with space again is unmarked.) */
+static bool full_still(struct daemon *d, fuse_ino_t ino)
+{
+	uint64_t avail_then = 0;
+	bool marked = false;
+
+	pthread_mutex_lock(&d->full_lock);
+	for (size_t i = 0; i < FULL_NODES; i++)
+		if (d->full[i].ino == ino) {
+			marked = true;
+			avail_then = d->full[i].avail;
+		}
+	pthread_mutex_unlock(&d->full_lock);
+	if (!marked)
+		return false;
+	if (avail_bytes(d) < avail_then + FULL_MARGIN)
+		return true;
+	pthread_mutex_lock(&d->full_lock);
+	for (size_t i = 0; i < FULL_NODES; i++)
+		if (d->full[i].ino == ino)
+			d->full[i].ino = 0;
+	pthread_mutex_unlock(&d->full_lock);
+	return false;
+}
+
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct daemon *d = D(req);
@@ -422,7 +492,11 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	butter_ino_t id;
 	int ret = nodes_resolve(&d->nodes, ino, &id);
 
-	(void)fi;
+	if (ret == 0 && fi && full_still(d, ino)) {
+		/* asked through a file handle: a write(2) wants the size (see above) */
+		reply_err(req, -ENOSPC);
+		return;
+	}
 	if (ret == 0) {
 		ret = butter_stat(d->fs, id, &bs);
 	}
@@ -962,6 +1036,11 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		reply_err(req, (int)n);
 	else
 		fuse_reply_write(req, (size_t)n);
+	if (n == -ENOSPC && d->writeback) {
+		/* the writer's next write(2) asks for the attributes, and hears ENOSPC */
+		full_mark(d, ino);
+		fuse_lowlevel_notify_inval_inode(d->se, ino, -1, 0);
+	}
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

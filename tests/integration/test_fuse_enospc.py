@@ -66,3 +66,49 @@ def test_available_space_can_be_allocated(fuse, butter, workdir):
 def test_preallocate_delete_cycles(fuse, butter, workdir):
     on_kernel(workdir, cycles)
     on_butter(butter, workdir, cycles)
+
+
+SMALL = 256 << 20
+
+
+def write_until_full(root):
+    """Write 1 MiB pieces to one file until write(2) fails, as dd from /dev/zero does: the
+    errno and how much went in; then, with the file gone, a new file takes data again."""
+    import errno
+    path = os.path.join(root, "fill")
+    chunk = b"\0" * (1 << 20)
+    written, err = 0, None
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while written < 8 * SMALL:          # a runaway writer stops here, and fails below
+            try:
+                written += os.write(fd, chunk)
+            except OSError as e:
+                err = e.errno
+                break
+    finally:
+        try:
+            os.close(fd)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e  # the pages the kernel could not write back
+    os.unlink(path)
+    with open(os.path.join(root, "after"), "wb") as f:
+        f.write(b"room again\n" * 1000)
+    return err, written
+
+
+def test_write_into_a_full_filesystem_fails(fuse, butter, workdir):
+    """write(2) into a full filesystem fails with ENOSPC, as on the kernel's btrfs, also
+    under the writeback cache (generic/015 wrote on forever: the kernel took every write
+    into its cache and dropped what the daemon could not store); the space comes back."""
+    import errno
+    with kfs.kernel_fs(workdir, name="ref", size=SMALL) as fs:
+        want_err, want_written = write_until_full(fs.mnt)
+    image = kfs.mkfs_image(workdir, size=SMALL)
+    with FuseMount(butter.path, [image], os.path.join(workdir, "mnt")) as m:
+        got_err, got_written = write_until_full(m.mnt)
+        with open(os.path.join(m.mnt, "after"), "rb") as f:
+            assert f.read() == b"room again\n" * 1000
+    oracle.btrfs_check(image)
+    assert want_err == got_err == errno.ENOSPC, (want_err, got_err)
+    assert got_written < 2 * SMALL, f"{got_written} bytes accepted by a {SMALL}-byte filesystem"
