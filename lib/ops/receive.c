@@ -795,8 +795,8 @@ static int dump_command(struct receiver *r, FILE *out, char **subvol_path, char 
 {
 	char uuid[37], t1[64], t2[64], t3[64];
 	char *full = NULL, *full2 = NULL;
-	u64 a, b, c;
-	u8 u[16], u2[16];
+	u64 a = 0, b = 0, c = 0;
+	u8 u[16] = { 0 }, u2[16] = { 0 };
 	int ret = 0;
 
 	if (r->cmd == C_END)
