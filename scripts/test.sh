@@ -51,7 +51,12 @@ meson_dir build b_sanitize=address,undefined
 ninja -C build
 # an optimised build too: -O3 finds warnings (-Werror) the sanitizer build does not
 meson_dir build-release buildtype=release
-ninja -C build-release >/dev/null
+# quiet when it builds; its compiler's messages when it does not
+if ! release_log=$(ninja -C build-release 2>&1); then
+	printf '%s\n' "$release_log" | grep -v '^\[' | tail -60 || true
+	echo "the optimised build (build-release) failed" >&2
+	exit 1
+fi
 meson test -C build --print-errorlogs
 # no folder of lib/ uses a symbol of a folder above it
 /usr/bin/python3 scripts/check-layers.py build
