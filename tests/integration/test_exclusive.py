@@ -43,6 +43,18 @@ def host_file(workdir, name, size, seed):
     return path
 
 
+def fusermount_unmount(mnt):
+    """fusermount3 -u, asked again on EBUSY: the kernel keeps the mount busy until the daemon
+    answers the release of a file closed just before, which it sends in the background (the
+    daemon's answers come a second late where strace slows it)."""
+    for _ in range(50):
+        r = kfs.run(["fusermount3", "-u", mnt], check=False)
+        if r.returncode == 0 or "busy" not in r.stderr:
+            break
+        time.sleep(0.1)
+    assert r.returncode == 0, r.stderr
+
+
 def refused(proc, *names):
     """Assert that a command failed with a message that says the image is in use."""
     out = proc.stdout + proc.stderr
@@ -254,14 +266,7 @@ def test_remount_at_once_waits_for_the_last_commit(fuse, butter, workdir):
         # running well after fusermount3 -u has returned (the new mount says whom it waits
         # for after 2 s)
         tracer = delay_syscalls(first.proc.pid, "fdatasync", "delay_enter", seconds=3)
-        # the kernel keeps the mount busy until the daemon answers the release of the file
-        # closed above, which it sends in the background: EBUSY is asked again
-        for _ in range(50):  # the daemon's answers come a second late here (strace)
-            r = kfs.run(["fusermount3", "-u", first.mnt], check=False)
-            if r.returncode == 0 or "busy" not in r.stderr:
-                break
-            time.sleep(0.1)
-        assert r.returncode == 0, r.stderr
+        fusermount_unmount(first.mnt)
         with FuseMount(butter.path, [img], os.path.join(workdir, "b")) as second:
             assert f"waiting for {first.proc.pid} (butter) to finish closing" in \
                 second.log_text(), second.log_text()
@@ -302,14 +307,7 @@ def test_mount_right_after_unmount_before_the_daemon_noticed(fuse, butter, workd
         with open(os.path.join(first.mnt, "kept"), "w") as f:
             f.write("written through the first mount\n")
         tracer = delay_syscalls(first.proc.pid, "epoll_wait,epoll_pwait", "delay_exit")
-        # the kernel keeps the mount busy until the daemon answers the release of the file
-        # closed above, which it sends in the background: EBUSY is asked again
-        for _ in range(50):  # the daemon's answers come a second late here (strace)
-            r = kfs.run(["fusermount3", "-u", first.mnt], check=False)
-            if r.returncode == 0 or "busy" not in r.stderr:
-                break
-            time.sleep(0.1)
-        assert r.returncode == 0, r.stderr
+        fusermount_unmount(first.mnt)
         with FuseMount(butter.path, [img], os.path.join(workdir, "b")) as second:
             with open(os.path.join(second.mnt, "kept")) as f:
                 assert f.read() == "written through the first mount\n"
