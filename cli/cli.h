@@ -86,6 +86,13 @@ void cli_print_usage(const struct cli_command *cmd, FILE *out);
 int cli_open(const struct cli_args *args, const char *image, struct butter_fs **fs);
 
 /*
+ * Check that @image and @devices[0..n) exist (NBD URIs are not looked
+ * for), printing "butter: NAME: problem" for the first that does not:
+ * 0 or its negative errno.
+ */
+int cli_devices_exist(const char *image, const char *const *devices, size_t ndevices);
+
+/*
  * Whether @path names the command's mount form: a directory (inside a live
  * mount) given without --device, rather than an image file or device.
  */

@@ -295,7 +295,7 @@ static uint64_t mount_devid_of(const char *path, const char *spec)
 
 	if (parse_u64(spec, &id) == 0)
 		return id;
-	if (strcmp(spec, "missing") && stat(spec, &a) < 0)
+	if (strcmp(spec, "missing") && !butter_device_is_nbd(spec) && stat(spec, &a) < 0)
 		return 0;
 	fd = ctl_open(path, NULL);
 	if (fd < 0)
@@ -307,6 +307,11 @@ static uint64_t mount_devid_of(const char *path, const char *spec)
 			break;
 		if (!strcmp(spec, "missing")) {
 			if (!s.path[0])
+				found = s.devid;
+			continue;
+		}
+		if (butter_device_is_nbd(spec)) {
+			if (!strcmp(s.path, spec))
 				found = s.devid;
 			continue;
 		}
@@ -646,6 +651,12 @@ static uint64_t devid_of(struct butter_fs *fs, const char *spec)
 
 	if (parse_u64(spec, &id) == 0)
 		return id;
+	if (butter_device_is_nbd(spec)) {
+		for (i = 0; butter_get_device(fs, i, &di) == 0; i++)
+			if (di.path && !strcmp(di.path, spec))
+				return di.devid;
+		return 0;
+	}
 	if (stat(spec, &a) < 0)
 		return 0;
 	for (i = 0; butter_get_device(fs, i, &di) == 0; i++) {
@@ -909,7 +920,8 @@ int cmd_replace_start(const struct cli_command *cmd, int argc, char **argv)
 
 	if (cli_is_mount_path(image, &args)) {
 		struct butter_ioc_device dev;
-		char *abs = realpath(target, NULL);
+		/* the daemon opens it: an absolute path, or the URI as it is */
+		char *abs = butter_device_is_nbd(target) ? strdup(target) : realpath(target, NULL);
 
 		free(args.devices);
 		memset(&dev, 0, sizeof(dev));

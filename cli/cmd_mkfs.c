@@ -336,7 +336,7 @@ static int create_images(const char *const *devs, size_t ndevs, bool *created)
 		struct stat st;
 		int fd;
 
-		if (stat(devs[i], &st) == 0 || errno != ENOENT)
+		if (butter_device_is_nbd(devs[i]) || stat(devs[i], &st) == 0 || errno != ENOENT)
 			continue;
 		fd = open(devs[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 		if (fd < 0) {
@@ -512,6 +512,8 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 				goto out;
 			}
 		}
+		if (butter_device_is_nbd(devs[i]))
+			continue; /* the library connects, and names what fails */
 		if (stat(devs[i], &st) < 0) {
 			if (errno == ENOENT && o.size) /* the library creates the image file */
 				continue;
@@ -553,7 +555,8 @@ int cmd_mkfs(const struct cli_command *cmd, int argc, char **argv)
 	}
 	for (size_t i = 0; shrink && i < ndevs; i++) {
 		struct stat st;
-		if (stat(devs[i], &st) == 0 && !S_ISREG(st.st_mode)) {
+		if (butter_device_is_nbd(devs[i]) ||
+		    (stat(devs[i], &st) == 0 && !S_ISREG(st.st_mode))) {
 			cli_error("%s: --shrink works on image files only", devs[i]);
 			goto out;
 		}

@@ -251,30 +251,36 @@ const char *cli_open_error(int err)
 	}
 }
 
-int cli_open(const struct cli_args *args, const char *image, struct butter_fs **fs)
+int cli_devices_exist(const char *image, const char *const *devices, size_t ndevices)
 {
 	struct stat st;
 
 	/* Name the missing file ourselves: the library's -ENOENT does not say which. */
-	if (stat(image, &st) < 0) {
-		int err = errno;
-		cli_error("%s: %s", image, strerror(err));
-		return -err;
-	}
-	for (size_t i = 0; i < args->ndevices; i++) {
-		if (stat(args->devices[i], &st) < 0) {
+	for (size_t i = 0; i <= ndevices; i++) {
+		const char *name = i == 0 ? image : devices[i - 1];
+
+		if (!butter_device_is_nbd(name) && stat(name, &st) < 0) {
 			int err = errno;
-			cli_error("%s: %s", args->devices[i], strerror(err));
+			cli_error("%s: %s", name, strerror(err));
 			return -err;
 		}
 	}
+	return 0;
+}
+
+int cli_open(const struct cli_args *args, const char *image, struct butter_fs **fs)
+{
+	int ret = cli_devices_exist(image, args->devices, args->ndevices);
+
+	if (ret < 0)
+		return ret;
 
 	struct butter_open_opts opts = {
 		.devices = args->devices,
 		.ndevices = args->ndevices,
 		.flags = BUTTER_OPEN_RDONLY | BUTTER_OPEN_DEGRADED | args->open_flags,
 	};
-	int ret = butter_open_testing(image, &opts, &cli_test_devices, fs);
+	ret = butter_open_testing(image, &opts, &cli_test_devices, fs);
 	if (ret < 0)
 		cli_error("%s: %s", image, cli_open_error(-ret));
 	return ret;
@@ -282,21 +288,9 @@ int cli_open(const struct cli_args *args, const char *image, struct butter_fs **
 
 uint64_t cli_device_size(const char *path)
 {
-	struct stat sb;
 	uint64_t size = 0;
-	int fd;
 
-	if (stat(path, &sb) < 0)
-		return 0;
-	if (!S_ISBLK(sb.st_mode))
-		return (uint64_t)sb.st_size;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	if (ioctl(fd, BLKGETSIZE64, &size) < 0)
-		size = 0;
-	close(fd);
-	return size;
+	return butter_device_size(path, &size) == 0 ? size : 0;
 }
 
 bool cli_is_mount_path(const char *path, const struct cli_args *args)

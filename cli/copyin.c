@@ -1152,23 +1152,13 @@ static const char *open_errstr(int err)
 int copyin_open_rw(const char *image, const char *const *devices, size_t ndevices,
 		   struct butter_fs **fs)
 {
-	struct stat st;
+	int ret = cli_devices_exist(image, devices, ndevices);
 
-	if (stat(image, &st) < 0) {
-		int err = errno;
-		cli_error("%s: %s", image, strerror(err));
-		return -err;
-	}
-	for (size_t i = 0; i < ndevices; i++) {
-		if (stat(devices[i], &st) < 0) {
-			int err = errno;
-			cli_error("%s: %s", devices[i], strerror(err));
-			return -err;
-		}
-	}
+	if (ret < 0)
+		return ret;
 	struct butter_open_opts opts = { .devices = devices, .ndevices = ndevices,
 					 .flags = cli_open_flags, .log_level = cli_log_level };
-	int ret = butter_open_testing(image, &opts, &cli_test_devices, fs);
+	ret = butter_open_testing(image, &opts, &cli_test_devices, fs);
 	if (ret < 0)
 		cli_error("%s: %s", image, open_errstr(-ret));
 	return ret;

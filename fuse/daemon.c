@@ -635,7 +635,8 @@ static int open_fs(struct daemon *d, bool readonly)
 	int ret;
 
 	for (size_t i = 0; i < o->ndevices; i++) {
-		if (access(o->devices[i], readonly ? R_OK : R_OK | W_OK) < 0) {
+		if (!butter_device_is_nbd(o->devices[i]) &&
+		    access(o->devices[i], readonly ? R_OK : R_OK | W_OK) < 0) {
 			ret = -errno;
 			daemon_log(d, BUTTER_LOG_ERROR, "%s: %s", o->devices[i], strerror(-ret));
 			return ret;

@@ -159,6 +159,25 @@ struct butter_device_info {
 /* Fill @out with the @idx-th device (in devid order); -ENOENT past the end. */
 int butter_get_device(struct butter_fs *fs, size_t idx, struct butter_device_info *out);
 
+/*
+ * Device names: wherever butter takes a device (butter_open() and its
+ * devices, mkfs, device add, replace), it takes an image file, a block
+ * device, or an NBD export as a URI (nbd://host[:port]/export,
+ * nbds://..., nbd+unix:///export?socket=PATH, nbd+vsock://...), spoken to
+ * through libnbd without the kernel's nbd module; BUTTER_NBD_TIMEOUT (in
+ * seconds, default 30) bounds each request. Nonzero when @name is such a
+ * URI (no file by that name is looked for).
+ */
+int butter_device_is_nbd(const char *name);
+
+/*
+ * The size in bytes of the device @name (a regular file's length, a block
+ * device's, an NBD export's as its server says) into *size; the device is
+ * neither claimed nor written. -errno (-EPROTONOSUPPORT: an NBD URI in a
+ * build without libnbd).
+ */
+int butter_device_size(const char *name, uint64_t *size);
+
 struct butter_space_info {
 	uint64_t flags;      /* BTRFS_BLOCK_GROUP_* type and profile bits */
 	uint64_t total;      /* logical bytes of chunks of this kind */

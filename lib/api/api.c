@@ -188,6 +188,19 @@ int butter_get_device(struct butter_fs *fs, size_t idx, struct butter_device_inf
 	LOCKED(fs, HOLD_SHARED, int, fs_get_device(fs, idx, out));
 }
 
+int butter_device_is_nbd(const char *name)
+{
+	return name && blockdev_name_is_nbd(name);
+}
+
+int butter_device_size(const char *name, uint64_t *size)
+{
+	/* connection messages to stderr: no handle, so no caller's log yet */
+	struct blog log = { NULL, NULL, BUTTER_LOG_ERROR };
+
+	return blockdev_probe_size(name, &log, size);
+}
+
 int butter_get_info(struct butter_fs *fs, struct butter_info *info)
 {
 	LOCKED(fs, HOLD_SHARED, int, fs_get_info(fs, info));

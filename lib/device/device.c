@@ -1,13 +1,19 @@
 /*
  * device.c — the generic half of the device layer: range checks and dispatch
  * to a backend's operations table. Backends live in their own files
- * (file.c, memory.c, recorder.c, fault.c). blockdev_stack_test() puts the
+ * (file.c, nbd.c, memory.c, recorder.c, fault.c); blockdev_open() picks
+ * file or NBD by the name. blockdev_stack_test() puts the
  * test backends over opened devices and marks the top of each stack with
  * its record log, so that a device opened later for the same filesystem
  * can join it (blockdev_record_new() in recorder.c).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <linux/fs.h>
 
 #include "device/device.h"
 
@@ -49,6 +55,51 @@ int blockdev_flush(struct blockdev *dev)
 	if (dev->readonly)
 		return 0;
 	return dev->ops->flush(dev);
+}
+
+int blockdev_open(const char *name, unsigned flags, const struct blog *log,
+		  struct blockdev **out)
+{
+	if (blockdev_name_is_nbd(name))
+		return blockdev_open_nbd(name, flags, 0, log, out);
+	return blockdev_open_file(name, flags, log, out);
+}
+
+int blockdev_create(const char *name, uint64_t size, const struct blog *log,
+		    struct blockdev **out)
+{
+	if (blockdev_name_is_nbd(name))
+		return blockdev_open_nbd(name, 0, size, log, out);
+	return blockdev_create_file(name, size, log, out);
+}
+
+int blockdev_probe_size(const char *name, const struct blog *log, uint64_t *size)
+{
+	struct blockdev *dev;
+	struct stat st;
+	int fd, ret = 0;
+
+	if (blockdev_name_is_nbd(name)) {
+		ret = blockdev_open_nbd(name, BLOCKDEV_OPEN_RDONLY, 0, log, &dev);
+		if (ret == 0) {
+			*size = dev->size;
+			blockdev_close(dev);
+		}
+		return ret;
+	}
+	if (stat(name, &st) < 0)
+		return -errno;
+	if (!S_ISBLK(st.st_mode)) {
+		*size = (uint64_t)st.st_size;
+		return 0;
+	}
+	fd = open(name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (ioctl(fd, BLKGETSIZE64, size) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
 }
 
 void blockdev_end_service(struct blockdev *dev)

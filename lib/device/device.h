@@ -15,6 +15,7 @@
 #ifndef BUTTER_DEVICE_DEVICE_H
 #define BUTTER_DEVICE_DEVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -82,6 +83,38 @@ int blockdev_open_file(const char *path, unsigned flags, const struct blog *log,
  */
 int blockdev_create_file(const char *path, uint64_t size, const struct blog *log,
 			 struct blockdev **out);
+
+/*
+ * The device named @name: an NBD URI (blockdev_name_is_nbd) through
+ * blockdev_open_nbd(), anything else through blockdev_open_file(). The
+ * front ends pass device names here and nowhere else.
+ */
+int blockdev_open(const char *name, unsigned flags, const struct blog *log,
+		  struct blockdev **out);
+
+/*
+ * As blockdev_open() read-write for a new filesystem of @size bytes: an
+ * image file is created or grown (blockdev_create_file); an NBD export must
+ * be at least @size bytes already.
+ */
+int blockdev_create(const char *name, uint64_t size, const struct blog *log,
+		    struct blockdev **out);
+
+/* The size of the device @name (not claimed, not written); -errno, logged for NBD names. */
+int blockdev_probe_size(const char *name, const struct blog *log, uint64_t *size);
+
+/* nbd.c: true when @name is an NBD URI (nbd://, nbds://, nbd+unix://, ...). */
+bool blockdev_name_is_nbd(const char *name);
+
+/*
+ * Connect to the NBD export @uri (nbd.c; the URI forms of libnbd), bounded
+ * by BUTTER_NBD_TIMEOUT seconds. -EROFS when a read-write open meets a
+ * read-only export, -ENOSPC when it is smaller than @min_size (0: any),
+ * -EPROTONOSUPPORT in a build without libnbd, else -errno of the
+ * connection; each failure is logged naming @uri.
+ */
+int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
+		      const struct blog *log, struct blockdev **out);
 
 /*
  * A device over @size bytes of memory. With @copy the bytes at @data are

@@ -195,7 +195,7 @@ int ops_device_add(struct butter_fs *fs, const char *path, unsigned flags, uint6
 		blog_err(&fs->log, "%s: already a device of this filesystem", path);
 		return -EEXIST;
 	}
-	ret = blockdev_open_file(path, 0, &fs->log, &bdev);
+	ret = blockdev_open(path, 0, &fs->log, &bdev);
 	if (ret) {
 		blog_err(&fs->log, "%s: cannot open: %s", path, strerror(-ret));
 		return ret;

@@ -276,10 +276,11 @@ static int open_devices(struct mkfs_state *m, const struct butter_mkfs_opts *o)
 
 		if (!old)
 			return -ENOMEM;
-		ret = blockdev_create_file(o->devices[i], o->size, &m->log, &bdev);
+		ret = blockdev_create(o->devices[i], o->size, &m->log, &bdev);
 		if (ret) {
 			free(old);
-			if (ret != -EBUSY) /* the claim named the holder */
+			/* a busy claim named the holder; the NBD backend names its URI */
+			if (ret != -EBUSY && !blockdev_name_is_nbd(o->devices[i]))
 				blog_err(&m->log, "%s: %s", o->devices[i], strerror(-ret));
 			return ret;
 		}

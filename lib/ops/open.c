@@ -45,9 +45,10 @@ static int open_devices(const char *const *paths, size_t n, unsigned flags, cons
 
 		if (readonly && (flags & BUTTER_OPEN_NO_WRITER))
 			bflags |= BLOCKDEV_OPEN_NO_WRITER;
-		ret = blockdev_open_file(paths[i], bflags, log, &bdevs[i]);
+		ret = blockdev_open(paths[i], bflags, log, &bdevs[i]);
 		if (ret) {
-			if (ret != -EBUSY) /* the claim named the holder */
+			/* a busy claim named the holder; the NBD backend names its URI */
+			if (ret != -EBUSY && !blockdev_name_is_nbd(paths[i]))
 				blog_err(log, "%s: %s", paths[i], strerror(-ret));
 			while (i--)
 				blockdev_close(bdevs[i]);

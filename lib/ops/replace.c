@@ -364,7 +364,7 @@ int ops_replace_start(struct butter_fs *fs, uint64_t srcdevid, const char *targe
 		free(r);
 		return -EEXIST;
 	}
-	ret = blockdev_open_file(target, 0, &fs->log, &r->dst);
+	ret = blockdev_open(target, 0, &fs->log, &r->dst);
 	if (ret) {
 		blog_err(&fs->log, "%s: cannot open: %s", target, strerror(-ret));
 		free(r);
