@@ -304,11 +304,12 @@ static const struct cli_command commands[] = {
 		.main = cmd_device_add,
 		.summary = "add a device to the filesystem of an image",
 		.synopsis = "[-f] [--device DEV]... IMAGE NEWDEV",
-		.usage = "Make NEWDEV (an image file or block device, at least 16 MiB) a device of\n"
-			 "the filesystem, as `btrfs device add`: new chunks may be allocated on it;\n"
-			 "existing ones stay where they are. Its first MiB and superblock places\n"
-			 "are overwritten. From then on the filesystem opens only with NEWDEV among\n"
-			 "its devices (--device NEWDEV, or `device=` for mount).\n"
+		.usage = "Make NEWDEV (an image file, block device or NBD URI, at least 16 MiB)\n"
+			 "a device of the filesystem, as `btrfs device add`: new chunks may be\n"
+			 "allocated on it; existing ones stay where they are. Its first MiB and\n"
+			 "superblock places are overwritten. From then on the filesystem opens\n"
+			 "only with NEWDEV among its devices (--device NEWDEV, or `device=` for\n"
+			 "mount).\n"
 			 "\n"
 			 "  -f, --force    overwrite a device that holds another btrfs filesystem\n",
 	},
@@ -336,17 +337,17 @@ static const struct cli_command commands[] = {
 		.summary = "replace a device, copying only what is used on it",
 		.synopsis = "[-r] [-f] [-B] [--device DEV]... SRC TARGET IMAGE|PATH",
 		.usage = "As `btrfs replace start`: SRC (a devid, a member's path, or missing) is\n"
-			 "replaced by TARGET (an image file or block device at least as large as\n"
-			 "the part of SRC in use): only the used parts of SRC are copied, read\n"
-			 "through the checked paths (a bad or missing copy is read from the other\n"
-			 "copies or rebuilt from parity), to the same places on TARGET, which then\n"
-			 "takes SRC's devid; SRC's superblocks are wiped. On an image (it runs to\n"
-			 "its end), or a directory inside a live `butter mount`: its daemon copies\n"
-			 "a piece at a time while the mount serves every request (writes meanwhile\n"
-			 "reach both devices), in the background as btrfs does unless -B;\n"
-			 "`butter replace status|cancel PATH` follow it. Nothing of a running\n"
-			 "replace is recorded: after an unmount or crash the old device is in\n"
-			 "place, and the replace is started again.\n"
+			 "replaced by TARGET (an image file, block device or NBD URI at least as\n"
+			 "large as the part of SRC in use): only the used parts of SRC are\n"
+			 "copied, read through the checked paths (a bad or missing copy is read\n"
+			 "from the other copies or rebuilt from parity), to the same places on\n"
+			 "TARGET, which then takes SRC's devid; SRC's superblocks are wiped. On\n"
+			 "an image (it runs to its end), or a directory inside a live `butter\n"
+			 "mount`: its daemon copies a piece at a time while the mount serves\n"
+			 "every request (writes meanwhile reach both devices), in the background\n"
+			 "as btrfs does unless -B; `butter replace status|cancel PATH` follow it.\n"
+			 "Nothing of a running replace is recorded: after an unmount or crash the\n"
+			 "old device is in place, and the replace is started again.\n"
 			 "\n"
 			 "  -B             on a mount, wait for the replace to end\n"
 			 "  -f, --force    overwrite a TARGET holding another btrfs filesystem\n"
@@ -577,7 +578,8 @@ static const struct cli_command commands[] = {
 			    "                   [--csum ALGO] [-b SIZE] [-f] [-M] [-q] [-v] [--rootdir DIR [--subvol PATH]...\n"
 			    "                   [--compress ALGO] [--max-inline SIZE] [--shrink]]"
 			    "                   DEV...",
-		.usage = "Make one btrfs filesystem over the image files or block devices DEV...\n"
+		.usage = "Make one btrfs filesystem over the image files, block devices or NBD\n"
+			 "exports (nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH) DEV...\n"
 			 "(with the features of current mkfs.btrfs: no-holes, free-space-tree,\n"
 			 "skinny-metadata, extref). An image file that does not exist is created\n"
 			 "with -b SIZE; a smaller one is grown to it. A device that holds a btrfs\n"
@@ -722,7 +724,10 @@ static void print_main_usage(FILE *out)
 		fprintf(out, "  %-17s %s\n", commands[i].name, commands[i].summary);
 	fprintf(out, "\n"
 		     "Every command opening IMAGE takes --device DEV (repeatable) for the other\n"
-		     "members of a multi-device filesystem. IMAGE may be a file or a block device.\n"
+		     "members of a multi-device filesystem. IMAGE (and DEV) may be a file, a block\n"
+		     "device or an NBD export's URI (nbd://HOST[:PORT]/EXPORT,\n"
+		     "nbd+unix:///EXPORT?socket=PATH, nbds://... with TLS; each request is bounded\n"
+		     "by BUTTER_NBD_TIMEOUT seconds, default 30).\n"
 		     "`butter version` (or --version) prints the version.\n"
 		     "\n"
 		     "Global option (before COMMAND):\n"

@@ -65,7 +65,8 @@ const char butter_mount_summary[] = "mount a filesystem through FUSE (the daemon
 const char butter_mount_synopsis[] = "[-f] [-d] [-s] [-o OPTION[,OPTION]...] [--device DEV]... "
 				     "DEV... MOUNTPOINT";
 const char butter_mount_usage[] =
-	"Mount the btrfs filesystem on the image files or block devices DEV... at\n"
+	"Mount the btrfs filesystem on the image files, block devices or NBD URIs\n"
+	"(nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH) DEV... at\n"
 	"MOUNTPOINT, read-write unless -o ro. Without -f the daemon goes to the\n"
 	"background once the mount is live. `butter umount MOUNTPOINT` unmounts and\n"
 	"returns once the daemon has committed and exited. `fusermount3 -u`, umount\n"

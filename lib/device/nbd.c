@@ -361,6 +361,12 @@ static int connect_one(const char *uri, int timeout_ms, const struct blog *log,
 		return -ENOMEM;
 	/* the buffers are ours to fill; no need to zero them first */
 	nbd_set_pread_initialize(h, false);
+	/*
+	 * The URI is the user's own (a command line, a mount option), so its
+	 * tls-certificates= and tls-psk-file= may name local files, read with
+	 * the caller's rights.
+	 */
+	nbd_set_uri_allow_local_file(h, true);
 	if (nbd_aio_connect_uri(h, uri) < 0) {
 		ret = -nbd_err();
 		blog_err(log, "%s: %s", uri, nbd_get_error() ? nbd_get_error() : strerror(-ret));
