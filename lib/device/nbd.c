@@ -396,6 +396,26 @@ static int connect_one(const char *uri, int timeout_ms, const struct blog *log,
 	return 0;
 }
 
+/*
+ * Say goodbye (NBD_CMD_DISC; nothing is pending: contract 3, no flush) and
+ * close, waiting at most a second for the server to see it: a stopped
+ * server must not hold up a close.
+ */
+static void disconnect(struct nbd_handle *h)
+{
+	int64_t deadline = now_ms() + 1000;
+
+	if (nbd_aio_is_ready(h) && nbd_aio_disconnect(h, 0) == 0) {
+		while (!nbd_aio_is_closed(h) && !nbd_aio_is_dead(h)) {
+			int64_t left = deadline - now_ms();
+
+			if (left <= 0 || nbd_poll(h, (int)left) < 0)
+				break;
+		}
+	}
+	nbd_close(h);
+}
+
 static int conn_get(struct nbd_priv *np, struct nbd_conn **out)
 {
 	pthread_mutex_lock(&np->lock);
@@ -452,13 +472,9 @@ static void nbd_dev_close(struct blockdev *dev)
 {
 	struct nbd_priv *np = dev->priv;
 
-	for (int i = 0; i < np->nconns; i++) {
-		if (!np->conns[i].h)
-			continue;
-		/* a polite NBD_CMD_DISC; nothing is pending (contract 3: no flush) */
-		nbd_shutdown(np->conns[i].h, 0);
-		nbd_close(np->conns[i].h);
-	}
+	for (int i = 0; i < np->nconns; i++)
+		if (np->conns[i].h)
+			disconnect(np->conns[i].h);
 	pthread_cond_destroy(&np->free_conn);
 	pthread_mutex_destroy(&np->lock);
 	free(np->uri);
@@ -538,8 +554,7 @@ int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 	*out = dev;
 	return 0;
 fail:
-	nbd_shutdown(h, 0);
-	nbd_close(h);
+	disconnect(h);
 	return ret;
 }
 
