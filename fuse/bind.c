@@ -12,7 +12,8 @@
  *
  * Which mount: a line of /proc/self/mountinfo of type fuse.butter whose root
  * is "/" and whose source names the same file as the image (device and inode
- * numbers). Which directory in it: the subvolume the options name (subvol=,
+ * numbers), or is the same NBD URI (an export has no inode to compare; the
+ * URI as typed is what this machine's mounts can be matched by). Which directory in it: the subvolume the options name (subvol=,
  * subvolid=, else the default), found through the mount's control ioctls: the
  * mount's own root if it is that subvolume, or its path below the mount when
  * the mount shows the top level. Bind mounts need root (CAP_SYS_ADMIN), as
@@ -52,8 +53,11 @@ static void unescape(char *s)
 	*out = '\0';
 }
 
-/* The mountpoint of a live fuse.butter mount of the file @img into @mnt: 1, or 0 if none. */
-static int find_mount(const struct stat *img, char *mnt, size_t size)
+/*
+ * The mountpoint of a live fuse.butter mount of the file @img (or, @img
+ * NULL, of the NBD URI @uri: the same string) into @mnt: 1, or 0 if none.
+ */
+static int find_mount(const struct stat *img, const char *uri, char *mnt, size_t size)
 {
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 	char *line = NULL;
@@ -79,7 +83,9 @@ static int find_mount(const struct stat *img, char *mnt, size_t size)
 			continue;
 		unescape(source);
 		unescape(fields[4]);
-		if (stat(source, &st) == 0 && st.st_dev == img->st_dev && st.st_ino == img->st_ino &&
+		if ((img ? stat(source, &st) == 0 && st.st_dev == img->st_dev &&
+				   st.st_ino == img->st_ino
+			 : strcmp(source, uri) == 0) &&
 		    strlen(fields[4]) < size) {
 			strcpy(mnt, fields[4]);
 			found = 1;
@@ -140,8 +146,12 @@ int bind_if_mounted(struct daemon *d)
 	struct stat img;
 	int fd, ret;
 
-	if (stat(o->devices[0], &img) != 0 || !find_mount(&img, mnt, sizeof(mnt)))
+	if (butter_device_is_nbd(o->devices[0])) {
+		if (!find_mount(NULL, o->devices[0], mnt, sizeof(mnt)))
+			return 0;
+	} else if (stat(o->devices[0], &img) != 0 || !find_mount(&img, NULL, mnt, sizeof(mnt))) {
 		return 0;
+	}
 	if (geteuid() != 0) {
 		daemon_log(d, BUTTER_LOG_ERROR, "%s: mounted at %s already; a second mount of it is a "
 						"bind mount of that one, which needs root",
