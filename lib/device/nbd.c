@@ -11,6 +11,9 @@
  *    large transfer keeps the link busy. A range not aligned to the
  *    server's minimum block size is read (and written back) whole blocks at
  *    a time.
+ *  - Sequential reads are read ahead in windows of 2 MiB (ra_fill), kept
+ *    coherent with this device's own writes; another writer of the same
+ *    export is not seen (there must be none, see Claims).
  *  - flush: NBD_CMD_FLUSH when the server offers it. A server that offers
  *    no flush has no volatile cache to flush (the protocol's meaning), so
  *    a completed write is durable and flush does nothing; a server that
@@ -80,6 +83,20 @@ int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 #define MAX_PIECE (4u << 20)
 #define DEFAULT_TIMEOUT_MS 30000
 
+#define RA_SLOTS 4
+#define RA_WINDOW (2u << 20)
+#define RA_PIECE (256u << 10)
+
+/* A read-ahead window (see ra_fill): @buf holds [offset, offset + len) while valid. */
+struct ra_window {
+	uint64_t offset;
+	size_t len;
+	char *buf;          /* RA_WINDOW bytes, allocated at the first fill, kept */
+	uint64_t last_use;  /* ra_tick at the last hit: the least recent is refilled */
+	bool valid;
+	bool busy;          /* a fill is under way (buf is the filler's) */
+};
+
 struct nbd_conn {
 	struct nbd_handle *h; /* NULL once closed (the device is dead) */
 	bool busy;            /* a caller holds it */
@@ -88,6 +105,7 @@ struct nbd_conn {
 struct nbd_priv {
 	pthread_mutex_t lock; /* guards conns[].busy, nconns, dead */
 	pthread_cond_t free_conn;
+	pthread_cond_t ra_done;  /* a read-ahead fill ended */
 	struct nbd_conn conns[MAX_CONNS];
 	int nconns;
 	int max_conns;        /* 1 unless the server offers multi-conn */
@@ -96,6 +114,9 @@ struct nbd_priv {
 	uint32_t min_block;   /* every request is a multiple of it, aligned to it */
 	uint32_t piece_bytes; /* largest request */
 	int timeout_ms;
+	/* read-ahead, under lock (see ra_fill) */
+	struct ra_window ra[RA_SLOTS];
+	uint64_t ra_tick, ra_gen, last_read_end;
 	char *uri;            /* the device name, for messages */
 	struct blog log;      /* a copy: the opener's may not outlive the device */
 };
@@ -197,10 +218,11 @@ enum io_kind { IO_READ, IO_WRITE };
 
 /*
  * Transfer [offset, offset + len), aligned to min_block, on one connection:
- * pieces of piece_bytes, up to MAX_IN_FLIGHT at once.
+ * pieces of @piece_bytes (a multiple of min_block), up to MAX_IN_FLIGHT at
+ * once.
  */
 static int transfer_aligned(struct nbd_priv *np, enum io_kind kind, void *rbuf,
-			    const void *wbuf, size_t len, uint64_t offset)
+			    const void *wbuf, size_t len, uint64_t offset, uint32_t piece_bytes)
 {
 	int64_t cookies[MAX_IN_FLIGHT];
 	struct nbd_conn *c;
@@ -216,7 +238,7 @@ static int transfer_aligned(struct nbd_priv *np, enum io_kind kind, void *rbuf,
 		int n = 0;
 
 		while (n < MAX_IN_FLIGHT && done < len) {
-			size_t piece = len - done < np->piece_bytes ? len - done : np->piece_bytes;
+			size_t piece = len - done < piece_bytes ? len - done : piece_bytes;
 			int64_t cookie;
 
 			if (kind == IO_READ)
@@ -270,28 +292,166 @@ static void align_range(const struct nbd_priv *np, uint64_t offset, size_t len, 
 	*a_len = (size_t)(end - start);
 }
 
+/*
+ * Read-ahead. Each request costs a round trip, and a sequential reader
+ * above (the FUSE mount reads 256 KiB at a time, from two threads) would
+ * pay one per piece, where a local file has the kernel's read-ahead. So a
+ * read that continues the previous one, or the end of a window, fills a
+ * window of RA_WINDOW bytes from its start (RA_PIECE pieces in flight at
+ * once) and later reads inside a window are copied from it. Coherence: a
+ * write drops every window it overlaps when it completes and bumps
+ * ra_gen; a fill that began before some write completed is not kept
+ * (the data it read may predate it), though its caller's own bytes are
+ * returned as an unbuffered read's would be.
+ */
+static bool ra_hit(struct nbd_priv *np, void *buf, size_t len, uint64_t offset)
+{
+	for (int i = 0; i < RA_SLOTS; i++) {
+		struct ra_window *w = &np->ra[i];
+
+		if (w->valid && offset >= w->offset && offset + len <= w->offset + w->len) {
+			memcpy(buf, w->buf + (offset - w->offset), len);
+			w->last_use = ++np->ra_tick;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Whether a fill under way will hold [offset, offset + len): wait for it rather than read. */
+static bool ra_pending(const struct nbd_priv *np, size_t len, uint64_t offset)
+{
+	for (int i = 0; i < RA_SLOTS; i++) {
+		const struct ra_window *w = &np->ra[i];
+
+		if (w->busy && offset >= w->offset && offset + len <= w->offset + w->len)
+			return true;
+	}
+	return false;
+}
+
+/* Whether a read at @offset continues what was read last, or a window. */
+static bool ra_sequential(const struct nbd_priv *np, uint64_t offset)
+{
+	if (offset == np->last_read_end)
+		return true;
+	for (int i = 0; i < RA_SLOTS; i++)
+		if (np->ra[i].valid && np->ra[i].offset + np->ra[i].len == offset)
+			return true;
+	return false;
+}
+
+/*
+ * Fill a window from @offset (aligned) and copy @len bytes to @buf: 0, 1
+ * when no window was free or the size does not fit (the caller reads
+ * directly), or -errno.
+ */
+static int ra_fill(struct nbd_priv *np, struct blockdev *dev, void *buf, size_t len,
+		   uint64_t offset)
+{
+	struct ra_window *w = NULL;
+	uint64_t gen, wlen;
+	int ret;
+
+	if (offset + len > dev->size)
+		return 1;
+	wlen = dev->size - offset < RA_WINDOW ? dev->size - offset : RA_WINDOW;
+	wlen -= wlen % np->min_block;
+	if (wlen < len)
+		return 1;
+	pthread_mutex_lock(&np->lock);
+	for (int i = 0; i < RA_SLOTS; i++) {
+		struct ra_window *c = &np->ra[i];
+
+		if (!c->busy && (!w || !c->valid || (w->valid && c->last_use < w->last_use)))
+			w = c;
+	}
+	if (w) {
+		w->busy = true;
+		w->valid = false;
+		w->offset = offset; /* what it will hold: readers of it wait (ra_pending) */
+		w->len = (size_t)wlen;
+	}
+	gen = np->ra_gen;
+	pthread_mutex_unlock(&np->lock);
+	if (!w)
+		return 1;
+	if (!w->buf && !(w->buf = malloc(RA_WINDOW))) {
+		ret = 1;
+	} else {
+		uint32_t piece = RA_PIECE < np->piece_bytes ? RA_PIECE : np->piece_bytes;
+
+		piece -= piece % np->min_block;
+		ret = transfer_aligned(np, IO_READ, w->buf, NULL, (size_t)wlen, offset,
+				       piece ? piece : np->min_block);
+		if (ret == 0)
+			memcpy(buf, w->buf, len);
+	}
+	pthread_mutex_lock(&np->lock);
+	w->busy = false;
+	if (ret == 0 && gen == np->ra_gen) {
+		w->valid = true;
+		w->last_use = ++np->ra_tick;
+	}
+	pthread_cond_broadcast(&np->ra_done);
+	pthread_mutex_unlock(&np->lock);
+	return ret;
+}
+
 static int nbd_dev_read(struct blockdev *dev, void *buf, size_t len, uint64_t offset)
 {
 	struct nbd_priv *np = dev->priv;
 	uint64_t a_off;
 	size_t a_len;
 	char *bounce;
+	bool seq;
 	int ret;
 
+	pthread_mutex_lock(&np->lock);
+	while (ra_pending(np, len, offset))
+		pthread_cond_wait(&np->ra_done, &np->lock);
+	if (ra_hit(np, buf, len, offset)) {
+		np->last_read_end = offset + len;
+		pthread_mutex_unlock(&np->lock);
+		return 0;
+	}
+	seq = ra_sequential(np, offset);
+	np->last_read_end = offset + len;
+	pthread_mutex_unlock(&np->lock);
+
 	align_range(np, offset, len, &a_off, &a_len);
+	if (seq && a_off == offset && len < RA_WINDOW / 2) {
+		ret = ra_fill(np, dev, buf, len, offset);
+		if (ret <= 0)
+			return ret;
+	}
 	if (a_off == offset && a_len == len)
-		return transfer_aligned(np, IO_READ, buf, NULL, len, offset);
+		return transfer_aligned(np, IO_READ, buf, NULL, len, offset, np->piece_bytes);
 	bounce = malloc(a_len);
 	if (!bounce)
 		return -ENOMEM;
-	ret = transfer_aligned(np, IO_READ, bounce, NULL, a_len, a_off);
+	ret = transfer_aligned(np, IO_READ, bounce, NULL, a_len, a_off, np->piece_bytes);
 	if (ret == 0)
 		memcpy(buf, bounce + (offset - a_off), len);
 	free(bounce);
 	return ret;
 }
 
-static int nbd_dev_write(struct blockdev *dev, const void *buf, size_t len, uint64_t offset)
+/* After a write of [offset, offset + len) completed (or failed): no window keeps older bytes. */
+static void ra_forget(struct nbd_priv *np, size_t len, uint64_t offset)
+{
+	pthread_mutex_lock(&np->lock);
+	np->ra_gen++;
+	for (int i = 0; i < RA_SLOTS; i++) {
+		struct ra_window *w = &np->ra[i];
+
+		if (w->valid && offset < w->offset + w->len && w->offset < offset + len)
+			w->valid = false;
+	}
+	pthread_mutex_unlock(&np->lock);
+}
+
+static int write_range(struct blockdev *dev, const void *buf, size_t len, uint64_t offset)
 {
 	struct nbd_priv *np = dev->priv;
 	uint64_t a_off;
@@ -301,7 +461,7 @@ static int nbd_dev_write(struct blockdev *dev, const void *buf, size_t len, uint
 
 	align_range(np, offset, len, &a_off, &a_len);
 	if (a_off == offset && a_len == len)
-		return transfer_aligned(np, IO_WRITE, NULL, buf, len, offset);
+		return transfer_aligned(np, IO_WRITE, NULL, buf, len, offset, np->piece_bytes);
 	/*
 	 * Read-modify-write of the blocks at the edges. Concurrent writers of
 	 * one block would race here; butter never writes the same sector from
@@ -311,12 +471,20 @@ static int nbd_dev_write(struct blockdev *dev, const void *buf, size_t len, uint
 	bounce = malloc(a_len);
 	if (!bounce)
 		return -ENOMEM;
-	ret = transfer_aligned(np, IO_READ, bounce, NULL, a_len, a_off);
+	ret = transfer_aligned(np, IO_READ, bounce, NULL, a_len, a_off, np->piece_bytes);
 	if (ret == 0) {
 		memcpy(bounce + (offset - a_off), buf, len);
-		ret = transfer_aligned(np, IO_WRITE, NULL, bounce, a_len, a_off);
+		ret = transfer_aligned(np, IO_WRITE, NULL, bounce, a_len, a_off, np->piece_bytes);
 	}
 	free(bounce);
+	return ret;
+}
+
+static int nbd_dev_write(struct blockdev *dev, const void *buf, size_t len, uint64_t offset)
+{
+	int ret = write_range(dev, buf, len, offset);
+
+	ra_forget(dev->priv, len, offset);
 	return ret;
 }
 
@@ -475,7 +643,10 @@ static void nbd_dev_close(struct blockdev *dev)
 	for (int i = 0; i < np->nconns; i++)
 		if (np->conns[i].h)
 			disconnect(np->conns[i].h);
+	for (int i = 0; i < RA_SLOTS; i++)
+		free(np->ra[i].buf);
 	pthread_cond_destroy(&np->free_conn);
+	pthread_cond_destroy(&np->ra_done);
 	pthread_mutex_destroy(&np->lock);
 	free(np->uri);
 	free(np);
@@ -547,6 +718,7 @@ int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 	np->nconns = 1;
 	pthread_mutex_init(&np->lock, NULL);
 	pthread_cond_init(&np->free_conn, NULL);
+	pthread_cond_init(&np->ra_done, NULL);
 	dev->ops = &nbd_ops;
 	dev->size = (uint64_t)size;
 	dev->readonly = readonly;
