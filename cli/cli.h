@@ -93,6 +93,15 @@ int cli_open(const struct cli_args *args, const char *image, struct butter_fs **
 int cli_devices_exist(const char *image, const char *const *devices, size_t ndevices);
 
 /*
+ * When @image or @devices name an NBD export and @err (positive) is what a
+ * device's open returns (a connection refused, a read-only export, ...):
+ * the words for "IMAGE: ..." that blame no one in particular, the backend
+ * having named the URI above. NULL otherwise.
+ */
+const char *cli_nbd_open_error(const char *image, const char *const *devices, size_t ndevices,
+			       int err);
+
+/*
  * Whether @path names the command's mount form: a directory (inside a live
  * mount) given without --device, rather than an image file or device.
  */

@@ -251,6 +251,33 @@ const char *cli_open_error(int err)
 	}
 }
 
+const char *cli_nbd_open_error(const char *image, const char *const *devices, size_t ndevices,
+			       int err)
+{
+	bool nbd = butter_device_is_nbd(image);
+
+	for (size_t i = 0; i < ndevices && !nbd; i++)
+		nbd = butter_device_is_nbd(devices[i]);
+	if (!nbd)
+		return NULL;
+	switch (err) {
+	case EROFS:
+		return "a device cannot be written (see above)";
+	case ECONNREFUSED:
+	case ECONNRESET:
+	case ENOTCONN:
+	case ETIMEDOUT:
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+	case ENOENT:
+	case EPROTO:
+	case EPROTONOSUPPORT:
+		return "a device could not be opened (see above)";
+	default:
+		return NULL;
+	}
+}
+
 int cli_devices_exist(const char *image, const char *const *devices, size_t ndevices)
 {
 	struct stat st;
@@ -281,8 +308,11 @@ int cli_open(const struct cli_args *args, const char *image, struct butter_fs **
 		.flags = BUTTER_OPEN_RDONLY | BUTTER_OPEN_DEGRADED | args->open_flags,
 	};
 	ret = butter_open_testing(image, &opts, &cli_test_devices, fs);
-	if (ret < 0)
-		cli_error("%s: %s", image, cli_open_error(-ret));
+	if (ret < 0) {
+		const char *why = cli_nbd_open_error(image, args->devices, args->ndevices, -ret);
+
+		cli_error("%s: %s", image, why ? why : cli_open_error(-ret));
+	}
 	return ret;
 }
 

@@ -1159,7 +1159,10 @@ int copyin_open_rw(const char *image, const char *const *devices, size_t ndevice
 	struct butter_open_opts opts = { .devices = devices, .ndevices = ndevices,
 					 .flags = cli_open_flags, .log_level = cli_log_level };
 	ret = butter_open_testing(image, &opts, &cli_test_devices, fs);
-	if (ret < 0)
-		cli_error("%s: %s", image, open_errstr(-ret));
+	if (ret < 0) {
+		const char *why = cli_nbd_open_error(image, devices, ndevices, -ret);
+
+		cli_error("%s: %s", image, why ? why : open_errstr(-ret));
+	}
 	return ret;
 }

@@ -645,8 +645,17 @@ static int open_fs(struct daemon *d, bool readonly)
 	}
 	ret = butter_open_testing(o->devices[0], &bo, &test, &d->fs);
 	if (ret) {
+		bool nbd = false;
+
+		for (size_t i = 0; i < o->ndevices; i++)
+			nbd = nbd || butter_device_is_nbd(o->devices[i]);
+		/* an NBD device that failed to connect was named by the library above */
+		nbd = nbd && (ret == -ECONNREFUSED || ret == -ECONNRESET || ret == -ENOTCONN ||
+			      ret == -ETIMEDOUT || ret == -EHOSTUNREACH || ret == -ENETUNREACH ||
+			      ret == -ENOENT || ret == -EPROTO || ret == -EROFS);
 		daemon_log(d, BUTTER_LOG_ERROR, "%s: %s", o->devices[0],
-			   ret == -EINVAL ? "not a btrfs filesystem" : strerror(-ret));
+			   nbd ? "a device could not be opened (see above)"
+			   : ret == -EINVAL ? "not a btrfs filesystem" : strerror(-ret));
 		return ret;
 	}
 	ret = butter_get_info(d->fs, &info);

@@ -14,6 +14,8 @@
  *  - Sequential reads are read ahead in windows of 2 MiB (ra_fill), kept
  *    coherent with this device's own writes; another writer of the same
  *    export is not seen (there must be none, see Claims).
+ *  - write_through (large written-back data): a write, then a flush sent
+ *    without waiting, so the server's disk keeps up before the next fsync.
  *  - flush: NBD_CMD_FLUSH when the server offers it. A server that offers
  *    no flush has no volatile cache to flush (the protocol's meaning), so
  *    a completed write is durable and flush does nothing; a server that
@@ -100,6 +102,7 @@ struct ra_window {
 struct nbd_conn {
 	struct nbd_handle *h; /* NULL once closed (the device is dead) */
 	bool busy;            /* a caller holds it */
+	bool bg_flush;        /* a background flush is in flight (nbd_dev_write_through) */
 };
 
 struct nbd_priv {
@@ -488,6 +491,41 @@ static int nbd_dev_write(struct blockdev *dev, const void *buf, size_t len, uint
 	return ret;
 }
 
+/* The reply to a background flush: nothing to report (a failure shows at the next flush). */
+static int bg_flush_done(void *arg, int *error)
+{
+	struct nbd_conn *c = arg;
+
+	(void)error;
+	c->bg_flush = false; /* the holder of c drives its replies: no race */
+	return 1;            /* retire the command */
+}
+
+/*
+ * Large data written back from memory (device.h): written as any write,
+ * then a flush is sent without waiting for it, so the server moves those
+ * bytes to its disk while the next ones arrive instead of all at the next
+ * fsync's flush (file.c does the same with a helper thread's fdatasync).
+ * At most one such flush per connection is in flight.
+ */
+static int nbd_dev_write_through(struct blockdev *dev, const void *buf, size_t len,
+				 uint64_t offset)
+{
+	struct nbd_priv *np = dev->priv;
+	struct nbd_conn *c;
+	int ret = nbd_dev_write(dev, buf, len, offset);
+
+	if (ret || !np->can_flush || conn_get(np, &c))
+		return ret;
+	if (!c->bg_flush) {
+		nbd_completion_callback done = { .callback = bg_flush_done, .user_data = c };
+
+		c->bg_flush = nbd_aio_flush(c->h, done, 0) >= 0;
+	}
+	conn_put(np, c);
+	return 0;
+}
+
 static int nbd_dev_flush(struct blockdev *dev)
 {
 	struct nbd_priv *np = dev->priv;
@@ -659,6 +697,7 @@ static const struct blockdev_ops nbd_ops = {
 	.write = nbd_dev_write,
 	.flush = nbd_dev_flush,
 	.close = nbd_dev_close,
+	.write_through = nbd_dev_write_through,
 };
 
 int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
