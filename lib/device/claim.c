@@ -52,6 +52,11 @@
  *     than such a daemon: one that is exiting has left /proc/PID/fd before
  *     its locks go, and one that is unmounting may still be listed.
  *
+ * An NBD export (nbd.c) has no file of its own to lock: its claim is the
+ * same protocol on a lock file named after the URI (claim_nbd_lock_path()),
+ * and its butter mount is found by the URI as mountinfo's source. This
+ * guards one machine only, as the file locks do.
+ *
  * The holder named in messages is found the way fuser does: the processes
  * with a descriptor on the same file (a link in /proc/PID/fd whose target
  * has the same path, confirmed by st_dev/st_ino), preferring the one whose
@@ -219,10 +224,11 @@ static void unescape(char *s)
 
 /*
  * The mount point of @st into @buf: a kernel mount of the block device, or a
- * `butter mount` (fuse.butter, or fuse with a "butter#" source) of the file.
- * 1 if found, 0 if not.
+ * `butter mount` (fuse.butter, or fuse with a "butter#" source) of the file,
+ * or (@name not NULL: an NBD URI, which has no file to compare) whose
+ * source is @name. 1 if found, 0 if not.
  */
-static int find_mount(const struct stat *st, char *buf, size_t size)
+static int find_mount(const struct stat *st, const char *name, char *buf, size_t size)
 {
 	char *line = NULL;
 	size_t cap = 0;
@@ -263,7 +269,8 @@ static int find_mount(const struct stat *st, char *buf, size_t size)
 
 			if (!strncmp(source, "butter#", 7))
 				source += 7;
-			found = stat(source, &sst) == 0 && same_file(&sst, st);
+			found = name ? strcmp(source, name) == 0
+				     : stat(source, &sst) == 0 && same_file(&sst, st);
 		}
 		if (found) {
 			unescape(fields[4]);
@@ -275,7 +282,9 @@ static int find_mount(const struct stat *st, char *buf, size_t size)
 	return found;
 }
 
-void claim_describe_holder(const char *path, const struct stat *st, char *buf, size_t size)
+/* claim_describe_holder(), @name as find_mount() takes it. */
+static void describe_holder(const char *path, const char *name, const struct stat *st, char *buf,
+			    size_t size)
 {
 	char real[PATH_MAX], comm[64], mnt[PATH_MAX];
 	pid_t pid = 0;
@@ -290,16 +299,22 @@ void claim_describe_holder(const char *path, const struct stat *st, char *buf, s
 		pid_comm(pid, comm, sizeof(comm));
 		n = snprintf(buf, size, "pid %d (%s)", (int)pid, comm);
 	}
-	if (n >= 0 && (size_t)n < size && find_mount(st, mnt, sizeof(mnt)))
+	if (n >= 0 && (size_t)n < size && find_mount(st, name, mnt, sizeof(mnt)))
 		snprintf(buf + n, size - (size_t)n, "%smounted at %s", n ? ", " : "", mnt);
 }
 
+void claim_describe_holder(const char *path, const struct stat *st, char *buf, size_t size)
+{
+	describe_holder(path, NULL, st, buf, size);
+}
+
 /* The holder as claim_describe_holder() says it, or "another program". */
-static void holder_phrase(const char *path, const struct stat *st, char *buf, size_t size)
+static void holder_phrase(const char *path, const char *name, const struct stat *st, char *buf,
+			  size_t size)
 {
 	char who[PATH_MAX + 128];
 
-	claim_describe_holder(path, st, who, sizeof(who));
+	describe_holder(path, name, st, who, sizeof(who));
 	snprintf(buf, size, "%s", who[0] ? who : "another program");
 }
 
@@ -321,7 +336,7 @@ static double now_seconds(void)
  * or a daemon still mounted; -1: no process is found with the file open (the
  * holder is exiting: its descriptors are gone from /proc before its locks).
  */
-static int holder_unmounted_daemon(const char *path, const struct stat *st)
+static int holder_unmounted_daemon(const char *path, const char *name, const struct stat *st)
 {
 	char real[PATH_MAX], cmd[PATH_MAX + 64], mnt[PATH_MAX];
 	pid_t pid = realpath(path, real) ? find_pid(real, st) : 0;
@@ -347,12 +362,14 @@ static int holder_unmounted_daemon(const char *path, const struct stat *st)
 	if (strncmp(base, "mount.fuse", 10) != 0 &&
 	    !(strlen(arg0) + 1 < n && strcmp(arg0 + strlen(arg0) + 1, "mount") == 0))
 		return 0;
-	return !find_mount(st, mnt, sizeof(mnt));
+	return !find_mount(st, name, mnt, sizeof(mnt));
 }
 
-int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
+int claim_take(int fd, const char *path, const char *name, const struct stat *st, unsigned flags,
 	       const struct blog *log)
 {
+	const char *said_name = name ? name : path;
+
 	int readonly = !!(flags & BLOCKDEV_OPEN_RDONLY);
 	short type = readonly ? F_RDLCK : F_WRLCK;
 	char who[PATH_MAX + 160];
@@ -366,10 +383,10 @@ int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
 		if (ret < 0)
 			return 0;
 		if (ret != F_UNLCK) {
-			holder_phrase(path, st, who, sizeof(who));
+			holder_phrase(path, name, st, who, sizeof(who));
 			if (readonly && !(flags & BLOCKDEV_OPEN_NO_WRITER)) {
 				blog_warn(log, "%s: open read-write by %s; reading it as its last "
-					  "commit left it", path, who);
+					  "commit left it", said_name, who);
 				return 0;
 			}
 			/*
@@ -381,7 +398,7 @@ int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
 			if (!grace)
 				grace = now_seconds() + CLAIM_UNMOUNTED_GRACE_SECONDS;
 			if (now_seconds() < grace) {
-				int unmounted = holder_unmounted_daemon(path, st);
+				int unmounted = holder_unmounted_daemon(path, name, st);
 
 				refuse_seen = unmounted ? 0 : refuse_seen + 1;
 				if (refuse_seen < CLAIM_REFUSE_POLLS) {
@@ -389,7 +406,7 @@ int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
 					continue;
 				}
 			}
-			blog_err(log, "%s: in use: open %s by %s", path,
+			blog_err(log, "%s: in use: open %s by %s", said_name,
 				 ret == F_RDLCK ? "read-only" : "read-write", who);
 			return -EBUSY;
 		}
@@ -407,14 +424,15 @@ int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
 			pid_comm(pid, comm, sizeof(comm));
 			if (pid)
 				blog_warn(log, "waiting for %d (%s) to finish closing %s", (int)pid,
-					  comm, path);
+					  comm, said_name);
 			else
-				blog_warn(log, "waiting for its holder to finish closing %s", path);
+				blog_warn(log, "waiting for its holder to finish closing %s",
+					  said_name);
 			said = 1;
 		} else if (now_seconds() > deadline) {
-			holder_phrase(path, st, who, sizeof(who));
-			blog_err(log, "%s: in use: %s is still closing it after %d s", path, who,
-				 CLAIM_WAIT_SECONDS);
+			holder_phrase(path, name, st, who, sizeof(who));
+			blog_err(log, "%s: in use: %s is still closing it after %d s", said_name,
+				 who, CLAIM_WAIT_SECONDS);
 			return -EBUSY;
 		}
 		nanosleep(&(struct timespec){ 0, CLAIM_POLL_NS }, NULL);

@@ -12,13 +12,14 @@
 
 /*
  * Claim the file open on @fd (@path, @st from fstat) as BLOCKDEV_OPEN_* @flags
- * say: a read-write open takes bytes 0 and 1 exclusively, waiting a bounded
+ * say, for the device @name (NULL: @path itself; else an NBD URI whose lock
+ * file @path is, named in messages and matched as a butter mount's source): a read-write open takes bytes 0 and 1 exclusively, waiting a bounded
  * time for a holder that is closing; a read-only open takes them shared when
  * it can. Returns 0; -EBUSY when refused (logged, naming the holder when it
  * can be found); -ETIMEDOUT is never returned (a holder still closing after
  * the wait is -EBUSY too).
  */
-int claim_take(int fd, const char *path, const struct stat *st, unsigned flags,
+int claim_take(int fd, const char *path, const char *name, const struct stat *st, unsigned flags,
 	       const struct blog *log);
 
 /* Drop the "in service" byte of a claim taken on @fd (the holder starts closing). */

@@ -245,7 +245,7 @@ static int open_file(const char *path, unsigned flags, int create, uint64_t grow
 		ret = S_ISDIR(st.st_mode) ? -EISDIR : -ENODEV;
 		goto fail_fd;
 	}
-	ret = claim_take(fd, path, &st, flags, log);
+	ret = claim_take(fd, path, NULL, &st, flags, log);
 	if (ret == 0 && !readonly && S_ISBLK(st.st_mode))
 		ret = hold_block_device(path, &st, log, &excl_fd);
 	if (ret == 0 && !readonly && S_ISREG(st.st_mode))

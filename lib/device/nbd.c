@@ -33,9 +33,12 @@
  *    Above it, a failed write aborts the transaction and the filesystem
  *    turns read-only; reads of mirrored or parity data go on from the
  *    other devices, as for a failed disk.
- *  - Claims: an NBD export cannot be locked the way image files are
- *    (claim.c); two writers on one export are the administrator's to avoid,
- *    as with the kernel's nbd devices.
+ *  - Claims: the export itself cannot be locked, so claim.c's protocol runs
+ *    on a lock file named after the URI (nbd_claim): on one machine a second
+ *    writer is refused, naming the holder, a second `butter mount` binds to
+ *    the first (fuse/bind.c). Writers on other machines, or the same export
+ *    under another spelling, are the administrator's to avoid, as with the
+ *    kernel's nbd devices.
  *
  * Built only with libnbd (meson finds it); without it blockdev_open_nbd()
  * says so and returns -EPROTONOSUPPORT.
@@ -76,9 +79,14 @@ int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 
 #else
 
+#include <fcntl.h>
 #include <libnbd.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+#include "device/claim.h"
 
 #define MAX_CONNS 4
 #define MAX_IN_FLIGHT 16
@@ -120,6 +128,7 @@ struct nbd_priv {
 	/* read-ahead, under lock (see ra_fill) */
 	struct ra_window ra[RA_SLOTS];
 	uint64_t ra_tick, ra_gen, last_read_end;
+	int lock_fd;          /* the claim's lock file (see nbd_claim), -1: unclaimed */
 	char *uri;            /* the device name, for messages */
 	struct blog log;      /* a copy: the opener's may not outlive the device */
 };
@@ -686,10 +695,20 @@ static void nbd_dev_close(struct blockdev *dev)
 	pthread_cond_destroy(&np->free_conn);
 	pthread_cond_destroy(&np->ra_done);
 	pthread_mutex_destroy(&np->lock);
+	if (np->lock_fd >= 0)
+		close(np->lock_fd); /* the claim goes with it */
 	free(np->uri);
 	free(np);
 	free(dev->name);
 	free(dev);
+}
+
+static void nbd_dev_end_service(struct blockdev *dev)
+{
+	struct nbd_priv *np = dev->priv;
+
+	if (np->lock_fd >= 0)
+		claim_end_service(np->lock_fd);
 }
 
 static const struct blockdev_ops nbd_ops = {
@@ -697,8 +716,53 @@ static const struct blockdev_ops nbd_ops = {
 	.write = nbd_dev_write,
 	.flush = nbd_dev_flush,
 	.close = nbd_dev_close,
+	.end_service = nbd_dev_end_service,
 	.write_through = nbd_dev_write_through,
 };
+
+/*
+ * Claim @uri on this machine (claim.c's protocol) through a lock file named
+ * after it: /run/lock/butter-nbd-HASH.lock (/tmp without /run/lock), mode
+ * 0666 so every user's opens meet there. The URI as typed is what is
+ * compared: two spellings of one export are two claims. *lock_fd is -1
+ * when no lock file can be had (opened unclaimed, as claim.c's rule 3).
+ * 0 or -EBUSY (logged).
+ */
+static int nbd_claim(const char *uri, unsigned flags, const struct blog *log, int *lock_fd)
+{
+	const char *dir = access("/run/lock", W_OK | X_OK) == 0 ? "/run/lock" : "/tmp";
+	uint64_t hash = 0xcbf29ce484222325ull; /* FNV-1a */
+	char path[96];
+	struct stat st;
+	int fd, ret;
+
+	*lock_fd = -1;
+	for (const char *c = uri; *c; c++)
+		hash = (hash ^ (unsigned char)*c) * 0x100000001b3ull;
+	snprintf(path, sizeof(path), "%s/butter-nbd-%016llx.lock", dir, (unsigned long long)hash);
+	/* an existing file first: O_CREAT on another user's file in a sticky dir may be refused */
+	fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno == ENOENT) {
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+		if (fd >= 0)
+			(void)fchmod(fd, 0666); /* past the umask */
+		else if (errno == EEXIST)
+			fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	}
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return 0;
+	}
+	ret = claim_take(fd, path, uri, &st, flags, log);
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	*lock_fd = fd;
+	return 0;
+}
 
 int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 		      const struct blog *log, struct blockdev **out)
@@ -709,11 +773,17 @@ int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 	struct nbd_priv *np;
 	struct blockdev *dev;
 	int64_t size, bs;
-	int ret;
+	int lock_fd, ret;
 
-	ret = connect_one(uri, timeout_ms, log, &h);
+	ret = nbd_claim(uri, flags, log, &lock_fd);
 	if (ret)
 		return ret;
+	ret = connect_one(uri, timeout_ms, log, &h);
+	if (ret) {
+		if (lock_fd >= 0)
+			close(lock_fd);
+		return ret;
+	}
 	size = nbd_get_size(h);
 	if (size < 0) {
 		ret = -nbd_err();
@@ -752,6 +822,7 @@ int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 	np->can_fua = nbd_can_fua(h) == 1;
 	np->max_conns = nbd_can_multi_conn(h) == 1 ? MAX_CONNS : 1;
 	np->timeout_ms = timeout_ms;
+	np->lock_fd = lock_fd;
 	np->log = *log;
 	np->conns[0].h = h;
 	np->nconns = 1;
@@ -766,6 +837,8 @@ int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 	return 0;
 fail:
 	disconnect(h);
+	if (lock_fd >= 0)
+		close(lock_fd);
 	return ret;
 }
 

@@ -855,3 +855,40 @@ def test_readonly_export_refusal_blames_no_missing_device(nbd, butter, workdir):
         assert r.returncode == 1 and "the server exports it read-only" in r.stderr, \
             (argv, r.stderr)
         assert "device missing" not in r.stderr, f"{argv}:\n{r.stderr}"
+
+
+# ---------------------------------------------------------------------------------
+# one writer per export on this machine (the claim on the URI's lock file)
+
+def test_one_writer_per_uri_on_this_machine(nbd, butter, workdir):
+    """While a mount writes an export, an offline writer of the same URI is refused naming the
+    mount, a reader sees the last commit, and a second mount binds to the first (one daemon,
+    one filesystem): without the claim both would write and one's commits would be lost."""
+    image = os.path.join(workdir, "disk.img")
+    srv = nbd.nbdkit(image, "one")
+    butter.run(["mkfs", "-q", srv.uri])
+    mnt, mnt2 = os.path.join(workdir, "mnt"), os.path.join(workdir, "mnt2")
+    os.makedirs(mnt2)
+    with FuseMount(butter.path, [srv.uri], mnt) as m:
+        write_synced(os.path.join(m.mnt, "from-mount"), b"kept")
+        r = butter.run(["mkdir", srv.uri, "/offline"], check=False, timeout=120)
+        assert r.returncode == 1, r.stderr
+        assert f"{srv.uri}: in use: open read-write by" in r.stderr and m.mnt in r.stderr, \
+            r.stderr
+        r = butter.run(["ls", srv.uri, "/"], check=False, timeout=120)
+        assert r.returncode == 0 and "reading it as its last commit left it" in r.stderr, \
+            r.stderr
+        r = butter.run(["mount", srv.uri, mnt2], check=False, timeout=120)
+        assert r.returncode == 0, r.stderr
+        try:
+            assert os.stat(mnt2).st_dev == os.stat(m.mnt).st_dev, "a second daemon, not a bind"
+            write_synced(os.path.join(mnt2, "from-second"), b"also kept")
+            assert os.path.exists(os.path.join(m.mnt, "from-second"))
+        finally:
+            kfs.run([butter.path, "umount", mnt2], check=False, timeout=300)
+        assert m.unmount() == 0
+    butter.run(["mkdir", srv.uri, "/offline"])       # free again once the mount is gone
+    srv.kill()
+    oracle.btrfs_check(image, strict=True)
+    names = set(butter.run(["ls", image, "/"]).stdout.decode().split())
+    assert {"from-mount", "from-second", "offline"} <= names, names
