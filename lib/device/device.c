@@ -102,6 +102,11 @@ int blockdev_probe_size(const char *name, const struct blog *log, uint64_t *size
 	return ret;
 }
 
+int blockdev_gone(struct blockdev *dev)
+{
+	return dev && dev->ops->gone ? dev->ops->gone(dev) : 0;
+}
+
 void blockdev_end_service(struct blockdev *dev)
 {
 	if (dev && dev->ops->end_service)

@@ -37,6 +37,14 @@ struct blockdev_ops {
 	 * written already. Without it, write.
 	 */
 	int (*write_through)(struct blockdev *dev, const void *buf, size_t len, uint64_t offset);
+	/*
+	 * Optional: nonzero once the device is gone for the rest of this open
+	 * (nbd.c: its server timed out or closed the connection); every
+	 * request fails at once then, and the layers above treat it as a
+	 * missing device instead of reporting each failed read. Wrappers pass
+	 * it on.
+	 */
+	int (*gone)(struct blockdev *dev);
 };
 
 struct blockdev {
@@ -60,6 +68,9 @@ int blockdev_write(struct blockdev *dev, const void *buf, size_t len, uint64_t o
 int blockdev_write_through(struct blockdev *dev, const void *buf, size_t len, uint64_t offset);
 int blockdev_flush(struct blockdev *dev);
 void blockdev_close(struct blockdev *dev);
+
+/* ops->gone(), 0 without it. */
+int blockdev_gone(struct blockdev *dev);
 
 /* Tell waiting openers that the holder of @dev has started closing (contract 4). */
 void blockdev_end_service(struct blockdev *dev);

@@ -400,12 +400,20 @@ static void fault_end_service(struct blockdev *dev)
 	blockdev_end_service(fp->inner);
 }
 
+static int fault_gone(struct blockdev *dev)
+{
+	struct fault_priv *fp = dev->priv;
+
+	return blockdev_gone(fp->inner);
+}
+
 static const struct blockdev_ops fault_ops = {
 	.read = fault_read,
 	.write = fault_write,
 	.flush = fault_flush,
 	.close = fault_close,
 	.end_service = fault_end_service,
+	.gone = fault_gone,
 };
 
 int blockdev_open_fault(struct blockdev *inner, const char *spec, int devidx,

@@ -711,12 +711,24 @@ static void nbd_dev_end_service(struct blockdev *dev)
 		claim_end_service(np->lock_fd);
 }
 
+static int nbd_dev_gone(struct blockdev *dev)
+{
+	struct nbd_priv *np = dev->priv;
+	int dead;
+
+	pthread_mutex_lock(&np->lock);
+	dead = np->dead;
+	pthread_mutex_unlock(&np->lock);
+	return dead;
+}
+
 static const struct blockdev_ops nbd_ops = {
 	.read = nbd_dev_read,
 	.write = nbd_dev_write,
 	.flush = nbd_dev_flush,
 	.close = nbd_dev_close,
 	.end_service = nbd_dev_end_service,
+	.gone = nbd_dev_gone,
 	.write_through = nbd_dev_write_through,
 };
 

@@ -239,12 +239,20 @@ static void rec_end_service(struct blockdev *dev)
 	blockdev_end_service(rp->inner);
 }
 
+static int rec_gone(struct blockdev *dev)
+{
+	struct recorder_priv *rp = dev->priv;
+
+	return blockdev_gone(rp->inner);
+}
+
 static const struct blockdev_ops recorder_ops = {
 	.read = rec_read,
 	.write = rec_write,
 	.flush = rec_flush,
 	.close = rec_close,
 	.end_service = rec_end_service,
+	.gone = rec_gone,
 };
 
 /*

@@ -257,7 +257,7 @@ int volumes_copy_missing(const struct btrfs_volumes *vol, u64 logical, int mirro
 
 	if (volumes_locate(vol, logical, mirror, &dev, &physical, &rebuilt))
 		return 0;
-	return !rebuilt && (!dev || !dev->bdev);
+	return !rebuilt && (!dev || !dev->bdev || blockdev_gone(dev->bdev));
 }
 
 void volumes_count_error(struct btrfs_volumes *vol, u64 logical, int mirror, int which)

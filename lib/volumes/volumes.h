@@ -190,7 +190,10 @@ int volumes_locate(const struct btrfs_volumes *vol, u64 logical, int mirror,
 const char *volumes_describe(const struct btrfs_volumes *vol, u64 logical, int mirror,
 			     char *buf, size_t size);
 
-/* Is copy @mirror of @logical on a device that is missing (so a read error is expected)? */
+/*
+ * Is copy @mirror of @logical on a device that is missing, or gone since it
+ * was opened (blockdev_gone), so that a read error is expected?
+ */
 int volumes_copy_missing(const struct btrfs_volumes *vol, u64 logical, int mirror);
 
 /* Count one error of kind @which (BTRFS_DEV_STAT_*) on @dev. Thread-safe. */
