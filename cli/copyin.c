@@ -1143,7 +1143,7 @@ static const char *open_errstr(int err)
 	case EOPNOTSUPP:
 		return "butter cannot write this filesystem yet (see the message above)";
 	case EROFS:
-		return "cannot be written with a device missing";
+		return "cannot be written: a device is read-only or missing (see above)";
 	default:
 		return cli_open_error(err);
 	}

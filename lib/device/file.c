@@ -255,8 +255,16 @@ static int open_file(const char *path, unsigned flags, int create, uint64_t grow
 	if (ret)
 		goto fail_fd;
 	if (S_ISBLK(st.st_mode)) {
+		int ro = 0;
+
 		if (ioctl(fd, BLKGETSIZE64, &size) < 0) {
 			ret = -errno;
+			goto fail_fd;
+		}
+		/* a read-only block device (losetup -r, a write-protected disk) opens O_RDWR */
+		if (!readonly && ioctl(fd, BLKROGET, &ro) == 0 && ro) {
+			blog_err(log, "%s: the block device is read-only", path);
+			ret = -EROFS;
 			goto fail_fd;
 		}
 	} else {

@@ -10,7 +10,8 @@ filesystem open read-write elsewhere unless --force. A new mount made the moment
 image under it (the old daemon's commit is slowed down with strace's syscall delay, so the
 race is certain); one made before the old daemon has even noticed its unmount waits as
 well (lib/device/claim.c rule 5). An image truncated below its recorded device size is refused
-read-write, read with a warning, and an error for `butter check`.
+read-write, read with a warning, and an error for `butter check`. A read-only block device
+is refused for writing up front.
 """
 import glob
 import hashlib
@@ -189,6 +190,24 @@ def test_kernel_loop_mount_refused(kernel, butter, workdir):
     assert [n.rstrip("/") for n in run(butter, ["ls", img]).stdout.split()] == ["keep"]
     kfs.run([butter.path, "put", img, src, "/new"])
     oracle.btrfs_check(img, strict=True)
+
+
+def test_read_only_block_device_refused_for_writing(kernel, butter, workdir):
+    """A read-only block device (losetup -r) opens read-write at open(2) and fails only at the
+    first write: butter asks the device (BLKROGET) and refuses up front, naming it."""
+    img = make_image(butter, workdir)
+    digest = hashlib.sha256(open(img, "rb").read()).hexdigest()
+    dev = kfs.run(["losetup", "-r", "-f", "--show", img], timeout=60).stdout.strip()
+    assert dev.startswith("/dev/loop"), dev
+    try:
+        r = run(butter, ["mkdir", dev, "/new"])
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"{dev}: the block device is read-only" in r.stderr, r.stderr
+        assert "device missing" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr
+        assert run(butter, ["ls", dev, "/"]).returncode == 0
+    finally:
+        kfs.loop_detach(dev)
+    assert hashlib.sha256(open(img, "rb").read()).hexdigest() == digest
 
 
 def test_check_refuses_mounted_unless_forced(fuse, butter, workdir):
