@@ -80,7 +80,8 @@ int blockdev_probe_size(const char *name, const struct blog *log, uint64_t *size
 	int fd, ret = 0;
 
 	if (blockdev_name_is_nbd(name)) {
-		ret = blockdev_open_nbd(name, BLOCKDEV_OPEN_RDONLY, 0, log, &dev);
+		ret = blockdev_open_nbd(name, BLOCKDEV_OPEN_RDONLY | BLOCKDEV_OPEN_PROBE, 0, log,
+					&dev);
 		if (ret == 0) {
 			*size = dev->size;
 			blockdev_close(dev);

@@ -78,6 +78,7 @@ void blockdev_end_service(struct blockdev *dev);
 /* blockdev_open_file() flags */
 #define BLOCKDEV_OPEN_RDONLY 0x1u    /* never written; claimed shared */
 #define BLOCKDEV_OPEN_NO_WRITER 0x2u /* with RDONLY: refuse while a read-write holder has it */
+#define BLOCKDEV_OPEN_PROBE 0x4u     /* with RDONLY: only to look (a size): no claim taken */
 
 /*
  * Open a regular file or block device and claim it (protocol in claim.c):

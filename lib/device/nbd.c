@@ -117,6 +117,7 @@ struct nbd_priv {
 	pthread_mutex_t lock; /* guards conns[].busy, nconns, dead */
 	pthread_cond_t free_conn;
 	pthread_cond_t ra_done;  /* a read-ahead fill ended */
+	pthread_rwlock_t rmw_lock; /* writes shared, a read-modify-write alone */
 	struct nbd_conn conns[MAX_CONNS];
 	int nconns;
 	int max_conns;        /* 1 unless the server offers multi-conn */
@@ -472,22 +473,28 @@ static int write_range(struct blockdev *dev, const void *buf, size_t len, uint64
 	int ret;
 
 	align_range(np, offset, len, &a_off, &a_len);
-	if (a_off == offset && a_len == len)
-		return transfer_aligned(np, IO_WRITE, NULL, buf, len, offset, np->piece_bytes);
+	if (a_off == offset && a_len == len) {
+		pthread_rwlock_rdlock(&np->rmw_lock);
+		ret = transfer_aligned(np, IO_WRITE, NULL, buf, len, offset, np->piece_bytes);
+		pthread_rwlock_unlock(&np->rmw_lock);
+		return ret;
+	}
 	/*
-	 * Read-modify-write of the blocks at the edges. Concurrent writers of
-	 * one block would race here; butter never writes the same sector from
-	 * two threads at once, and servers with a minimum block above 512
-	 * bytes are rare.
+	 * Read-modify-write of the blocks at the edges, alone: another write
+	 * of other sectors of the same block meanwhile would be undone by our
+	 * write-back of what we read (rare: only servers whose minimum block
+	 * is larger than the sector see unaligned writes).
 	 */
 	bounce = malloc(a_len);
 	if (!bounce)
 		return -ENOMEM;
+	pthread_rwlock_wrlock(&np->rmw_lock);
 	ret = transfer_aligned(np, IO_READ, bounce, NULL, a_len, a_off, np->piece_bytes);
 	if (ret == 0) {
 		memcpy(bounce + (offset - a_off), buf, len);
 		ret = transfer_aligned(np, IO_WRITE, NULL, bounce, a_len, a_off, np->piece_bytes);
 	}
+	pthread_rwlock_unlock(&np->rmw_lock);
 	free(bounce);
 	return ret;
 }
@@ -694,6 +701,7 @@ static void nbd_dev_close(struct blockdev *dev)
 		free(np->ra[i].buf);
 	pthread_cond_destroy(&np->free_conn);
 	pthread_cond_destroy(&np->ra_done);
+	pthread_rwlock_destroy(&np->rmw_lock);
 	pthread_mutex_destroy(&np->lock);
 	if (np->lock_fd >= 0)
 		close(np->lock_fd); /* the claim goes with it */
@@ -787,7 +795,8 @@ int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 	int64_t size, bs;
 	int lock_fd, ret;
 
-	ret = nbd_claim(uri, flags, log, &lock_fd);
+	lock_fd = -1;
+	ret = flags & BLOCKDEV_OPEN_PROBE ? 0 : nbd_claim(uri, flags, log, &lock_fd);
 	if (ret)
 		return ret;
 	ret = connect_one(uri, timeout_ms, log, &h);
@@ -841,6 +850,7 @@ int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 	pthread_mutex_init(&np->lock, NULL);
 	pthread_cond_init(&np->free_conn, NULL);
 	pthread_cond_init(&np->ra_done, NULL);
+	pthread_rwlock_init(&np->rmw_lock, NULL);
 	dev->ops = &nbd_ops;
 	dev->size = (uint64_t)size;
 	dev->readonly = readonly;

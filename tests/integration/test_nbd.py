@@ -70,7 +70,7 @@ import time
 import pytest
 
 from butter_it import env, kfs, manifest, oracle, tree
-from butter_it.fusemount import FuseMount, is_mounted
+from butter_it.fusemount import FuseMount, is_mounted, read_log
 
 MiB = 1 << 20
 EXPORT_SIZE = 512 * MiB
@@ -93,11 +93,7 @@ class NbdServer:
         self.proc = None
 
     def log_text(self):
-        try:
-            with open(self.log, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return read_log(self.log)
 
     def start(self, timeout=30):
         if self.sock and os.path.lexists(self.sock):

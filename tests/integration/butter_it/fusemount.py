@@ -51,6 +51,15 @@ def sanitizer_report(text):
     return None
 
 
+
+def read_log(path):
+    """The text of the log file at `path` (undecodable bytes replaced), "" if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
 class FuseMount:
     def __init__(self, butter_bin, images, mnt, options=(), args=(), log=None):
         self.bin = butter_bin
@@ -67,11 +76,7 @@ class FuseMount:
         return [self.bin, "mount", "-f"] + self.args + opts + self.images + [self.mnt]
 
     def log_text(self):
-        try:
-            with open(self.log, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return read_log(self.log)
 
     def check_log(self):
         bad = sanitizer_report(self.log_text())
