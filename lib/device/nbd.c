@@ -11,9 +11,8 @@
  *    large transfer keeps the link busy. A range not aligned to the
  *    server's minimum block size is read (and written back) whole blocks at
  *    a time.
- *  - Sequential reads are read ahead in windows of 2 MiB (ra_fill; a
- *    helper thread fills the next one while the reader is in the second
- *    half of the current one), kept coherent with this device's own writes; another writer of the same
+ *  - Sequential reads are read ahead in windows of 2 MiB (ra_fill), kept
+ *    coherent with this device's own writes; another writer of the same
  *    export is not seen (there must be none, see Claims).
  *  - write_through (large written-back data): a write, then a flush sent
  *    without waiting, so the server's disk keeps up before the next fsync.
@@ -97,7 +96,6 @@ int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 #define RA_SLOTS 4
 #define RA_WINDOW (2u << 20)
 #define RA_PIECE (256u << 10)
-#define RA_NONE UINT64_MAX
 
 /* A read-ahead window (see ra_fill): @buf holds [offset, offset + len) while valid. */
 struct ra_window {
@@ -131,11 +129,6 @@ struct nbd_priv {
 	/* read-ahead, under lock (see ra_fill) */
 	struct ra_window ra[RA_SLOTS];
 	uint64_t ra_tick, ra_gen, last_read_end;
-	uint64_t ra_want;          /* the prefetcher's next window start, RA_NONE: none */
-	pthread_t ra_thread;
-	pthread_cond_t ra_wake;
-	bool ra_thread_running, ra_stopping;
-	uint64_t size;             /* the export's, as dev->size */
 	int lock_fd;          /* the claim's lock file (see nbd_claim), -1: unclaimed */
 	char *uri;            /* the device name, for messages */
 	struct blog log;      /* a copy: the opener's may not outlive the device */
@@ -324,8 +317,6 @@ static void align_range(const struct nbd_priv *np, uint64_t offset, size_t len, 
  * (the data it read may predate it), though its caller's own bytes are
  * returned as an unbuffered read's would be.
  */
-static void ra_prefetch(struct nbd_priv *np, uint64_t hit_end, uint64_t start, uint64_t end);
-
 static bool ra_hit(struct nbd_priv *np, void *buf, size_t len, uint64_t offset)
 {
 	for (int i = 0; i < RA_SLOTS; i++) {
@@ -334,7 +325,6 @@ static bool ra_hit(struct nbd_priv *np, void *buf, size_t len, uint64_t offset)
 		if (w->valid && offset >= w->offset && offset + len <= w->offset + w->len) {
 			memcpy(buf, w->buf + (offset - w->offset), len);
 			w->last_use = ++np->ra_tick;
-			ra_prefetch(np, offset + len, w->offset, w->offset + w->len);
 			return true;
 		}
 	}
@@ -365,21 +355,22 @@ static bool ra_sequential(const struct nbd_priv *np, uint64_t offset)
 }
 
 /*
- * Fill a window from @offset (aligned) and copy its first @len bytes to
- * @buf (none for the prefetcher): 0, 1 when no window was free or the size
- * does not fit (the caller reads directly), or -errno.
+ * Fill a window from @offset (aligned) and copy @len bytes to @buf: 0, 1
+ * when no window was free or the size does not fit (the caller reads
+ * directly), or -errno.
  */
-static int ra_fill(struct nbd_priv *np, void *buf, size_t len, uint64_t offset)
+static int ra_fill(struct nbd_priv *np, struct blockdev *dev, void *buf, size_t len,
+		   uint64_t offset)
 {
 	struct ra_window *w = NULL;
 	uint64_t gen, wlen;
 	int ret;
 
-	if (offset >= np->size || offset + len > np->size)
+	if (offset + len > dev->size)
 		return 1;
-	wlen = np->size - offset < RA_WINDOW ? np->size - offset : RA_WINDOW;
+	wlen = dev->size - offset < RA_WINDOW ? dev->size - offset : RA_WINDOW;
 	wlen -= wlen % np->min_block;
-	if (wlen < len || wlen == 0)
+	if (wlen < len)
 		return 1;
 	pthread_mutex_lock(&np->lock);
 	for (int i = 0; i < RA_SLOTS; i++) {
@@ -406,7 +397,7 @@ static int ra_fill(struct nbd_priv *np, void *buf, size_t len, uint64_t offset)
 		piece -= piece % np->min_block;
 		ret = transfer_aligned(np, IO_READ, w->buf, NULL, (size_t)wlen, offset,
 				       piece ? piece : np->min_block);
-		if (ret == 0 && buf)
+		if (ret == 0)
 			memcpy(buf, w->buf, len);
 	}
 	pthread_mutex_lock(&np->lock);
@@ -418,64 +409,6 @@ static int ra_fill(struct nbd_priv *np, void *buf, size_t len, uint64_t offset)
 	pthread_cond_broadcast(&np->ra_done);
 	pthread_mutex_unlock(&np->lock);
 	return ret;
-}
-
-/* Is [offset, offset + 1) in a window, filled or being filled? */
-static bool ra_covered(const struct nbd_priv *np, uint64_t offset)
-{
-	for (int i = 0; i < RA_SLOTS; i++) {
-		const struct ra_window *w = &np->ra[i];
-
-		if ((w->valid || w->busy) && offset >= w->offset && offset < w->offset + w->len)
-			return true;
-	}
-	return false;
-}
-
-/*
- * The prefetcher: one thread per device, started at the first need, that
- * fills the window after the one a sequential reader is in, so the reader
- * does not stop at each window's end for a round trip.
- */
-static void *ra_main(void *arg)
-{
-	struct nbd_priv *np = arg;
-
-	pthread_mutex_lock(&np->lock);
-	for (;;) {
-		uint64_t want;
-
-		while (np->ra_want == RA_NONE && !np->ra_stopping)
-			pthread_cond_wait(&np->ra_wake, &np->lock);
-		if (np->ra_stopping)
-			break;
-		want = np->ra_want;
-		np->ra_want = RA_NONE;
-		if (np->dead || ra_covered(np, want))
-			continue;
-		pthread_mutex_unlock(&np->lock);
-		(void)ra_fill(np, NULL, 0, want); /* a failure shows to the reader that needs it */
-		pthread_mutex_lock(&np->lock);
-	}
-	pthread_mutex_unlock(&np->lock);
-	return NULL;
-}
-
-/*
- * Under np->lock, after a hit in the window [start, end): past its middle,
- * ask the prefetcher for the window from @end.
- */
-static void ra_prefetch(struct nbd_priv *np, uint64_t hit_end, uint64_t start, uint64_t end)
-{
-	if (hit_end <= start + (end - start) / 2 || end >= np->size || np->dead ||
-	    np->ra_stopping || ra_covered(np, end))
-		return;
-	if (!np->ra_thread_running)
-		np->ra_thread_running = pthread_create(&np->ra_thread, NULL, ra_main, np) == 0;
-	if (!np->ra_thread_running)
-		return;
-	np->ra_want = end;
-	pthread_cond_signal(&np->ra_wake);
 }
 
 static int nbd_dev_read(struct blockdev *dev, void *buf, size_t len, uint64_t offset)
@@ -501,7 +434,7 @@ static int nbd_dev_read(struct blockdev *dev, void *buf, size_t len, uint64_t of
 
 	align_range(np, offset, len, &a_off, &a_len);
 	if (seq && a_off == offset && len < RA_WINDOW / 2) {
-		ret = ra_fill(np, buf, len, offset);
+		ret = ra_fill(np, dev, buf, len, offset);
 		if (ret <= 0)
 			return ret;
 	}
@@ -761,13 +694,6 @@ static void nbd_dev_close(struct blockdev *dev)
 {
 	struct nbd_priv *np = dev->priv;
 
-	pthread_mutex_lock(&np->lock);
-	np->ra_stopping = true;
-	pthread_cond_signal(&np->ra_wake);
-	pthread_mutex_unlock(&np->lock);
-	if (np->ra_thread_running)
-		pthread_join(np->ra_thread, NULL);
-
 	for (int i = 0; i < np->nconns; i++)
 		if (np->conns[i].h)
 			disconnect(np->conns[i].h);
@@ -776,7 +702,6 @@ static void nbd_dev_close(struct blockdev *dev)
 	pthread_cond_destroy(&np->free_conn);
 	pthread_cond_destroy(&np->ra_done);
 	pthread_rwlock_destroy(&np->rmw_lock);
-	pthread_cond_destroy(&np->ra_wake);
 	pthread_mutex_destroy(&np->lock);
 	if (np->lock_fd >= 0)
 		close(np->lock_fd); /* the claim goes with it */
@@ -926,9 +851,6 @@ int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 	pthread_cond_init(&np->free_conn, NULL);
 	pthread_cond_init(&np->ra_done, NULL);
 	pthread_rwlock_init(&np->rmw_lock, NULL);
-	pthread_cond_init(&np->ra_wake, NULL);
-	np->ra_want = RA_NONE;
-	np->size = (uint64_t)size;
 	dev->ops = &nbd_ops;
 	dev->size = (uint64_t)size;
 	dev->readonly = readonly;
