@@ -25,9 +25,10 @@
  *    writes completed on all) gets up to MAX_CONNS connections, one per
  *    concurrent caller; otherwise one connection, and callers take turns.
  *  - Failure: a server error answers that request with its errno (the
- *    connection stays up: nbdkit's error filter, a bad sector). A request
- *    not answered within the timeout (BUTTER_NBD_TIMEOUT seconds in the
- *    environment, default 30), a lost connection or a protocol error make
+ *    connection stays up: nbdkit's error filter, a bad sector). Requests
+ *    with no answer for the timeout (BUTTER_NBD_TIMEOUT seconds in the
+ *    environment, default 30; counted from the last answer, so a slow link
+ *    is not a dead one), a lost connection or a protocol error make
  *    the device dead: its connections are closed, the message names the
  *    URI, and every later request fails at once with -EIO — never a hang.
  *    Above it, a failed write aborts the transaction and the filesystem
@@ -107,19 +108,21 @@ struct ra_window {
 	bool busy;          /* a fill is under way (buf is the filler's) */
 };
 
+struct nbd_priv;
+
 struct nbd_conn {
+	struct nbd_priv *np;  /* its device */
 	struct nbd_handle *h; /* NULL once closed (the device is dead) */
 	bool busy;            /* a caller holds it */
 	bool bg_flush;        /* a background flush is in flight (nbd_dev_write_through) */
 };
 
 struct nbd_priv {
-	pthread_mutex_t lock; /* guards conns[].busy, nconns, dead */
+	pthread_mutex_t lock; /* guards conns[] (h of an idle one, busy), max_conns, dead */
 	pthread_cond_t free_conn;
 	pthread_cond_t ra_done;  /* a read-ahead fill ended */
 	pthread_rwlock_t rmw_lock; /* writes shared, a read-modify-write alone */
 	struct nbd_conn conns[MAX_CONNS];
-	int nconns;
 	int max_conns;        /* 1 unless the server offers multi-conn */
 	bool dead;
 	bool can_flush, can_fua;
@@ -130,6 +133,7 @@ struct nbd_priv {
 	struct ra_window ra[RA_SLOTS];
 	uint64_t ra_tick, ra_gen, last_read_end;
 	int lock_fd;          /* the claim's lock file (see nbd_claim), -1: unclaimed */
+	int bg_flush_err;     /* errno of a failed background flush, for the next flush (atomic) */
 	char *uri;            /* the device name, for messages */
 	struct blog log;      /* a copy: the opener's may not outlive the device */
 };
@@ -145,7 +149,7 @@ static int timeout_from_env(void)
 	v = strtod(s, &end);
 	if (*end || !(v > 0) || v > 86400)
 		return DEFAULT_TIMEOUT_MS;
-	return (int)(v * 1000);
+	return v < 0.1 ? 100 : (int)(v * 1000);
 }
 
 static int64_t now_ms(void)
@@ -165,14 +169,16 @@ static int nbd_err(void)
 }
 
 /*
- * Drive @h until @cookies[0..n) have all completed or @deadline passes.
+ * Drive @h until @cookies[0..n) have all completed, or @timeout_ms pass
+ * without any of them completing.
  * 0 if every command succeeded; a server's error as -errno (the first);
  * -ETIMEDOUT; -ENOTCONN when the connection died.
  */
-static int wait_commands(struct nbd_handle *h, int64_t *cookies, int n, int64_t deadline,
+static int wait_commands(struct nbd_handle *h, int64_t *cookies, int n, int timeout_ms,
 			 int *err_out)
 {
 	int pending = n, first_err = 0;
+	int64_t deadline = now_ms() + timeout_ms;
 
 	while (pending > 0) {
 		for (int i = 0; i < n; i++) {
@@ -187,6 +193,8 @@ static int wait_commands(struct nbd_handle *h, int64_t *cookies, int n, int64_t 
 				first_err = nbd_err();
 			cookies[i] = -1;
 			pending--;
+			/* a slow link is not a dead one: the time counts from the last answer */
+			deadline = now_ms() + timeout_ms;
 		}
 		if (pending == 0)
 			break;
@@ -247,7 +255,6 @@ static int transfer_aligned(struct nbd_priv *np, enum io_kind kind, void *rbuf,
 	if (ret)
 		return ret;
 	while (done < len && ret == 0) {
-		int64_t deadline = now_ms() + np->timeout_ms;
 		int n = 0;
 
 		while (n < MAX_IN_FLIGHT && done < len) {
@@ -270,7 +277,7 @@ static int transfer_aligned(struct nbd_priv *np, enum io_kind kind, void *rbuf,
 			done += piece;
 		}
 		if (n) {
-			int r = wait_commands(c->h, cookies, n, deadline, &err);
+			int r = wait_commands(c->h, cookies, n, np->timeout_ms, &err);
 
 			if (ret == 0 || r == -ENOTCONN || r == -ETIMEDOUT || r == -EPROTO)
 				ret = r;
@@ -411,6 +418,8 @@ static int ra_fill(struct nbd_priv *np, struct blockdev *dev, void *buf, size_t 
 	return ret;
 }
 
+static int nbd_dev_gone(struct blockdev *dev);
+
 static int nbd_dev_read(struct blockdev *dev, void *buf, size_t len, uint64_t offset)
 {
 	struct nbd_priv *np = dev->priv;
@@ -435,7 +444,8 @@ static int nbd_dev_read(struct blockdev *dev, void *buf, size_t len, uint64_t of
 	align_range(np, offset, len, &a_off, &a_len);
 	if (seq && a_off == offset && len < RA_WINDOW / 2) {
 		ret = ra_fill(np, dev, buf, len, offset);
-		if (ret <= 0)
+		/* an error elsewhere in the window is not this read's: read just this */
+		if (ret == 0 || (ret < 0 && nbd_dev_gone(dev)))
 			return ret;
 	}
 	if (a_off == offset && a_len == len)
@@ -507,12 +517,18 @@ static int nbd_dev_write(struct blockdev *dev, const void *buf, size_t len, uint
 	return ret;
 }
 
-/* The reply to a background flush: nothing to report (a failure shows at the next flush). */
+/*
+ * The reply to a background flush. A failure is kept for the next flush
+ * to report: the server's own next flush may well succeed (Linux tells a
+ * write-back error to fdatasync once), and the writes before it would be
+ * taken as durable when they are not.
+ */
 static int bg_flush_done(void *arg, int *error)
 {
 	struct nbd_conn *c = arg;
 
-	(void)error;
+	if (*error)
+		__atomic_store_n(&c->np->bg_flush_err, *error, __ATOMIC_RELEASE);
 	c->bg_flush = false; /* the holder of c drives its replies: no race */
 	return 1;            /* retire the command */
 }
@@ -542,6 +558,8 @@ static int nbd_dev_write_through(struct blockdev *dev, const void *buf, size_t l
 	return 0;
 }
 
+static int nbd_dev_gone(struct blockdev *dev);
+
 static int nbd_dev_flush(struct blockdev *dev)
 {
 	struct nbd_priv *np = dev->priv;
@@ -549,8 +567,14 @@ static int nbd_dev_flush(struct blockdev *dev)
 	int64_t cookie;
 	int ret, err = 0;
 
+	int bg_err = __atomic_exchange_n(&np->bg_flush_err, 0, __ATOMIC_ACQ_REL);
+
+	if (bg_err) {
+		blog_err(&np->log, "%s: an earlier flush failed: %s", np->uri, strerror(bg_err));
+		return -EIO;
+	}
 	if (!np->can_flush)
-		return np->dead ? -EIO : 0;
+		return nbd_dev_gone(dev) ? -EIO : 0;
 	ret = conn_get(np, &c);
 	if (ret)
 		return ret;
@@ -558,7 +582,7 @@ static int nbd_dev_flush(struct blockdev *dev)
 	if (cookie < 0)
 		ret = nbd_aio_is_dead(c->h) || nbd_aio_is_closed(c->h) ? -ENOTCONN : -nbd_err();
 	else
-		ret = wait_commands(c->h, &cookie, 1, now_ms() + np->timeout_ms, &err);
+		ret = wait_commands(c->h, &cookie, 1, np->timeout_ms, &err);
 	if (ret == -ENOTCONN || ret == -ETIMEDOUT || ret == -EPROTO) {
 		mark_dead(np, c, ret == -ETIMEDOUT ? "no answer to a flush in time"
 						   : "the connection failed during a flush");
@@ -627,7 +651,7 @@ static void disconnect(struct nbd_handle *h)
 {
 	int64_t deadline = now_ms() + 1000;
 
-	if (nbd_aio_is_ready(h) && nbd_aio_disconnect(h, 0) == 0) {
+	if ((nbd_aio_is_ready(h) || nbd_aio_is_processing(h)) && nbd_aio_disconnect(h, 0) == 0) {
 		while (!nbd_aio_is_closed(h) && !nbd_aio_is_dead(h)) {
 			int64_t left = deadline - now_ms();
 
@@ -642,39 +666,44 @@ static int conn_get(struct nbd_priv *np, struct nbd_conn **out)
 {
 	pthread_mutex_lock(&np->lock);
 	for (;;) {
-		int i;
+		struct nbd_conn *spare = NULL;
+		int i, used = 0;
 
 		if (np->dead) {
 			pthread_mutex_unlock(&np->lock);
 			return -EIO;
 		}
-		for (i = 0; i < np->nconns; i++) {
-			if (!np->conns[i].busy && np->conns[i].h) {
-				np->conns[i].busy = true;
-				*out = &np->conns[i];
+		for (i = 0; i < MAX_CONNS; i++) {
+			struct nbd_conn *c = &np->conns[i];
+
+			if (c->h && !c->busy) {
+				c->busy = true;
+				*out = c;
 				pthread_mutex_unlock(&np->lock);
 				return 0;
 			}
+			if (c->h || c->busy)
+				used++; /* open, or being opened */
+			else if (!spare)
+				spare = c;
 		}
-		if (np->nconns < np->max_conns) {
-			struct nbd_conn *c = &np->conns[np->nconns++];
+		if (used < np->max_conns && spare) {
 			struct nbd_handle *h;
 			int ret;
 
-			c->busy = true;
+			spare->busy = true;
 			pthread_mutex_unlock(&np->lock);
 			ret = connect_one(np->uri, np->timeout_ms, &np->log, &h);
 			pthread_mutex_lock(&np->lock);
 			if (ret) {
-				/* stay with the connections we have (c is the last slot) */
-				c->busy = false;
-				np->nconns--;
-				np->max_conns = np->nconns;
+				/* stay with the connections there are */
+				spare->busy = false;
+				np->max_conns = used > 0 ? used : 1;
 				pthread_cond_broadcast(&np->free_conn);
 				continue;
 			}
-			c->h = h;
-			*out = c;
+			spare->h = h;
+			*out = spare;
 			pthread_mutex_unlock(&np->lock);
 			return 0;
 		}
@@ -694,7 +723,7 @@ static void nbd_dev_close(struct blockdev *dev)
 {
 	struct nbd_priv *np = dev->priv;
 
-	for (int i = 0; i < np->nconns; i++)
+	for (int i = 0; i < MAX_CONNS; i++)
 		if (np->conns[i].h)
 			disconnect(np->conns[i].h);
 	for (int i = 0; i < RA_SLOTS; i++)
@@ -845,8 +874,9 @@ int blockdev_open_nbd(const char *uri, unsigned flags, uint64_t min_size,
 	np->timeout_ms = timeout_ms;
 	np->lock_fd = lock_fd;
 	np->log = *log;
+	for (int i = 0; i < MAX_CONNS; i++)
+		np->conns[i].np = np;
 	np->conns[0].h = h;
-	np->nconns = 1;
 	pthread_mutex_init(&np->lock, NULL);
 	pthread_cond_init(&np->free_conn, NULL);
 	pthread_cond_init(&np->ra_done, NULL);
