@@ -11,8 +11,9 @@
  *    large transfer keeps the link busy. A range not aligned to the
  *    server's minimum block size is read (and written back) whole blocks at
  *    a time.
- *  - Sequential reads are read ahead in windows of 2 MiB (ra_fill), kept
- *    coherent with this device's own writes; another writer of the same
+ *  - Sequential reads are read ahead in windows of 2 MiB (ra_fill; a
+ *    reader that would wait for another's fill fills the next window on a
+ *    spare connection meanwhile), kept coherent with this device's own writes; another writer of the same
  *    export is not seen (there must be none, see Claims).
  *  - write_through (large written-back data): a write, then a flush sent
  *    without waiting, so the server's disk keeps up before the next fsync.
@@ -338,13 +339,28 @@ static bool ra_hit(struct nbd_priv *np, void *buf, size_t len, uint64_t offset)
 	return false;
 }
 
-/* Whether a fill under way will hold [offset, offset + len): wait for it rather than read. */
-static bool ra_pending(const struct nbd_priv *np, size_t len, uint64_t offset)
+/*
+ * Whether a fill under way will hold [offset, offset + len): the end of its
+ * window (the caller waits for it rather than read), else 0.
+ */
+static uint64_t ra_pending(const struct nbd_priv *np, size_t len, uint64_t offset)
 {
 	for (int i = 0; i < RA_SLOTS; i++) {
 		const struct ra_window *w = &np->ra[i];
 
 		if (w->busy && offset >= w->offset && offset + len <= w->offset + w->len)
+			return w->offset + w->len;
+	}
+	return 0;
+}
+
+/* Whether @offset lies in a window, filled or being filled. */
+static bool ra_covered(const struct nbd_priv *np, uint64_t offset)
+{
+	for (int i = 0; i < RA_SLOTS; i++) {
+		const struct ra_window *w = &np->ra[i];
+
+		if ((w->valid || w->busy) && offset >= w->offset && offset < w->offset + w->len)
 			return true;
 	}
 	return false;
@@ -362,9 +378,10 @@ static bool ra_sequential(const struct nbd_priv *np, uint64_t offset)
 }
 
 /*
- * Fill a window from @offset (aligned) and copy @len bytes to @buf: 0, 1
- * when no window was free or the size does not fit (the caller reads
- * directly), or -errno.
+ * Fill a window from @offset (aligned) and copy its first @len bytes to
+ * @buf (none when @buf is NULL: a window filled ahead): 0, 1 when no
+ * window was free or the size does not fit (the caller reads directly),
+ * or -errno.
  */
 static int ra_fill(struct nbd_priv *np, struct blockdev *dev, void *buf, size_t len,
 		   uint64_t offset)
@@ -404,7 +421,7 @@ static int ra_fill(struct nbd_priv *np, struct blockdev *dev, void *buf, size_t 
 		piece -= piece % np->min_block;
 		ret = transfer_aligned(np, IO_READ, w->buf, NULL, (size_t)wlen, offset,
 				       piece ? piece : np->min_block);
-		if (ret == 0)
+		if (ret == 0 && buf)
 			memcpy(buf, w->buf, len);
 	}
 	pthread_mutex_lock(&np->lock);
@@ -430,8 +447,21 @@ static int nbd_dev_read(struct blockdev *dev, void *buf, size_t len, uint64_t of
 	int ret;
 
 	pthread_mutex_lock(&np->lock);
-	while (ra_pending(np, len, offset))
+	for (uint64_t next; (next = ra_pending(np, len, offset)) != 0;) {
+		/*
+		 * Another reader is filling the window this read needs. With a
+		 * second connection to spare, fill the window after it meanwhile
+		 * (the sequential reader gets there next) instead of idling: the
+		 * two transfers overlap, and no thread of our own is needed.
+		 */
+		if (next < dev->size && np->max_conns > 1 && !ra_covered(np, next)) {
+			pthread_mutex_unlock(&np->lock);
+			(void)ra_fill(np, dev, NULL, 0, next); /* its reader will see a failure */
+			pthread_mutex_lock(&np->lock);
+			continue;
+		}
 		pthread_cond_wait(&np->ra_done, &np->lock);
+	}
 	if (ra_hit(np, buf, len, offset)) {
 		np->last_read_end = offset + len;
 		pthread_mutex_unlock(&np->lock);
