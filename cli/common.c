@@ -258,24 +258,10 @@ const char *cli_nbd_open_error(const char *image, const char *const *devices, si
 
 	for (size_t i = 0; i < ndevices && !nbd; i++)
 		nbd = butter_device_is_nbd(devices[i]);
-	if (!nbd)
+	if (!nbd || !butter_nbd_open_error(-err))
 		return NULL;
-	switch (err) {
-	case EROFS:
-		return "a device cannot be written (see above)";
-	case ECONNREFUSED:
-	case ECONNRESET:
-	case ENOTCONN:
-	case ETIMEDOUT:
-	case EHOSTUNREACH:
-	case ENETUNREACH:
-	case ENOENT:
-	case EPROTO:
-	case EPROTONOSUPPORT:
-		return "a device could not be opened (see above)";
-	default:
-		return NULL;
-	}
+	return err == EROFS ? "a device cannot be written (see above)"
+			    : "a device could not be opened (see above)";
 }
 
 int cli_devices_exist(const char *image, const char *const *devices, size_t ndevices)

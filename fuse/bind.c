@@ -13,8 +13,9 @@
  * Which mount: a line of /proc/self/mountinfo of type fuse.butter whose root
  * is "/" and whose source names the same file as the image (device and inode
  * numbers), or is the same NBD URI (an export has no inode to compare; the
- * URI as typed is what this machine's mounts can be matched by). Which directory in it: the subvolume the options name (subvol=,
- * subvolid=, else the default), found through the mount's control ioctls: the
+ * URI as typed is what this machine's mounts can be matched by). Which
+ * directory in it: the subvolume the options name (subvol=, subvolid=,
+ * else the default), found through the mount's control ioctls: the
  * mount's own root if it is that subvolume, or its path below the mount when
  * the mount shows the top level. Bind mounts need root (CAP_SYS_ADMIN), as
  * the kernel's mount does.

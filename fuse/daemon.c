@@ -649,10 +649,8 @@ static int open_fs(struct daemon *d, bool readonly)
 
 		for (size_t i = 0; i < o->ndevices; i++)
 			nbd = nbd || butter_device_is_nbd(o->devices[i]);
-		/* an NBD device that failed to connect was named by the library above */
-		nbd = nbd && (ret == -ECONNREFUSED || ret == -ECONNRESET || ret == -ENOTCONN ||
-			      ret == -ETIMEDOUT || ret == -EHOSTUNREACH || ret == -ENETUNREACH ||
-			      ret == -ENOENT || ret == -EPROTO || ret == -EROFS);
+		/* an NBD device that failed to open was named by the library above */
+		nbd = nbd && butter_nbd_open_error(ret);
 		daemon_log(d, BUTTER_LOG_ERROR, "%s: %s", o->devices[0],
 			   nbd ? "a device could not be opened (see above)"
 			   : ret == -EINVAL ? "not a btrfs filesystem" : strerror(-ret));

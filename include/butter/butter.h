@@ -171,6 +171,14 @@ int butter_get_device(struct butter_fs *fs, size_t idx, struct butter_device_inf
 int butter_device_is_nbd(const char *name);
 
 /*
+ * Nonzero when @err (negative), returned by an open with an NBD URI among
+ * its devices, may be an export that could not be opened (connection
+ * refused or lost, timed out, a read-only export opened read-write, NBD
+ * not built in); the library has then logged which URI and why.
+ */
+int butter_nbd_open_error(int err);
+
+/*
  * The size in bytes of the device @name (a regular file's length, a block
  * device's, an NBD export's as its server says) into *size; the device is
  * neither claimed nor written. -errno (-EPROTONOSUPPORT: an NBD URI in a

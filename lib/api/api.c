@@ -193,6 +193,11 @@ int butter_device_is_nbd(const char *name)
 	return name && blockdev_name_is_nbd(name);
 }
 
+int butter_nbd_open_error(int err)
+{
+	return blockdev_nbd_open_error(err);
+}
+
 int butter_device_size(const char *name, uint64_t *size)
 {
 	/* connection messages to stderr: no handle, so no caller's log yet */

@@ -53,7 +53,7 @@
  *     its locks go, and one that is unmounting may still be listed.
  *
  * An NBD export (nbd.c) has no file of its own to lock: its claim is the
- * same protocol on a lock file named after the URI (claim_nbd_lock_path()),
+ * same protocol on a lock file named after the URI (nbd_claim() in nbd.c),
  * and its butter mount is found by the URI as mountinfo's source. This
  * guards one machine only, as the file locks do.
  *
@@ -369,7 +369,6 @@ int claim_take(int fd, const char *path, const char *name, const struct stat *st
 	       const struct blog *log)
 {
 	const char *said_name = name ? name : path;
-
 	int readonly = !!(flags & BLOCKDEV_OPEN_RDONLY);
 	short type = readonly ? F_RDLCK : F_WRLCK;
 	char who[PATH_MAX + 160];

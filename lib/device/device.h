@@ -115,6 +115,13 @@ int blockdev_create(const char *name, uint64_t size, const struct blog *log,
 /* The size of the device @name (not claimed, not written); -errno, logged for NBD names. */
 int blockdev_probe_size(const char *name, const struct blog *log, uint64_t *size);
 
+/*
+ * nbd.c: whether @err (negative) is how blockdev_open_nbd() refuses to open
+ * an export, having logged why naming its URI (so a front end need not name
+ * a device for it).
+ */
+bool blockdev_nbd_open_error(int err);
+
 /* nbd.c: true when @name is an NBD URI (nbd://, nbds://, nbd+unix://, ...). */
 bool blockdev_name_is_nbd(const char *name);
 

@@ -13,8 +13,9 @@
  *    a time.
  *  - Sequential reads are read ahead in windows of 2 MiB (ra_fill; a
  *    reader that would wait for another's fill fills the next window on a
- *    spare connection meanwhile), kept coherent with this device's own writes; another writer of the same
- *    export is not seen (there must be none, see Claims).
+ *    spare connection meanwhile), kept coherent with this device's own
+ *    writes; another writer of the same export is not seen (there must be
+ *    none, see Claims).
  *  - write_through (large written-back data): a write, then a flush sent
  *    without waiting, so the server's disk keeps up before the next fsync.
  *  - flush: NBD_CMD_FLUSH when the server offers it. A server that offers
@@ -64,6 +65,25 @@ bool blockdev_name_is_nbd(const char *name)
 		if (strncmp(name, uri_schemes[i], strlen(uri_schemes[i])) == 0)
 			return true;
 	return false;
+}
+
+bool blockdev_nbd_open_error(int err)
+{
+	switch (-err) {
+	case ECONNREFUSED: /* connect_one(): the connection, as libnbd reports it */
+	case ECONNRESET:
+	case ENOTCONN:
+	case ETIMEDOUT:
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+	case ENOENT:       /* a Unix socket that is not there */
+	case EPROTO:
+	case EPROTONOSUPPORT: /* no libnbd in this build */
+	case EROFS:        /* a read-only export opened read-write */
+		return true;
+	default:
+		return false;
+	}
 }
 
 #ifndef HAVE_LIBNBD
