@@ -32,7 +32,9 @@
 # Results: MiB/s for bandwidth, IOPS for random I/O, files/s for metadata; then the
 # ratios butter/btrfs and butter/ext4 with the targets of issue 4 (sequential >= 0.8x
 # kernel btrfs; random and metadata >= 0.5x), butter/nullfs and nullfs/btrfs (a target
-# above nullfs/btrfs is out of reach of any daemon here), and the daemon's peak RSS (VmHWM).
+# above nullfs/btrfs is out of reach of any daemon here), the daemon's peak RSS (VmHWM),
+# and the FUSE requests each common operation costs on butter and on nullfs, as the
+# kernel counts them (bench/fusereqs.py; kernels with fuse trace events, 6.14+).
 #
 # Usage: sudo bench/io.sh [-s SIZE] [-t RUNTIME] [-n FILES] [-r RUNS] [--meta-only] [--keep]
 #   -s SIZE     sequential file size for fio (default 1G; fio syntax: 256M, 1G)
@@ -147,10 +149,13 @@ setup() {
 		# the request loop butter runs: spin=US from BUTTER_OPTS, else its default (50)
 		spin=50
 		[[ ,$BUTTER_OPTS, =~ ,spin=([0-9]+), ]] && spin=${BASH_REMATCH[1]}
+		# and butter's choice of FUSE_HANDLE_KILLPRIV_V2
+		nokill=()
+		[[ ,$BUTTER_OPTS, == *,no_killpriv_v2,* ]] && nokill=(-K)
 		if ((spin)); then
-			"$NULLFS" -p "$spin" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
+			"$NULLFS" "${nokill[@]}" -p "$spin" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
 		else
-			"$NULLFS" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
+			"$NULLFS" "${nokill[@]}" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
 		fi
 		NULL_PID=$!
 		for _ in $(seq 200); do mountpoint -q "${MNT[$t]}" && break; sleep 0.05; done
@@ -259,6 +264,15 @@ for ((r = 1; r <= META_RUNS; r++)); do
 		meta_round "$t" "$r"
 	done
 done
+# Requests per operation, counted by the kernel (bench/fusereqs.py; fuse trace events, 6.14+)
+REQS=
+if [[ -d /sys/kernel/tracing/events/fuse ]]; then
+	echo "-- FUSE requests per operation: butter, nullfs"
+	REQS=$(python3 "$REPO/bench/fusereqs.py" -n 200 "butter=${MNT[butter]}" "nullfs=${MNT[nullfs]}" 2>&1) ||
+		REQS="fusereqs.py failed: $REQS"
+else
+	REQS="(no fuse trace events in this kernel: requests per operation not counted)"
+fi
 for t in "${TARGETS[@]}"; do
 	case $t in
 	butter)
@@ -335,3 +349,5 @@ PY
 done
 echo
 echo "butter daemon peak RSS (VmHWM): $(( RSS_KB / 1024 )) MiB"
+echo
+echo "$REQS"

@@ -10,7 +10,10 @@
  * of the round trip butter's own work adds; nullfs/btrfs is the ceiling of
  * a FUSE filesystem against the kernel's btrfs on this machine.
  *
- * usage: butter-nullfs [-s | -p US] MOUNTPOINT
+ * usage: butter-nullfs [-K] [-s | -p US] MOUNTPOINT
+ *   -K     do not negotiate FUSE_HANDLE_KILLPRIV_V2 (butter's -o
+ *          no_killpriv_v2; by default it does, as butter, and then clears
+ *          nothing: the kernel asks for security.capability once per inode)
  *   -s     libfuse's single-threaded loop (default: its multithreaded one)
  *   -p US  fuse/pollloop.c, polling US microseconds after each reply, as
  *          `butter mount` does by default (its spin= option)
@@ -37,6 +40,7 @@
 #include <unistd.h>
 
 #include "pollloop.h"
+#include "wire.h"
 
 #define CACHE_SECS 86400.0
 
@@ -47,6 +51,7 @@ struct name {
 };
 
 struct nullfs {
+	struct wire wire;    /* FIRST member (fuse/wire.h): FUSE_HANDLE_KILLPRIV_V2 as butter */
 	pthread_mutex_t lock;
 	struct stat *inodes; /* index = inode number; st_ino 0 = never used */
 	size_t ninodes, cap;
@@ -483,6 +488,12 @@ int main(int argc, char **argv)
 	int single = 0, ret;
 	unsigned spin_us = 0;
 
+	fs.wire.want_killpriv_v2 = true;
+	if (argc >= 2 && strcmp(argv[1], "-K") == 0) {
+		fs.wire.want_killpriv_v2 = false;
+		argv++;
+		argc--;
+	}
 	if (argc == 3 && strcmp(argv[1], "-s") == 0) {
 		single = 1;
 		argv++;
@@ -493,7 +504,7 @@ int main(int argc, char **argv)
 		argc -= 2;
 	}
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s [-s | -p US] MOUNTPOINT\n", argv[0]);
+		fprintf(stderr, "usage: %s [-K] [-s | -p US] MOUNTPOINT\n", argv[0]);
 		return 2;
 	}
 	fs.cap = 1024;
@@ -513,7 +524,7 @@ int main(int argc, char **argv)
 	fs.inodes[1].st_atim = fs.inodes[1].st_ctim = fs.inodes[1].st_mtim;
 
 	se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
-	if (!se || fuse_session_mount(se, argv[1]) != 0) {
+	if (!se || fuse_session_mount(se, argv[1]) != 0 || wire_attach(se, &fs.wire) != 0) {
 		fprintf(stderr, "nullfs: cannot mount on %s\n", argv[1]);
 		return 1;
 	}

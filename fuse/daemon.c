@@ -118,6 +118,12 @@ const char butter_mount_usage[] =
 	"    writeback_cache, no_writeback_cache\n"
 	"                               let the kernel gather writes in its page cache\n"
 	"                               (default: on when read-write)\n"
+	"    killpriv_v2, no_killpriv_v2\n"
+	"                               the daemon clears setuid/setgid on write,\n"
+	"                               truncate and chown (FUSE_HANDLE_KILLPRIV_V2),\n"
+	"                               sparing a security.capability lookup at\n"
+	"                               every write (default: on when the kernel\n"
+	"                               offers it)\n"
 	"    keep_cache, no_keep_cache  keep the kernel's cache of a file across opens\n"
 	"                               while the file is unchanged (default: on)\n"
 	"    max_write=BYTES            largest write request (default and most: 1 MiB)\n"
@@ -882,6 +888,9 @@ static int run(const struct mount_opts *o)
 	if (fuse_session_mount(d.se, o->mountpoint) != 0)
 		goto out;
 	mounted = true;
+	d.wire.want_killpriv_v2 = o->killpriv_v2;
+	if (wire_attach(d.se, &d.wire) != 0)
+		goto out;
 	if (fuse_daemonize(o->foreground) != 0)
 		goto out;
 	if (!o->foreground) {

@@ -27,6 +27,7 @@
 #include "nodes.h"
 #include "options.h"
 #include "pollloop.h"
+#include "wire.h"
 
 /* fsync requests waiting for the next tree log sync (fsync.c); its own lock, taken outside the library's */
 struct fsync_queue {
@@ -35,6 +36,7 @@ struct fsync_queue {
 };
 
 struct daemon {
+	struct wire wire;             /* FIRST member (wire.h): FUSE_HANDLE_KILLPRIV_V2 */
 	const struct mount_opts *opts;
 	struct butter_fs *fs;
 	struct node_table nodes;

@@ -509,6 +509,10 @@ static void now(struct timespec *ts)
 	clock_gettime(CLOCK_REALTIME_COARSE, ts);
 }
 
+enum kill_reason { KILL_MODIFY, KILL_CHOWN, KILL_ACL }; /* kill_privs() says what each means */
+static int kill_privs(struct daemon *d, fuse_req_t req, butter_ino_t id, enum kill_reason why,
+		      int fsetid);
+
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
@@ -588,6 +592,23 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		 */
 		if (ret == 0)
 			ret = butter_setattr(d->fs, id, &bs, mask);
+		/*
+		 * FUSE_HANDLE_KILLPRIV_V2 (wire.c): the kernel sent no mode for
+		 * what its VFS would clear. A kill flag comes with a truncate by a
+		 * caller without CAP_FSETID and with every chown; no field at all
+		 * is chown(f, -1, -1), or the kernel's own "remove privileges"
+		 * before a write or fallocate by such a caller.
+		 */
+		if (ret == 0 && d->wire.killpriv_v2) {
+			bool chown = to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID);
+
+			if (wire_kill_suidgid() && !chown)
+				ret = kill_privs(d, req, id, KILL_MODIFY, 0);
+			else if (chown || !(to_set & ~FUSE_SET_ATTR_CTIME))
+				ret = kill_privs(d, req, id, KILL_CHOWN, -1);
+			if (ret > 0)
+				ret = 0;
+		}
 		if (ret == 0)
 			ret = butter_stat(d->fs, id, &bs);
 		section_end(d);
@@ -1003,6 +1024,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	struct daemon *d = D(req);
 	butter_ino_t id;
 	ssize_t n = nodes_resolve(&d->nodes, ino, &id);
+	bool killed = false;
 
 	if (n == 0 && off < 0)
 		n = -EINVAL;
@@ -1027,6 +1049,14 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 			if (ret)
 				n = ret;
 		}
+		/* FUSE_HANDLE_KILLPRIV_V2 (wire.c): a caller without CAP_FSETID wrote */
+		if (n > 0 && d->wire.killpriv_v2 && wire_kill_suidgid()) {
+			int ret = kill_privs(d, req, id, KILL_MODIFY, 0);
+
+			if (ret < 0)
+				n = ret;
+			killed = ret > 0;
+		}
 		section_end(d);
 	}
 	atomic_fetch_add(&d->writes_served, 1);
@@ -1036,6 +1066,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		reply_err(req, (int)n);
 	else
 		fuse_reply_write(req, (size_t)n);
+	if (killed) /* the mode changed behind the kernel's back */
+		fuse_lowlevel_notify_inval_inode(d->se, ino, -1, 0);
 	if (n == -ENOSPC && d->writeback) {
 		/* the writer's next write(2) asks for the attributes, and hears ENOSPC */
 		full_mark(d, ino);
@@ -1098,7 +1130,6 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
  * (KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE) and flushed its cached pages of a range
  * to be punched or zeroed.
  */
-static int kill_sgid_for_caller(struct daemon *d, fuse_req_t req, butter_ino_t id);
 
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
 			 struct fuse_file_info *fi)
@@ -1114,7 +1145,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 		section_change(d);
 		ret = butter_fallocate(d->fs, id, mode, (uint64_t)offset, (uint64_t)length);
 		if (ret == 0)
-			ret = kill_sgid_for_caller(d, req, id);
+			ret = kill_privs(d, req, id, KILL_MODIFY, -1);
 		section_end(d);
 	}
 	reply_err(req, ret > 0 ? 0 : ret);
@@ -1172,7 +1203,7 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	butter_ino_t src, dst;
 	uint64_t n = 0, ss = d->blksize;
 	ssize_t copied = 0;
-	int ret = nodes_resolve(&d->nodes, ino_in, &src);
+	int killed = 0, ret = nodes_resolve(&d->nodes, ino_in, &src);
 
 	(void)fi_in;
 	(void)fi_out;
@@ -1209,11 +1240,19 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 		if (copied < 0)
 			ret = (int)copied;
 	}
+	/* the destination changed: its setuid/setgid go as after a write */
+	if (ret == 0 && copied > 0) {
+		killed = kill_privs(d, req, dst, KILL_MODIFY, -1);
+		if (killed < 0)
+			ret = killed;
+	}
 	section_end(d);
 	if (ret)
 		reply_err(req, ret);
 	else
 		fuse_reply_write(req, (size_t)copied);
+	if (ret == 0 && killed > 0) /* the mode changed behind the kernel's back */
+		fuse_lowlevel_notify_inval_inode(d->se, ino_out, -1, 0);
 }
 
 /* ---- directories ----------------------------------------------------------------- */
@@ -1497,28 +1536,33 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
  * XATTR_CREATE and XATTR_REPLACE are checked here, under the exclusive lock,
  * since butter_setxattr() always sets.
  */
-/*
- * Is the caller of @req in group @gid (its primary or a supplementary group)
- * or holding CAP_FSETID? The kernel's rule for keeping S_ISGID when an
- * access ACL sets a file's mode (posix_acl_update_mode); FUSE leaves that to
- * us. Groups and capabilities come from /proc: when they cannot be read the
- * answer is no, and the bit goes (the safe side).
- */
-static bool caller_in_group_or_fsetid(fuse_req_t req, gid_t gid)
+/* Is the caller of @req in group @gid (its primary or a supplementary group)? */
+static bool caller_in_group(fuse_req_t req, gid_t gid)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	gid_t groups[256];
-	char path[64], line[256];
-	bool yes = ctx->gid == gid;
-	int n = yes ? 0 : fuse_req_getgroups(req, 256, groups);
-	FILE *f;
+	int n;
 
+	if (ctx->gid == gid)
+		return true;
+	n = fuse_req_getgroups(req, 256, groups);
 	for (int i = 0; i < n && i < 256; i++)
 		if (groups[i] == gid)
-			yes = true;
-	if (yes)
-		return true;
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)ctx->pid);
+			return true;
+	return false;
+}
+
+/*
+ * Does the caller of @req hold CAP_FSETID? Read from /proc: when it cannot
+ * be read the answer is no, and the bits go (the safe side).
+ */
+static bool caller_has_fsetid(fuse_req_t req)
+{
+	char path[64], line[256];
+	bool yes = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)fuse_req_ctx(req)->pid);
 	f = fopen(path, "re");
 	if (!f)
 		return false;
@@ -1535,21 +1579,53 @@ static bool caller_in_group_or_fsetid(fuse_req_t req, gid_t gid)
 }
 
 /*
- * Clear S_ISGID of @id as the kernel does when the caller is neither in the
- * file's group nor holds CAP_FSETID: after an access ACL set the mode (the
- * library set it from the ACL), and after a fallocate (the kernel's FUSE
- * kills privileges itself there, but keeps S_ISGID of a file without
- * group-exec, which btrfs drops for such a caller: generic/683-685).
- * Called inside a change section. 1 when the bit went, 0, or -errno.
+ * Clear setuid/setgid of @id where the kernel's VFS would for the caller of
+ * @req (setattr_should_drop_suidgid, chown_common, posix_acl_update_mode):
+ *
+ *   KILL_MODIFY  a write, truncate, fallocate or copy into the file: setuid,
+ *                and setgid when group-exec is set or the caller is not in
+ *                the file's group; nothing when the caller holds CAP_FSETID
+ *                (@fsetid: 1 holds, 0 lacks — the kernel said so by a kill
+ *                flag — or -1 unknown, then /proc says);
+ *   KILL_CHOWN   a change of owner or group: setuid always; setgid when
+ *                group-exec is set or the caller is neither in the (old)
+ *                group nor holds CAP_FSETID;
+ *   KILL_ACL     an access ACL set the mode: setgid when the caller is
+ *                neither in the group nor holds CAP_FSETID.
+ *
+ * Without FUSE_HANDLE_KILLPRIV_V2 the kernel clears what it can see itself
+ * (a mode it sends in a setattr before the change) and keeps setgid without
+ * group-exec, which btrfs drops for an outsider (generic/683-685): this
+ * function then finds at most that bit to clear. With it (wire.c) the kernel
+ * leaves all of it to us. Directories keep their bits. Called inside a
+ * change section. 1 when bits went (the kernel's cached mode is stale: the
+ * caller invalidates it after replying), 0, or -errno.
  */
-static int kill_sgid_for_caller(struct daemon *d, fuse_req_t req, butter_ino_t id)
+static int kill_privs(struct daemon *d, fuse_req_t req, butter_ino_t id, enum kill_reason why,
+		      int fsetid)
 {
 	struct butter_stat bs;
+	uint32_t kill = 0;
 	int ret = butter_stat(d->fs, id, &bs);
 
-	if (ret || !(bs.mode & S_ISGID) || caller_in_group_or_fsetid(req, bs.gid))
+	if (ret || !(bs.mode & (S_ISUID | S_ISGID)) || (why != KILL_ACL && S_ISDIR(bs.mode)))
 		return ret;
-	bs.mode &= ~(uint32_t)S_ISGID;
+	if (why == KILL_MODIFY && fsetid < 0)
+		fsetid = caller_has_fsetid(req);
+	if (why == KILL_MODIFY && fsetid)
+		return 0;
+	if ((bs.mode & S_ISUID) && why != KILL_ACL)
+		kill |= S_ISUID;
+	if (bs.mode & S_ISGID) {
+		if (why != KILL_ACL && (bs.mode & S_IXGRP))
+			kill |= S_ISGID;
+		else if (!caller_in_group(req, bs.gid) &&
+			 (why == KILL_MODIFY ? true : !caller_has_fsetid(req)))
+			kill |= S_ISGID;
+	}
+	if (!kill)
+		return 0;
+	bs.mode &= ~kill;
 	ret = butter_setattr(d->fs, id, &bs, BUTTER_SET_MODE);
 	return ret ? ret : 1;
 }
@@ -1578,7 +1654,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		if (ret == 0)
 			ret = butter_setxattr(d->fs, id, name, value, size);
 		if (ret == 0 && d->posix_acl && strcmp(name, "system.posix_acl_access") == 0)
-			ret = kill_sgid_for_caller(d, req, id);
+			ret = kill_privs(d, req, id, KILL_ACL, -1);
 		if (ret > 0)
 			ret = 0;
 		section_end(d);

@@ -98,6 +98,8 @@ static const struct opt_def mount_options[] = {
 	{ "no_permission_checks", OPT_TRUE, F(no_permission_checks), false },
 	{ "writeback_cache", OPT_ON, F(writeback_cache), false },
 	{ "no_writeback_cache", OPT_OFF, F(writeback_cache), false },
+	{ "killpriv_v2", OPT_TRUE, F(killpriv_v2), false },
+	{ "no_killpriv_v2", OPT_FALSE, F(killpriv_v2), false },
 	{ "keep_cache", OPT_TRUE, F(keep_cache), false },
 	{ "no_keep_cache", OPT_FALSE, F(keep_cache), false },
 	{ "max_write=", OPT_UINT, F(max_write), false },
@@ -306,6 +308,7 @@ int mount_opts_parse(struct mount_opts *o, int argc, char **argv)
 	o->write_buffer = UINT64_MAX; /* the daemon's default (daemon.c) */
 	o->max_inline = UINT64_MAX;   /* the library's default */
 	o->writeback_cache = -1;
+	o->killpriv_v2 = true;
 	o->keep_cache = true;
 	o->max_write = MOUNT_DEFAULT_MAX_WRITE;
 	o->attr_timeout = DEFAULT_CACHE_SECS;

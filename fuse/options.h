@@ -49,6 +49,7 @@ struct mount_opts {
 	unsigned max_readahead;  /* 0: the kernel's default */
 	double attr_timeout, entry_timeout;
 	bool no_permission_checks; /* no_permission_checks: no default_permissions for libfuse */
+	bool killpriv_v2;        /* FUSE_HANDLE_KILLPRIV_V2 when the kernel offers it (wire.c) */
 
 	const char *record_log, *fault_spec; /* test devices (butter --record/--fault) */
 
