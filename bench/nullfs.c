@@ -10,13 +10,15 @@
  * of the round trip butter's own work adds; nullfs/btrfs is the ceiling of
  * a FUSE filesystem against the kernel's btrfs on this machine.
  *
- * usage: butter-nullfs [-K] [-s | -p US] MOUNTPOINT
+ * usage: butter-nullfs [-K] [-s | -p US | -u] MOUNTPOINT
  *   -K     do not negotiate FUSE_HANDLE_KILLPRIV_V2 (butter's -o
  *          no_killpriv_v2; by default it does, as butter, and then clears
  *          nothing: the kernel asks for security.capability once per inode)
  *   -s     libfuse's single-threaded loop (default: its multithreaded one)
  *   -p US  fuse/pollloop.c, polling US microseconds after each reply, as
  *          `butter mount` does by default (its spin= option)
+ *   -u     FUSE over io_uring (fuse/uring.c), as `butter mount -o uring`;
+ *          the kernel must offer it (fuse module parameter enable_uring)
  * Runs in the foreground until unmounted (fusermount3 -u MOUNTPOINT).
  *
  * It is a benchmark fixture, not a filesystem: file contents are not kept
@@ -40,6 +42,7 @@
 #include <unistd.h>
 
 #include "pollloop.h"
+#include "uring.h"
 #include "wire.h"
 
 #define CACHE_SECS 86400.0
@@ -485,7 +488,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(3, fuse_argv);
 	struct nullfs fs = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct fuse_session *se;
-	int single = 0, ret;
+	int single = 0, uring = 0, ret;
 	unsigned spin_us = 0;
 
 	fs.wire.want_killpriv_v2 = true;
@@ -498,13 +501,17 @@ int main(int argc, char **argv)
 		single = 1;
 		argv++;
 		argc--;
+	} else if (argc == 3 && strcmp(argv[1], "-u") == 0) {
+		uring = 1;
+		argv++;
+		argc--;
 	} else if (argc == 4 && strcmp(argv[1], "-p") == 0) {
 		spin_us = (unsigned)strtoul(argv[2], NULL, 10);
 		argv += 2;
 		argc -= 2;
 	}
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s [-K] [-s | -p US] MOUNTPOINT\n", argv[0]);
+		fprintf(stderr, "usage: %s [-K] [-s | -p US | -u] MOUNTPOINT\n", argv[0]);
 		return 2;
 	}
 	fs.cap = 1024;
@@ -528,7 +535,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "nullfs: cannot mount on %s\n", argv[1]);
 		return 1;
 	}
-	if (single) {
+	if (uring) {
+		struct butter_uring_cfg cfg = { .pin = true }; /* one thread a CPU */
+
+		ret = butter_uring_loop(se, &fs.wire, &cfg);
+		if (ret == -ENOTSUP)
+			fprintf(stderr, "nullfs: -u: built without liburing\n");
+	} else if (single) {
 		ret = fuse_session_loop(se);
 	} else if (spin_us) {
 		ret = butter_poll_loop(se, 0, spin_us);

@@ -56,6 +56,7 @@
 
 #include "daemon.h"
 #include "trace.h"
+#include "uring.h"
 #include "mount.h"
 
 #define BTRFS_FIRST_FREE_OBJECTID 256u /* a subvolume's root directory */
@@ -137,6 +138,10 @@ const char butter_mount_usage[] =
 	"                               microseconds before sleeping (one thread at a\n"
 	"                               time; faster round trips on VMs for some CPU;\n"
 	"                               default 50; 0: libfuse's own loop)\n"
+	"    uring, no_uring            FUSE over io_uring: requests and replies pass\n"
+	"                               through ring entries served on each CPU (Linux\n"
+	"                               6.14+ with the fuse module's enable_uring=Y;\n"
+	"                               else a warning and /dev/fuse; default: off)\n"
 	"  messages\n"
 	"    log=FILE                   where the daemon in the background writes its\n"
 	"                               messages (one line each, with time and pid)\n"
@@ -809,6 +814,25 @@ static int run_loop(struct daemon *d)
 
 	if (d->opts->single_thread)
 		return fuse_session_loop(d->se);
+	if (d->opts->uring) {
+		/*
+		 * Ring threads: max_threads (8) spread over the CPUs, and two
+		 * a CPU at least: a request that makes the kernel send others
+		 * from its thread (an invalidation writing dirty pages back,
+		 * ops.c) has them queued on its own CPU's queue.
+		 */
+		struct butter_uring_cfg ucfg = {
+			.threads = d->opts->max_threads ? d->opts->max_threads : 8,
+			.min_per_queue = 2,
+			.pin = true,
+			.dev_workers = d->opts->max_threads,
+			.spin_us = d->opts->spin_us,
+			.raw = butter_fuse_raw_request,
+			.raw_arg = d,
+		};
+
+		return butter_uring_loop(d->se, &d->wire, &ucfg);
+	}
 	if (d->opts->spin_us)
 		return butter_poll_loop_raw(d->se, d->opts->max_threads, d->opts->spin_us,
 					    butter_fuse_raw_request, d);

@@ -46,6 +46,7 @@
 
 #include "mount.h"
 #include "options.h"
+#include "uring.h"
 
 enum opt_kind {
 	OPT_TRUE,    /* bool field := true */
@@ -108,6 +109,8 @@ static const struct opt_def mount_options[] = {
 	{ "entry_timeout=", OPT_SECONDS, F(entry_timeout), false },
 	{ "max_threads=", OPT_UINT, F(max_threads), false },
 	{ "spin=", OPT_UINT, F(spin_us), false },
+	{ "uring", OPT_TRUE, F(uring), false },
+	{ "no_uring", OPT_FALSE, F(uring), false },
 	{ "log=", OPT_STRING, F(log_file), false },
 	{ "trace=", OPT_STRING, F(trace), false },
 };
@@ -387,6 +390,15 @@ int mount_opts_parse(struct mount_opts *o, int argc, char **argv)
 		o->commit_secs = MOUNT_DEFAULT_COMMIT; /* as btrfs: commit=0 is the default */
 	if (o->max_write < 4096) {
 		usage_error("%s", "max_write must be at least 4096");
+		goto fail;
+	}
+	if (o->uring && !butter_uring_built()) {
+		usage_error("%s", "-o uring: this butter was built without liburing "
+			    "(FUSE over io_uring needs it: install liburing-dev and build again)");
+		goto fail;
+	}
+	if (o->uring && o->single_thread) {
+		usage_error("%s", "-o uring serves requests on a thread per CPU: not with -s");
 		goto fail;
 	}
 	return 0;

@@ -22,6 +22,7 @@ struct mount_opts {
 	unsigned max_threads;    /* 0: libfuse's default */
 	const char *log_file;    /* log=FILE: messages once in the background (daemon.c) */
 	unsigned spin_us;        /* spin=US: poll this long after a reply (pollloop.c); 0: libfuse's loop */
+	bool uring;              /* uring: FUSE over io_uring when the kernel offers it (uring.c) */
 
 	/* the filesystem */
 	const char **devices;    /* DEV... then device=DEV and --device DEV, absolute paths */

@@ -48,6 +48,7 @@ struct pollloop {
 	atomic_int error;        /* the first receive error, as -errno */
 	butter_raw_request_fn raw;  /* sees requests first (may be NULL) */
 	void *raw_arg;
+	const atomic_bool *quiet;   /* while true, no worker polls (may be NULL) */
 };
 
 static long now_ns(void)
@@ -87,7 +88,8 @@ static void *worker(void *arg)
 			    !p->raw(p->raw_arg, buf.mem, (size_t)res))
 				fuse_session_process_buf(p->se, &buf);
 			/* answered: poll for the next one, unless another worker does */
-			if (p->spin_ns && !atomic_exchange(&p->polling, 1)) {
+			if (p->spin_ns && !(p->quiet && atomic_load(p->quiet)) &&
+			    !atomic_exchange(&p->polling, 1)) {
 				mine = 1;
 				until = now_ns() + p->spin_ns;
 			}
@@ -127,8 +129,14 @@ int butter_poll_loop(struct fuse_session *se, unsigned workers, unsigned spin_us
 int butter_poll_loop_raw(struct fuse_session *se, unsigned workers, unsigned spin_us,
 			 butter_raw_request_fn raw, void *raw_arg)
 {
+	return butter_poll_loop_quiet(se, workers, spin_us, raw, raw_arg, NULL);
+}
+
+int butter_poll_loop_quiet(struct fuse_session *se, unsigned workers, unsigned spin_us,
+			   butter_raw_request_fn raw, void *raw_arg, const atomic_bool *quiet)
+{
 	struct pollloop p = { .se = se, .fd = fuse_session_fd(se), .spin_ns = (long)spin_us * 1000,
-			      .raw = raw, .raw_arg = raw_arg };
+			      .raw = raw, .raw_arg = raw_arg, .quiet = quiet };
 	pthread_t *t;
 	unsigned i, started = 0;
 	int flags = fcntl(p.fd, F_GETFL);

@@ -9,6 +9,7 @@
 #define FUSE_USE_VERSION 314 /* as fuse/daemon.h */
 #endif
 #include <fuse_lowlevel.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -29,5 +30,12 @@ typedef bool (*butter_raw_request_fn)(void *arg, const void *req, size_t len);
 /* butter_poll_loop() with @raw (may be NULL) called first for every request. */
 int butter_poll_loop_raw(struct fuse_session *se, unsigned workers, unsigned spin_us,
 			 butter_raw_request_fn raw, void *raw_arg);
+
+/*
+ * butter_poll_loop_raw() whose workers do not poll while *@quiet is true
+ * (@quiet may be NULL): uring.c's loop, once the ring carries the requests.
+ */
+int butter_poll_loop_quiet(struct fuse_session *se, unsigned workers, unsigned spin_us,
+			   butter_raw_request_fn raw, void *raw_arg, const atomic_bool *quiet);
 
 #endif

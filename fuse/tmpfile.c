@@ -4,16 +4,17 @@
  * ENOSYS, and the kernel then refuses every O_TMPFILE open with
  * EOPNOTSUPP).
  *
- * butter's own request loop (pollloop.c) hands every request read into
- * memory to butter_fuse_raw_request() first. For FUSE_TMPFILE this parses
- * the request (fuse_in_header, fuse_create_in, the name "/" the kernel
- * sends), creates the nameless file (ops.c, butter_fuse_tmpfile: an orphan
- * counted open once, lib/namespace/orphan.c) and writes the reply itself, laid out
- * as the reply to FUSE_CREATE: fuse_out_header, fuse_entry_out,
- * fuse_open_out. Every other request goes on to libfuse. A linkat() of the
- * file later arrives as an ordinary FUSE_LINK and gives it its name.
- * libfuse's own loops (-o spin=0, -s) never come here: O_TMPFILE stays
- * EOPNOTSUPP there.
+ * butter's own request loops (pollloop.c, and uring.c for requests of its
+ * ring) hand every request read into memory to butter_fuse_raw_request()
+ * first. For FUSE_TMPFILE this parses the request (fuse_in_header,
+ * fuse_create_in, the name "/" the kernel sends), creates the nameless file
+ * (ops.c, butter_fuse_tmpfile: an orphan counted open once,
+ * lib/namespace/orphan.c) and writes the reply itself through wire.c (a
+ * request of the ring is answered in its entry), laid out as the reply to
+ * FUSE_CREATE: fuse_out_header, fuse_entry_out, fuse_open_out. Every other
+ * request goes on to libfuse. A linkat() of the file later arrives as an
+ * ordinary FUSE_LINK and gives it its name. libfuse's own loops (-o spin=0,
+ * -s) never come here: O_TMPFILE stays EOPNOTSUPP there.
  */
 #include <errno.h>
 #include <string.h>
@@ -67,7 +68,7 @@ static int reply(struct daemon *d, uint64_t unique, int error, struct iovec *iov
 	for (int i = 1; i < n; i++)
 		len += iov[i].iov_len;
 	out.len = (uint32_t)len;
-	w = writev(fuse_session_fd(d->se), iov, n);
+	w = wire_send(&d->wire, fuse_session_fd(d->se), iov, n); /* a ring's request: its entry */
 	return w == (ssize_t)len ? 0 : w < 0 ? -errno : -EIO;
 }
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PKGS=(meson ninja-build pkg-config gcc clang libclang-rt-14-dev
-      libfuse3-dev fuse3 zlib1g-dev libzstd-dev liblzo2-dev libxxhash-dev
+      libfuse3-dev fuse3 liburing-dev zlib1g-dev libzstd-dev liblzo2-dev libxxhash-dev
       libsodium-dev libisal-dev uuid-dev libpng-dev libnbd-dev libnbd-bin nbdkit qemu-utils
       python3-pytest btrfs-progs attr acl e2fsprogs util-linux kmod strace help2man man-db python3-btrfs btrfs-compsize go-md2man)
 
