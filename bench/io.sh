@@ -7,7 +7,8 @@
 #   ext4     ext4 on a loop device over an image file
 #   dd       dd to and from a plain file in $BENCH_DIR (anchor: the disk through the host fs)
 #   nullfs   bench/nullfs.c: a FUSE daemon with butter's FUSE settings (and its request loop:
-#            fuse/pollloop.c with butter's spin=, or libfuse's with spin=0) that keeps names and
+#            fuse/pollloop.c with butter's spin=, libfuse's with spin=0, fuse/uring.c with
+#            BUTTER_OPTS=uring) that keeps names and
 #            attributes in memory and does nothing else; metadata only. Its rate is the
 #            most any daemon on this libfuse and kernel can reach (the round trips alone):
 #            null/btrfs is that ceiling, b/null how close butter comes to it
@@ -152,7 +153,9 @@ setup() {
 		# and butter's choice of FUSE_HANDLE_KILLPRIV_V2
 		nokill=()
 		[[ ,$BUTTER_OPTS, == *,no_killpriv_v2,* ]] && nokill=(-K)
-		if ((spin)); then
+		if [[ ,$BUTTER_OPTS, == *,uring,* ]]; then
+			"$NULLFS" "${nokill[@]}" -u "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
+		elif ((spin)); then
 			"$NULLFS" "${nokill[@]}" -p "$spin" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
 		else
 			"$NULLFS" "${nokill[@]}" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &

@@ -3,7 +3,9 @@
  * daemon that keeps names and attributes in memory and does no work for
  * them, mounted with the FUSE settings `butter mount` uses (writeback
  * cache, one-day attribute and entry timeouts, no FLUSH handler, the
- * multithreaded loop). bench/io.sh runs its metadata workload on it beside
+ * multithreaded loop, default_permissions: the kernel checks permissions
+ * and so asks again for a directory's attributes after each change of its
+ * entries). bench/io.sh runs its metadata workload on it beside
  * butter: whatever rate this daemon reaches is the most any daemon built on
  * this libfuse and kernel can reach, since it answers each request the
  * kernel sends with no I/O and no tree search. butter/nullfs says how much
@@ -484,7 +486,8 @@ static const struct fuse_lowlevel_ops ops = {
 
 int main(int argc, char **argv)
 {
-	char *fuse_argv[] = { argv[0], "-o", "subtype=nullfs", NULL };
+	/* default_permissions: the kernel checks permissions, as on butter's mount */
+	char *fuse_argv[] = { argv[0], "-o", "subtype=nullfs,default_permissions", NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(3, fuse_argv);
 	struct nullfs fs = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct fuse_session *se;
