@@ -54,7 +54,7 @@ static const struct cli_command commands[] = {
 		.name = "extract",
 		.main = cmd_extract,
 		.summary = "copy files out of the image into a host directory",
-		.synopsis = "[-v] [-q] [--device DEV]... IMAGE [SRC] DEST",
+		.synopsis = "[-v] [-q] [-j N] [--device DEV]... IMAGE [SRC] DEST",
 		.usage = "Copy SRC (default \"/\") out of the image. A directory SRC becomes DEST\n"
 			 "itself (DEST is created if missing and receives SRC's contents and\n"
 			 "attributes); any other SRC is created as DEST/NAME. Modes, owners,\n"
@@ -64,7 +64,12 @@ static const struct cli_command commands[] = {
 			 "the exit status is 1 if anything could not be copied.\n"
 			 "\n"
 			 "  -v, --verbose  print each path as it is extracted\n"
-			 "  -q, --quiet    no progress line on a terminal\n",
+			 "  -q, --quiet    no progress line on a terminal\n"
+			 "  -j, --jobs N   copy up to N files at once, each on its own thread\n"
+			 "                 (default: the number of online CPUs, at most 8; 1 to\n"
+			 "                 64). The walk and the result are the same for every N;\n"
+			 "                 only messages about different files may come in\n"
+			 "                 another order.\n",
 	},
 	{
 		.name = "subvolume list",
