@@ -1,6 +1,6 @@
 # bench/lib.sh — what the bench scripts share; sourced, never run. The script
-# sourcing it sets REPO (the repository), LOGS (a directory for logs) and
-# die() first.
+# sourcing it sets REPO (the repository) and die() first, and LOGS (a
+# directory for logs) before bench_butter, by hand or by bench_dirs.
 #
 #   bench_butter [TARGET...]
 #                       sets BUTTER to a release butter binary: $BUTTER if the
@@ -8,6 +8,9 @@
 #                       sanitizers) configured and built, with the further ninja
 #                       TARGETs (bench/butter-nullfs); dies if none results
 #   bench_butter_line   prints "== butter REV[+changes], BINARY"
+#   bench_need CMD...   dies naming the first CMD not on PATH
+#   bench_dirs          makes $BENCH_DIR (absolute from then on) and an empty
+#                       $BENCH_DIR/logs as LOGS
 #   bench_keep_best T REAL CPU
 #                       the best (lowest) wall time of tool T so far in
 #                       BEST[T], with its cpu time in CPU[T] (associative
@@ -33,6 +36,21 @@ bench_butter() {
 
 bench_butter_line() {
 	echo "== butter $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo '+changes'), $BUTTER"
+}
+
+bench_need() {
+	local c
+	for c in "$@"; do
+		command -v "$c" >/dev/null || die "missing command: $c"
+	done
+}
+
+bench_dirs() {
+	mkdir -p "$BENCH_DIR"
+	BENCH_DIR=$(cd "$BENCH_DIR" && pwd)
+	LOGS=$BENCH_DIR/logs
+	rm -rf "$LOGS"
+	mkdir -p "$LOGS"
 }
 
 # BEST and CPU are the caller's associative arrays

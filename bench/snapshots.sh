@@ -42,16 +42,11 @@ done
 for v in SIZE_MIB ROUNDS; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer"; done
 [[ $SNAPS =~ ^[0-9]+$ ]] || die "-k must be a number"
 [[ $(id -u) -eq 0 ]] || die "must run as root (loop devices, mounts)"
-for c in mkfs.btrfs btrfs losetup mount umount mountpoint fusermount3 python3 dd; do
-	command -v "$c" >/dev/null || die "missing command: $c"
-done
-mkdir -p "$BENCH_DIR"
-BENCH_DIR=$(cd "$BENCH_DIR" && pwd)
-LOGS=$BENCH_DIR/logs
-rm -rf "$LOGS"
-mkdir -p "$LOGS" "$BENCH_DIR/mnt"
 # shellcheck source=bench/lib.sh
 . "$REPO/bench/lib.sh"
+bench_need mkfs.btrfs btrfs losetup mount umount mountpoint fusermount3 python3 dd
+bench_dirs
+mkdir -p "$BENCH_DIR/mnt"
 bench_butter
 MNT=$BENCH_DIR/mnt
 IMG=$BENCH_DIR/fs.img
