@@ -88,22 +88,20 @@ def run_op(op, d, n, tracer, dev):
         for name in names:
             with open(name, "wb") as f:
                 f.write(buf)
-    if op == "readdir-stat":
-        pass
     os.sync()
-    # make the kernel forget what setup taught it? No: users run operations on warm caches
-    settle()
+    settle()  # counted on warm caches, as users run them: the setup's requests are not
     tracer.start(dev)
+    def write_close(name, flags):
+        fd = os.open(name, os.O_WRONLY | flags, 0o644)
+        os.write(fd, buf)
+        os.close(fd)
+
     if op == "create":
         for name in names:
-            fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            os.write(fd, buf)
-            os.close(fd)
+            write_close(name, os.O_CREAT | os.O_EXCL)
     elif op == "write-close":
         for name in names:
-            fd = os.open(name, os.O_WRONLY)
-            os.write(fd, buf)
-            os.close(fd)
+            write_close(name, 0)
     elif op == "write-4k":
         fd = os.open(names[0], os.O_WRONLY)
         for i in range(n):
@@ -111,9 +109,7 @@ def run_op(op, d, n, tracer, dev):
         os.close(fd)
     elif op == "stat-after":
         for name in names:
-            fd = os.open(name, os.O_WRONLY)
-            os.write(fd, buf)
-            os.close(fd)
+            write_close(name, 0)
             os.stat(name)
     elif op == "rename":
         for name in names:
