@@ -4,8 +4,10 @@
  * A path holds one referenced node per level from the root down to the leaf,
  * and the slot taken at each level. Descent only ever goes from level L to a
  * child that validates as level L-1 with the generation and first key the
- * parent's pointer names, so a damaged tree cannot send a search in a loop:
- * every walk is bounded by the tree height and the item count.
+ * parent's pointer names, and whose last key stays below the next key on the
+ * path (check_subtree_end), so a damaged tree cannot send a search in a loop
+ * or past keys it skipped: every walk is bounded by the tree height and the
+ * item count.
  *
  * Return convention: 0 found/positioned, 1 not found / end of tree, negative
  * errno on failure (-EIO: no good copy of some block on the way).
@@ -68,6 +70,47 @@ int node_read_child(struct node_cache *cache, const struct tree_node *parent, u3
 			 parent->level - 1, &first, out);
 }
 
+/*
+ * The key that every key below path->nodes[@level - 1] must stay under: the
+ * key of the next pointer at the lowest level above that has one. 0 when the
+ * subtree is the last at every level (no bound), 1 with *bound set.
+ */
+static int upper_bound(const struct tree_path *path, int level, struct btrfs_key *bound)
+{
+	for (; level < BTRFS_MAX_LEVEL && path->nodes[level]; level++) {
+		const struct tree_node *node = path->nodes[level];
+
+		if (path->slots[level] + 1 < node->nritems) {
+			node_key(node, path->slots[level] + 1, bound);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * A child's first key is checked against its pointer when it is read; its last
+ * key must also stay below the key of the pointer after it (or the one after
+ * an ancestor). Otherwise a damaged parent names a subtree that reaches into
+ * its neighbour's keys: a search that lands behind the overlap would skip the
+ * keys in between without ever crossing the leaf boundary that check_leaf_order
+ * catches, so the damage must be seen on every way down, not only on one.
+ */
+static int check_subtree_end(struct node_cache *cache, const struct tree_path *path, int level,
+			     const struct tree_node *child)
+{
+	struct btrfs_key bound, last;
+
+	if (!child->nritems || !upper_bound(path, level, &bound))
+		return 0;
+	node_key(child, child->nritems - 1, &last);
+	if (btrfs_comp_keys(&last, &bound) < 0)
+		return 0;
+	return BLOG_CORRUPT(cache->log,
+			    "tree block %llu: keys overlap the next subtree of its parent (cross-linked subtree)",
+			    (unsigned long long)child->bytenr);
+}
+
 int tree_search(struct node_cache *cache, const struct tree_root *root,
 		const struct btrfs_key *key, struct tree_path *path)
 {
@@ -93,6 +136,11 @@ int tree_search(struct node_cache *cache, const struct tree_root *root,
 			slot--;
 		path->slots[level] = slot;
 		ret = node_read_child(cache, node, slot, &node);
+		if (ret == 0) {
+			ret = check_subtree_end(cache, path, level, node);
+			if (ret)
+				node_put(cache, node);
+		}
 		if (ret) {
 			tree_path_release(cache, path);
 			return ret;
@@ -113,6 +161,11 @@ static int descend(struct node_cache *cache, struct tree_path *path, int level, 
 
 		if (ret)
 			return ret;
+		ret = check_subtree_end(cache, path, level, child);
+		if (ret) {
+			node_put(cache, child);
+			return ret;
+		}
 		level--;
 		node_put(cache, path->nodes[level]);
 		path->nodes[level] = child;

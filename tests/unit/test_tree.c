@@ -18,6 +18,8 @@
  *    next/prev over the whole tree, tree_lookup_item;
  *  - node_read falls back to the second copy when the first is bad and
  *    fails with -EIO when no copy is good or the parent's pointer disagrees;
+ *  - a subtree whose last key reaches past its parent's next key fails every
+ *    search and walk that enters it (-EUCLEAN);
  *  - the node cache stays within its byte limit once nodes are released, and
  *    counts hits and misses.
  */
@@ -1087,6 +1089,49 @@ static void test_parent_mismatch(void)
 	fixture_teardown(&f);
 }
 
+/*
+ * Leaf 3 rewritten to hold its own items and the first five of leaf 4 (checksum
+ * good, first key as the root says): alone it validates, but it reaches past
+ * the root's next key. A search that lands in it must fail, whichever key it
+ * looks for; before the check, one that started past the overlap (in leaf 4)
+ * could go on as if nothing were wrong, and one that started in leaf 3 saw the
+ * damage only when it crossed into leaf 4.
+ */
+static void test_subtree_past_next_key(void)
+{
+	struct fixture f;
+	struct tree_path path;
+	struct btrfs_key k;
+
+	if (fixture_setup(&f, 64 * NODESIZE)) {
+		CHECK(0);
+		fixture_teardown(&f);
+		return;
+	}
+	build_leaf(f.block[3], f.bytenr[3], f.gen[3], leaf_first(3), leaf_counts[3] + 5);
+	write_block(&f, f.bytenr[3], f.block[3], 3);
+	tree_path_init(&path);
+
+	k = key_of(leaf_first(3) + 1);
+	CHECK(tree_search(&f.cache, &f.root, &k, &path) == -EUCLEAN);
+	CHECK(tree_lookup_item(&f.cache, &f.root, &k, NULL, 0) == -EUCLEAN);
+	/* walking forward from leaf 2 into leaf 3 */
+	k = key_of(leaf_first(3) - 1);
+	CHECK_EQ_U64(tree_search(&f.cache, &f.root, &k, &path), 0);
+	CHECK(tree_next_item(&f.cache, &path) == -EUCLEAN);
+	/* walking back from leaf 4 into leaf 3 */
+	k = key_of(leaf_first(4));
+	CHECK_EQ_U64(tree_search(&f.cache, &f.root, &k, &path), 0);
+	CHECK(tree_prev_item(&f.cache, &path) == -EUCLEAN);
+	/* the other leaves still read */
+	k = key_of(leaf_first(4) + 7);
+	CHECK_EQ_U64(tree_search(&f.cache, &f.root, &k, &path), 0);
+	CHECK(path_at_item(&f, &path, leaf_first(4) + 7));
+	CHECK(f.cap.errors > 0);
+	tree_path_release(&f.cache, &path);
+	fixture_teardown(&f);
+}
+
 /* ---- the node cache ------------------------------------------------------ */
 
 static int read_put(struct fixture *f, u32 idx)
@@ -1236,6 +1281,7 @@ int main(void)
 	RUN(test_leaf_root);
 	RUN(test_read_damaged);
 	RUN(test_parent_mismatch);
+	RUN(test_subtree_past_next_key);
 	RUN(test_cache_eviction);
 	RUN(test_cache_zero_limit);
 	return check_summary();
