@@ -60,6 +60,7 @@
 #define WAIT_MS 250
 #define STANDBY_NS 10000000L  /* how often the standby looks at a leader */
 #define STALL_NS 1000000L     /* a leader this long in one request is stalled */
+#define SMALL_WRITE 65536     /* bytes: a WRITE up to this size is not a long request */
 
 struct pollloop {
 	struct fuse_session *se;
@@ -148,7 +149,10 @@ static void leave_lead(struct pollloop *p)
  * much data): the leader steps down before it serves one, so that others
  * are not left waiting for it. What is not listed costs microseconds
  * unless it finds cold metadata or a commit in the way (the standby's
- * case).
+ * case): so do a WRITE of up to SMALL_WRITE bytes (it lands in memory) and
+ * RELEASE (long only for the last handle of an unlinked file). Each step
+ * down costs two wake-ups of another worker (called back, then sent to the
+ * bench again): creating small files went 7,000/s -> 11,000/s without them.
  */
 static bool may_take_long(const struct fuse_buf *buf, size_t len)
 {
@@ -158,8 +162,17 @@ static bool may_take_long(const struct fuse_buf *buf, size_t len)
 		return true;
 	memcpy(&in, buf->mem, sizeof(in));
 	switch (in.opcode) {
-	case FUSE_READ: case FUSE_WRITE: case FUSE_FSYNC: case FUSE_FSYNCDIR: case FUSE_FLUSH:
-	case FUSE_RELEASE: case FUSE_IOCTL: case FUSE_SETLK: case FUSE_SETLKW:
+	case FUSE_WRITE: {
+		/* a small write lands in memory, as a metadata change does */
+		struct fuse_write_in w;
+
+		if (len < sizeof(in) + sizeof(w))
+			return true;
+		memcpy(&w, (const char *)buf->mem + sizeof(in), sizeof(w));
+		return w.size > SMALL_WRITE;
+	}
+	case FUSE_READ: case FUSE_FSYNC: case FUSE_FSYNCDIR: case FUSE_FLUSH:
+	case FUSE_IOCTL: case FUSE_SETLK: case FUSE_SETLKW:
 	case FUSE_FALLOCATE: case FUSE_COPY_FILE_RANGE: case FUSE_READDIR: case FUSE_READDIRPLUS:
 	case FUSE_DESTROY: case FUSE_SYNCFS:
 		return true;
