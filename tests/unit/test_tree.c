@@ -306,6 +306,16 @@ static void fixture_teardown(struct fixture *f)
 		free(f->block[k]);
 }
 
+/* fixture_setup, or a failed check and the fixture torn down: false. */
+static bool fixture_start(struct fixture *f, u64 cache_limit)
+{
+	if (fixture_setup(f, cache_limit) == 0)
+		return true;
+	CHECK(0);
+	fixture_teardown(f);
+	return false;
+}
+
 /* Which leaf holds item @i. */
 static u32 leaf_of(u32 i)
 {
@@ -348,11 +358,8 @@ static void test_validate_good(void)
 	struct fixture f;
 	const char *why = NULL;
 
-	if (fixture_setup(&f, 64 * NODESIZE)) {
-		CHECK(0);
-		fixture_teardown(&f);
+	if (!fixture_start(&f, 64 * NODESIZE))
 		return;
-	}
 	for (u32 k = 0; k < NLEAVES; k++) {
 		struct btrfs_key first = key_of(leaf_first(k));
 
@@ -662,11 +669,8 @@ static void test_search_present(void)
 	struct tree_path path;
 	u32 bad = 0;
 
-	if (fixture_setup(&f, 64 * NODESIZE)) {
-		CHECK(0);
-		fixture_teardown(&f);
+	if (!fixture_start(&f, 64 * NODESIZE))
 		return;
-	}
 	tree_path_init(&path);
 	for (u32 i = 0; i < NITEMS; i++) {
 		struct btrfs_key k = key_of(i);
@@ -701,11 +705,8 @@ static void test_search_absent(void)
 	struct btrfs_key probes[64];
 	u32 nprobes = 0, bad = 0;
 
-	if (fixture_setup(&f, 64 * NODESIZE)) {
-		CHECK(0);
-		fixture_teardown(&f);
+	if (!fixture_start(&f, 64 * NODESIZE))
 		return;
-	}
 	probes[nprobes++] = (struct btrfs_key){ 0, 0, 0 };
 	probes[nprobes++] = (struct btrfs_key){ 299, 255, UINT64_MAX };
 	probes[nprobes++] = (struct btrfs_key){ 300, 0, 0 };
@@ -800,11 +801,8 @@ static void test_iterate(void)
 	u32 i, bad = 0;
 	int ret;
 
-	if (fixture_setup(&f, 64 * NODESIZE)) {
-		CHECK(0);
-		fixture_teardown(&f);
+	if (!fixture_start(&f, 64 * NODESIZE))
 		return;
-	}
 	tree_path_init(&path);
 
 	/* forward from the very first key */
@@ -861,11 +859,8 @@ static void test_lookup_item(void)
 	struct fixture f;
 	u8 buf[64], expect[64];
 
-	if (fixture_setup(&f, 64 * NODESIZE)) {
-		CHECK(0);
-		fixture_teardown(&f);
+	if (!fixture_start(&f, 64 * NODESIZE))
 		return;
-	}
 	for (u32 i = 0; i < NITEMS; i += 7) {
 		struct btrfs_key k = key_of(i);
 		int ret;
@@ -901,11 +896,8 @@ static void test_leaf_root(void)
 	struct btrfs_key k;
 	u32 first = leaf_first(3);
 
-	if (fixture_setup(&f, 64 * NODESIZE)) {
-		CHECK(0);
-		fixture_teardown(&f);
+	if (!fixture_start(&f, 64 * NODESIZE))
 		return;
-	}
 	r.objectid = OWNER;
 	r.bytenr = f.bytenr[3];
 	r.generation = f.gen[3];
@@ -1020,11 +1012,8 @@ static void test_parent_mismatch(void)
 	struct tree_path path;
 	struct btrfs_key k;
 
-	if (fixture_setup(&f, 64 * NODESIZE)) {
-		CHECK(0);
-		fixture_teardown(&f);
+	if (!fixture_start(&f, 64 * NODESIZE))
 		return;
-	}
 	tree_path_init(&path);
 
 	/* pointer to leaf 1 promises another generation (a lost write) */
@@ -1068,11 +1057,8 @@ static void test_parent_mismatch(void)
 	fixture_teardown(&f);
 
 	/* a cached good leaf is still refused through a pointer that disagrees */
-	if (fixture_setup(&f, 64 * NODESIZE)) {
-		CHECK(0);
-		fixture_teardown(&f);
+	if (!fixture_start(&f, 64 * NODESIZE))
 		return;
-	}
 	{
 		struct tree_node *n = NULL;
 		struct btrfs_key first = key_of(leaf_first(2));
@@ -1103,11 +1089,8 @@ static void test_subtree_past_next_key(void)
 	struct tree_path path;
 	struct btrfs_key k;
 
-	if (fixture_setup(&f, 64 * NODESIZE)) {
-		CHECK(0);
-		fixture_teardown(&f);
+	if (!fixture_start(&f, 64 * NODESIZE))
 		return;
-	}
 	build_leaf(f.block[3], f.bytenr[3], f.gen[3], leaf_first(3), leaf_counts[3] + 5);
 	write_block(&f, f.bytenr[3], f.block[3], 3);
 	tree_path_init(&path);
@@ -1156,11 +1139,8 @@ static void test_cache_eviction(void)
 	struct tree_node *held[NLEAVES + 1];
 	u64 hits, misses;
 
-	if (fixture_setup(&f, limit)) {
-		CHECK(0);
-		fixture_teardown(&f);
+	if (!fixture_start(&f, limit))
 		return;
-	}
 	CHECK_EQ_U64(f.cache.hits, 0);
 	CHECK_EQ_U64(f.cache.misses, 0);
 
@@ -1247,11 +1227,8 @@ static void test_cache_zero_limit(void)
 {
 	struct fixture f;
 
-	if (fixture_setup(&f, 0)) {
-		CHECK(0);
-		fixture_teardown(&f);
+	if (!fixture_start(&f, 0))
 		return;
-	}
 	for (u32 round = 0; round < 2; round++)
 		for (u32 k = 0; k <= NLEAVES; k++) {
 			CHECK_EQ_U64(read_put(&f, k), 0);
