@@ -33,7 +33,8 @@
  * eventfd (kick_watchers: inside epoll_wait it would be woken by each
  * request and never come back to user space to see the leader). The
  * standby's period is long (10 ms): each of its wake-ups costs the mount's
- * round trips (1 ms: renames at 12,700/s instead of 30,300/s). Requests go through libfuse's fuse_session_receive_buf() and
+ * round trips (1 ms: renames at 12,700/s instead of 30,300/s). Requests go
+ * through libfuse's fuse_session_receive_buf() and
  * fuse_session_process_buf(), as in its own loops. The session ends when
  * the kernel says ENODEV (unmounted) or fuse_session_exit() is called
  * (signals): waits time out every 250 ms to notice the latter. A raw

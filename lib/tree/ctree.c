@@ -111,6 +111,20 @@ static int check_subtree_end(struct node_cache *cache, const struct tree_path *p
 			    (unsigned long long)child->bytenr);
 }
 
+/* Read the child at path->slots[@level] of path->nodes[@level], checked against both its bounds. */
+static int read_path_child(struct node_cache *cache, const struct tree_path *path, int level,
+			   struct tree_node **out)
+{
+	int ret = node_read_child(cache, path->nodes[level], path->slots[level], out);
+
+	if (ret == 0) {
+		ret = check_subtree_end(cache, path, level, *out);
+		if (ret)
+			node_put(cache, *out);
+	}
+	return ret;
+}
+
 int tree_search(struct node_cache *cache, const struct tree_root *root,
 		const struct btrfs_key *key, struct tree_path *path)
 {
@@ -135,12 +149,7 @@ int tree_search(struct node_cache *cache, const struct tree_root *root,
 		if (ret && slot > 0)
 			slot--;
 		path->slots[level] = slot;
-		ret = node_read_child(cache, node, slot, &node);
-		if (ret == 0) {
-			ret = check_subtree_end(cache, path, level, node);
-			if (ret)
-				node_put(cache, node);
-		}
+		ret = read_path_child(cache, path, level, &node);
 		if (ret) {
 			tree_path_release(cache, path);
 			return ret;
@@ -157,15 +166,10 @@ static int descend(struct node_cache *cache, struct tree_path *path, int level, 
 {
 	while (level > 0) {
 		struct tree_node *child;
-		int ret = node_read_child(cache, path->nodes[level], path->slots[level], &child);
+		int ret = read_path_child(cache, path, level, &child);
 
 		if (ret)
 			return ret;
-		ret = check_subtree_end(cache, path, level, child);
-		if (ret) {
-			node_put(cache, child);
-			return ret;
-		}
 		level--;
 		node_put(cache, path->nodes[level]);
 		path->nodes[level] = child;
