@@ -396,6 +396,23 @@ int nodes_ref(struct node_table *t, uint64_t nodeid, butter_ino_t *out)
 	return n ? 0 : -ENOMEM;
 }
 
+bool nodes_holdable(struct node_table *t, butter_ino_t id, uint64_t *nodeid)
+{
+	struct node *n;
+	uint64_t packed = 0;
+	bool found;
+
+	/* only rule 2 nodes can be held: rules 1 and 3 are pinned */
+	if (id.ino == PLACEHOLDER_INO || same_ino(id, t->root) || !pack(id, &packed))
+		return false;
+	pthread_mutex_lock(&t->lock);
+	n = find_id(t, packed);
+	found = n && n->nlookup > 0 && !n->pinned && !n->held;
+	pthread_mutex_unlock(&t->lock);
+	*nodeid = packed;
+	return found;
+}
+
 bool nodes_hold(struct node_table *t, uint64_t nodeid)
 {
 	struct node *n;

@@ -67,6 +67,13 @@ int nodes_ref(struct node_table *t, uint64_t nodeid, butter_ino_t *out);
 bool nodes_forget(struct node_table *t, uint64_t nodeid, uint64_t nlookup);
 
 /*
+ * Whether the kernel has the file @id as a node nodes_hold() would mark
+ * (looked up, not pinned, holding nothing yet); its id in *nodeid. Finds,
+ * never adds: a file the kernel does not have needs no hold.
+ */
+bool nodes_holdable(struct node_table *t, butter_ino_t id, uint64_t *nodeid);
+
+/*
  * Mark @nodeid as holding one butter_open_ref() of its file until the kernel
  * forgets it, if the kernel has it (nlookup > 0), it is not pinned and holds
  * none yet. Returns true if marked: the caller's reference stays.

@@ -44,6 +44,7 @@
  * larger offset is the library's resume position (DIR_INDEX + 1, always >= 3
  * since btrfs indexes start at 2).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -517,7 +518,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		       struct fuse_file_info *fi)
 {
 	struct daemon *d = D(req);
-	struct butter_stat bs = { 0 };
+	struct butter_stat bs = { 0 }, after;
 	unsigned mask = 0;
 	butter_ino_t id;
 	int ret = nodes_resolve(&d->nodes, ino, &id);
@@ -566,32 +567,23 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	    (!(to_set & FUSE_SET_ATTR_MTIME) || (to_set & FUSE_SET_ATTR_MTIME_NOW) || d->writeback))
 		mask |= BUTTER_SET_TIMES_NOW;
 	if (ret == 0) {
-		section_change(d);
-		if (mask && d->writeback) {
-			/*
-			 * With the writeback cache the kernel owns a regular file's mtime
-			 * and ctime and sends them whenever they change (also for a
-			 * truncate that changes the size); times it does not send stay.
-			 */
-			struct butter_stat cur;
+		bool killed = false;
 
-			ret = butter_stat(d->fs, id, &cur);
-			if (ret == 0 && S_ISREG(cur.mode)) {
-				if (!(mask & BUTTER_SET_MTIME))
-					bs.mtime = cur.mtime;
-				if (!(mask & BUTTER_SET_CTIME))
-					bs.ctime = cur.ctime;
-				mask |= BUTTER_SET_MTIME | BUTTER_SET_CTIME;
-			}
-		}
+		section_change(d);
+		/*
+		 * With the writeback cache the kernel owns a regular file's mtime
+		 * and ctime and sends them whenever they change (also for a
+		 * truncate that changes the size); times it does not send stay.
+		 */
+		if (mask && d->writeback)
+			mask |= BUTTER_SET_KEEP_FILE_TIMES;
 		/*
 		 * No field at all is chown(f, -1, -1): the kernel's notify_change
 		 * asked for the ctime only (ATTR_CTIME, which FUSE sends solely with
 		 * the writeback cache, for regular files). An empty mask sets the
 		 * ctime to now, as local filesystems do.
 		 */
-		if (ret == 0)
-			ret = butter_setattr(d->fs, id, &bs, mask);
+		ret = butter_setattr_stat(d->fs, id, &bs, mask, &after);
 		/*
 		 * FUSE_HANDLE_KILLPRIV_V2 (wire.c): the kernel sent no mode for
 		 * what its VFS would clear. A kill flag comes with a truncate by a
@@ -606,14 +598,15 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 				ret = kill_privs(d, req, id, KILL_MODIFY, 0);
 			else if (chown || !(to_set & ~FUSE_SET_ATTR_CTIME))
 				ret = kill_privs(d, req, id, KILL_CHOWN, -1);
+			killed = ret > 0;
 			if (ret > 0)
 				ret = 0;
 		}
-		if (ret == 0)
-			ret = butter_stat(d->fs, id, &bs);
+		if (ret == 0 && killed)
+			ret = butter_stat(d->fs, id, &after);
 		section_end(d);
 	}
-	reply_attr(req, d, ret, &bs, ino);
+	reply_attr(req, d, ret, &after, ino);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -743,14 +736,13 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
  */
 static void hold_victim(struct daemon *d, butter_ino_t dir, const char *name, size_t len)
 {
-	struct butter_stat bs;
 	butter_ino_t id;
 	uint64_t nodeid;
+	unsigned type;
 
-	if (butter_lookup(d->fs, dir, name, len, &id) != 0 || butter_stat(d->fs, id, &bs) != 0 ||
-	    S_ISDIR(bs.mode))
+	if (butter_lookup_type(d->fs, dir, name, len, &id, &type) != 0 || type == DT_DIR)
 		return;
-	if (nodes_get(&d->nodes, id, dir, name, len, false, &nodeid) != 0)
+	if (!nodes_holdable(&d->nodes, id, &nodeid))
 		return;
 	if (butter_open_ref(d->fs, id) != 0)
 		return;

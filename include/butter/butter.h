@@ -249,6 +249,13 @@ int butter_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size
 		  butter_ino_t *out);
 
 /*
+ * butter_lookup(), and the file's type as the directory entry gives it, a
+ * DT_* value as in readdir (the inode itself is not read).
+ */
+int butter_lookup_type(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		       butter_ino_t *out, unsigned *dtype);
+
+/*
  * Resolve an absolute or relative @path from the top-level subvolume's root,
  * without following symlinks in the last component (lstat semantics);
  * symlinks in earlier components are followed inside the image.
@@ -450,6 +457,12 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
 #define BUTTER_SET_CTIME 0x20u
 #define BUTTER_SET_SIZE 0x40u /* truncate: shrink, or grow with a hole */
 #define BUTTER_SET_TIMES_NOW 0x80u /* the times given are the current time (utimes(f, NULL)) */
+/*
+ * A regular file's mtime and ctime that the mask does not give stay as they
+ * are (no ctime of now, none from a truncate): a FUSE kernel with the
+ * writeback cache keeps those times itself and sends them when they change.
+ */
+#define BUTTER_SET_KEEP_FILE_TIMES 0x100u
 
 /*
  * Set the fields of @st that @mask names; the ctime becomes now unless
@@ -462,6 +475,13 @@ int butter_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, co
  */
 int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
 		   unsigned mask);
+
+/*
+ * butter_setattr(), and what butter_stat() says of the file after it in
+ * *@out: one call, one reading of the inode.
+ */
+int butter_setattr_stat(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
+			unsigned mask, struct butter_stat *out);
 
 /*
  * The inode attributes of chattr(1) and lsattr(1) that btrfs keeps, with the

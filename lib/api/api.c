@@ -275,6 +275,12 @@ int butter_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size
 	LOCKED(fs, HOLD_SHARED, int, inode_lookup(fs, dir, name, namelen, out));
 }
 
+int butter_lookup_type(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+	butter_ino_t *out, unsigned *dtype)
+{
+	LOCKED(fs, HOLD_SHARED, int, inode_lookup_type(fs, dir, name, namelen, out, dtype));
+}
+
 int butter_root(struct butter_fs *fs, uint64_t subvolid, butter_ino_t *out)
 {
 	LOCKED(fs, HOLD_SHARED, int, inode_root(fs, subvolid, out));
@@ -401,7 +407,13 @@ int butter_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_
 int butter_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
 	unsigned mask)
 {
-	LOCKED(fs, HOLD_EXCL, int, ns_setattr(fs, ino, st, mask));
+	LOCKED(fs, HOLD_EXCL, int, ns_setattr(fs, ino, st, mask, NULL));
+}
+
+int butter_setattr_stat(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
+	unsigned mask, struct butter_stat *out)
+{
+	LOCKED(fs, HOLD_EXCL, int, ns_setattr(fs, ino, st, mask, out));
 }
 
 int butter_get_fileattr(struct butter_fs *fs, butter_ino_t ino, uint32_t *flags)

@@ -100,6 +100,8 @@ void data_buffer_overlay(struct butter_fs *fs, butter_ino_t ino, u8 *buf, u64 le
 /* The bodies of butter_set_write_buffer(), butter_stat() and butter_seek() on buffered data. */
 int data_set_write_buffer(struct butter_fs *fs, uint64_t max_bytes);
 int data_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st);
+/* The part of data_stat() after the inode item: @st's size and blocks with @ino's buffered data. */
+int data_stat_buffered(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st);
 int data_seek_written(struct butter_fs *fs, butter_ino_t ino, uint64_t off, int whence,
 		      uint64_t *result);
 

@@ -1035,14 +1035,21 @@ static int stored_in(struct butter_fs *fs, struct subvol *sv, u64 ino, u64 from,
  */
 int data_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 {
+	int ret = inode_stat(fs, ino, st);
+
+	return ret ? ret : data_stat_buffered(fs, ino, st);
+}
+
+int data_stat_buffered(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
+{
 	u32 ss = fs->vol.sectorsize;
 	struct data_buffer *b;
 	struct subvol *sv;
 	u64 nbytes, size, stored_size;
-	int ret = inode_stat(fs, ino, st), err = 0, regular = 0;
+	int ret, err = 0, regular = 0;
 
-	if (ret || !(b = find(fs, ino)))
-		return ret;
+	if (!(b = find(fs, ino)))
+		return 0;
 	stored_size = st->size;
 	size = buffer_end(b) > st->size ? buffer_end(b) : st->size;
 	sv = fs_subvol_cached(fs, ino.subvol, &err);
@@ -1052,7 +1059,13 @@ int data_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 	nbytes = st->blocks * 512;
 	if (b->blocks[0].index == 0 && b->blocks[0].lo == 0 && run_end(b, 0) == b->nblocks &&
 	    size <= fs->w->max_inline && size >= stored_size) {
-		ret = stored_in(fs, sv, ino.ino, 0, (u64)-1, &nbytes, &regular);
+		/*
+		 * Nothing stored yet (no bytes, no size: no extent item at all,
+		 * a preallocation past the end would count in the bytes): the
+		 * write-back leaves it inline. Else ask the extents.
+		 */
+		ret = stored_size == 0 && nbytes == 0 ? 0
+			: stored_in(fs, sv, ino.ino, 0, (u64)-1, &nbytes, &regular);
 		if (ret)
 			return ret;
 		if (!regular)

@@ -63,6 +63,20 @@ unsigned inode_mode_to_dtype(u32 mode)
 	}
 }
 
+unsigned inode_ft_to_dtype(u8 ft)
+{
+	switch (ft & ~BTRFS_FT_ENCRYPTED) {
+	case BTRFS_FT_REG_FILE: return DT_REG;
+	case BTRFS_FT_DIR: return DT_DIR;
+	case BTRFS_FT_CHRDEV: return DT_CHR;
+	case BTRFS_FT_BLKDEV: return DT_BLK;
+	case BTRFS_FT_FIFO: return DT_FIFO;
+	case BTRFS_FT_SOCK: return DT_SOCK;
+	case BTRFS_FT_SYMLINK: return DT_LNK;
+	default: return DT_UNKNOWN;
+	}
+}
+
 int inode_walk_dir_items(struct butter_fs *fs, const u8 *item, u32 size,
 			 int (*fn)(void *arg, const struct btrfs_dir_item *di, const char *name,
 				const u8 *value),
@@ -177,16 +191,38 @@ static u64 stat_blocks(u64 nbytes, u32 sectorsize)
 _Static_assert(BUTTER_INODE_IMMUTABLE == BTRFS_INODE_IMMUTABLE_FLAG, "chattr +i bit");
 _Static_assert(BUTTER_INODE_APPEND == BTRFS_INODE_APPEND_FLAG, "chattr +a bit");
 
+void inode_item_stat(struct butter_fs *fs, butter_ino_t ino, const struct btrfs_inode_item *item,
+		     struct butter_stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->subvol = ino.subvol;
+	st->ino = ino.ino;
+	st->mode = btrfs_inode_mode(item);
+	st->nlink = btrfs_inode_nlink(item);
+	st->uid = btrfs_inode_uid(item);
+	st->gid = btrfs_inode_gid(item);
+	st->rdev = inode_rdev_to_user(btrfs_inode_rdev(item));
+	st->size = btrfs_inode_size(item);
+	st->blocks = stat_blocks(btrfs_inode_nbytes(item), fs->vol.sectorsize);
+	st->generation = btrfs_inode_generation(item);
+	st->transid = btrfs_inode_transid(item);
+	st->flags = btrfs_inode_flags(item);
+	fill_time(&st->atime, &item->atime);
+	fill_time(&st->mtime, &item->mtime);
+	fill_time(&st->ctime, &item->ctime);
+	fill_time(&st->otime, &item->otime);
+}
+
 int inode_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 {
 	struct btrfs_inode_item item;
 	int ret;
 
-	memset(st, 0, sizeof(*st));
-	st->subvol = ino.subvol;
-	st->ino = ino.ino;
 	if (ino.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID) {
 		/* placeholder for a subvolume not present in this snapshot */
+		memset(st, 0, sizeof(*st));
+		st->subvol = ino.subvol;
+		st->ino = ino.ino;
 		st->mode = S_IFDIR | 0755;
 		st->nlink = 1;
 		return 0;
@@ -194,20 +230,7 @@ int inode_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st)
 	ret = inode_read(fs, ino, &item);
 	if (ret)
 		return ret;
-	st->mode = btrfs_inode_mode(&item);
-	st->nlink = btrfs_inode_nlink(&item);
-	st->uid = btrfs_inode_uid(&item);
-	st->gid = btrfs_inode_gid(&item);
-	st->rdev = inode_rdev_to_user(btrfs_inode_rdev(&item));
-	st->size = btrfs_inode_size(&item);
-	st->blocks = stat_blocks(btrfs_inode_nbytes(&item), fs->vol.sectorsize);
-	st->generation = btrfs_inode_generation(&item);
-	st->transid = btrfs_inode_transid(&item);
-	st->flags = btrfs_inode_flags(&item);
-	fill_time(&st->atime, &item.atime);
-	fill_time(&st->mtime, &item.mtime);
-	fill_time(&st->ctime, &item.ctime);
-	fill_time(&st->otime, &item.otime);
+	inode_item_stat(fs, ino, &item, st);
 	return 0;
 }
 
@@ -215,6 +238,7 @@ struct name_match {
 	const char *name;
 	size_t len;
 	struct btrfs_key location;
+	u8 type;     /* the entry's BTRFS_FT_* */
 	int found;
 };
 
@@ -226,6 +250,7 @@ static int match_name(void *arg, const struct btrfs_dir_item *di, const char *na
 	(void)value;
 	if (btrfs_dir_name_len(di) == m->len && memcmp(name, m->name, m->len) == 0) {
 		btrfs_disk_to_cpu_key(&m->location, &di->location);
+		m->type = di->type;
 		m->found = 1;
 		return 1;
 	}
@@ -290,11 +315,11 @@ static int lookup_parent(struct butter_fs *fs, butter_ino_t dir, butter_ino_t *o
 	return ret;
 }
 
-int inode_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
-		 butter_ino_t *out)
+int inode_lookup_type(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		      butter_ino_t *out, unsigned *dtype)
 {
 	struct btrfs_inode_item item;
-	struct name_match m = { name, namelen, { 0, 0, 0 }, 0 };
+	struct name_match m = { name, namelen, { 0, 0, 0 }, 0, 0 };
 	struct btrfs_key key;
 	struct tree_path path;
 	struct subvol sv;
@@ -311,6 +336,8 @@ int inode_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_
 		return ret;
 	if (!S_ISDIR(btrfs_inode_mode(&item)))
 		return -ENOTDIR;
+	if (dtype)
+		*dtype = DT_DIR;
 	if (namelen == 1 && name[0] == '.') {
 		*out = dir;
 		return 0;
@@ -341,5 +368,13 @@ int inode_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_
 		return ret;
 	if (!m.found)
 		return -ENOENT;
+	if (dtype)
+		*dtype = inode_ft_to_dtype(m.type);
 	return inode_location_to_ino(fs, dir.subvol, &m.location, out);
+}
+
+int inode_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		 butter_ino_t *out)
+{
+	return inode_lookup_type(fs, dir, name, namelen, out, NULL);
 }

@@ -51,14 +51,19 @@ static inline int inode_may_change(const struct btrfs_inode_item *ii, u64 forbid
 u64 inode_rdev_to_user(u64 disk);
 u64 inode_rdev_to_disk(u64 user);
 
-/* DT_* type of a mode. */
+/* DT_* type of a mode, and of a directory entry's BTRFS_FT_* type. */
 unsigned inode_mode_to_dtype(u32 mode);
+unsigned inode_ft_to_dtype(u8 ft);
 
 /* ---- inode_item.c: changing inode items (phase 2 of a change) ---- */
 
 /* Apply @fn to the inode item of @ino (COW), stamp the transid, move the sequence. */
 int inode_modify(struct butter_fs *fs, struct subvol *sv, u64 ino,
 		 void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg);
+/* inode_modify(), and the item as it is after it into *@after. */
+int inode_modify_get(struct butter_fs *fs, struct subvol *sv, u64 ino,
+		     void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg,
+		     struct btrfs_inode_item *after);
 /* inode_modify() without the sequence bump (an atime is not a change, lib/namespace/atime.c rule 2). */
 int inode_modify_keep_sequence(struct butter_fs *fs, struct subvol *sv, u64 ino,
 			       void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg);
@@ -189,5 +194,11 @@ int inode_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_
 	butter_ino_t *out);
 int inode_root(struct butter_fs *fs, uint64_t subvolid, butter_ino_t *out);
 int inode_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st);
+/* What butter_stat() says of @ino from its inode item @item alone (no buffered data). */
+void inode_item_stat(struct butter_fs *fs, butter_ino_t ino, const struct btrfs_inode_item *item,
+		     struct butter_stat *st);
+/* inode_lookup(), and the entry's type as DT_* (what the directory entry says). */
+int inode_lookup_type(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		      butter_ino_t *out, unsigned *dtype);
 
 #endif

@@ -15,10 +15,11 @@
 /*
  * Apply @fn to the inode item of @ino (COW) and stamp the running transid;
  * @bump_sequence: move the inode's sequence too (every change but an atime).
+ * @after (may be NULL): the item as it now is.
  */
 static int change_inode_item(struct butter_fs *fs, struct subvol *sv, u64 ino,
 			     void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg,
-			     int bump_sequence)
+			     int bump_sequence, struct btrfs_inode_item *after)
 {
 	struct fs_write_state *w = fs->w;
 	struct btrfs_key key = { ino, BTRFS_INODE_ITEM_KEY, 0 };
@@ -40,6 +41,8 @@ static int change_inode_item(struct butter_fs *fs, struct subvol *sv, u64 ino,
 			btrfs_set_inode_transid(ii, w->txn.tt.transid);
 			if (bump_sequence)
 				btrfs_set_inode_sequence(ii, btrfs_inode_sequence(ii) + 1);
+			if (after)
+				memcpy(after, ii, sizeof(*after));
 		}
 	} else if (ret == 1) {
 		ret = -ENOENT;
@@ -54,14 +57,21 @@ static int change_inode_item(struct butter_fs *fs, struct subvol *sv, u64 ino,
 int inode_modify(struct butter_fs *fs, struct subvol *sv, u64 ino,
 			void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg)
 {
-	return change_inode_item(fs, sv, ino, fn, arg, 1);
+	return change_inode_item(fs, sv, ino, fn, arg, 1, NULL);
+}
+
+int inode_modify_get(struct butter_fs *fs, struct subvol *sv, u64 ino,
+		     void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg,
+		     struct btrfs_inode_item *after)
+{
+	return change_inode_item(fs, sv, ino, fn, arg, 1, after);
 }
 
 /* The same, leaving the inode's sequence where it is (atime updates). */
 int inode_modify_keep_sequence(struct butter_fs *fs, struct subvol *sv, u64 ino,
 			       void (*fn)(struct btrfs_inode_item *ii, void *arg), void *arg)
 {
-	return change_inode_item(fs, sv, ino, fn, arg, 0);
+	return change_inode_item(fs, sv, ino, fn, arg, 0, NULL);
 }
 
 int inode_next_ino(struct butter_fs *fs, struct subvol *sv, u64 *out)

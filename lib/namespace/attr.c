@@ -177,8 +177,9 @@ static int setattr_allowed(const struct btrfs_inode_item *ii, unsigned mask)
 }
 
 int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
-	       unsigned mask)
+	       unsigned mask, struct butter_stat *out)
 {
+	struct butter_stat kept, cur;
 	struct attr_update a = { st, mask };
 	struct btrfs_inode_item ii;
 	struct fs_write_state *w;
@@ -191,6 +192,17 @@ int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat 
 	ret = inode_read(fs, ino, &ii);
 	if (ret == 0)
 		ret = setattr_allowed(&ii, mask);
+	if (ret == 0 && (mask & BUTTER_SET_KEEP_FILE_TIMES) && S_ISREG(btrfs_inode_mode(&ii))) {
+		/* the times not given stay as they are now, a truncate's too */
+		inode_item_stat(fs, ino, &ii, &cur);
+		kept = *st;
+		if (!(mask & BUTTER_SET_MTIME))
+			kept.mtime = cur.mtime;
+		if (!(mask & BUTTER_SET_CTIME))
+			kept.ctime = cur.ctime;
+		a.st = st = &kept;
+		a.mask = mask |= BUTTER_SET_MTIME | BUTTER_SET_CTIME;
+	}
 	if (ret == 0 && (mask & BUTTER_SET_SIZE) && !S_ISREG(btrfs_inode_mode(&ii)))
 		ret = S_ISDIR(btrfs_inode_mode(&ii)) ? -EISDIR : -EINVAL;
 	if (ret == 0 && (mask & BUTTER_SET_SIZE) && st->size > MAX_FILE_BYTES)
@@ -207,8 +219,14 @@ int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat 
 	if (ret == 0 && (mask & BUTTER_SET_MODE))
 		ret = chmod_acl(fs, sv, ino, st->mode);
 	if (ret == 0)
-		ret = inode_modify(fs, sv, ino.ino, apply_attr, &a);
-	return fs_end_change(w, ret, 1);
+		ret = inode_modify_get(fs, sv, ino.ino, apply_attr, &a, &ii);
+	if (ret == 0 && out) {
+		/* before a commit the change may end with: what butter_stat() says now */
+		inode_item_stat(fs, ino, &ii, out);
+		err = data_stat_buffered(fs, ino, out); /* a read: the change stands */
+	}
+	ret = fs_end_change(w, ret, 1);
+	return ret ? ret : err;
 }
 
 struct xname {

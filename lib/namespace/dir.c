@@ -19,20 +19,6 @@
 
 #include "namespace/namespace.h"
 
-static unsigned ft_to_dtype(u8 ft)
-{
-	switch (ft & ~BTRFS_FT_ENCRYPTED) {
-	case BTRFS_FT_REG_FILE: return DT_REG;
-	case BTRFS_FT_DIR: return DT_DIR;
-	case BTRFS_FT_CHRDEV: return DT_CHR;
-	case BTRFS_FT_BLKDEV: return DT_BLK;
-	case BTRFS_FT_FIFO: return DT_FIFO;
-	case BTRFS_FT_SOCK: return DT_SOCK;
-	case BTRFS_FT_SYMLINK: return DT_LNK;
-	default: return DT_UNKNOWN;
-	}
-}
-
 /* Read @dir's inode and subvolume: 0, -ENOTDIR, negative errno. */
 static int dir_subvol(struct butter_fs *fs, butter_ino_t dir, struct subvol *sv)
 {
@@ -117,7 +103,7 @@ int ns_readdir_until(struct butter_fs *fs, butter_ino_t dir, uint64_t pos, uint6
 		ret = inode_location_to_ino(fs, dir.subvol, &location, &ino);
 		if (ret)
 			break;
-		ret = fn(arg, (const char *)(di + 1), name_len, ino, ft_to_dtype(di->type),
+		ret = fn(arg, (const char *)(di + 1), name_len, ino, inode_ft_to_dtype(di->type),
 			 key.offset + 1);
 		if (ret) {
 			stopped = ret;

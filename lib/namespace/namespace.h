@@ -82,7 +82,8 @@ int ns_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, si
 	butter_ino_t newdir, const char *newname, size_t newlen, unsigned flags);
 int ns_resolve(struct butter_fs *fs, const char *path, butter_ino_t *out);
 int ns_rmdir(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen);
-int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st, unsigned mask);
+int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st, unsigned mask,
+	       struct butter_stat *out);
 int ns_get_fileattr(struct butter_fs *fs, butter_ino_t ino, uint32_t *flags);
 int ns_set_fileattr(struct butter_fs *fs, butter_ino_t ino, uint32_t flags);
 int ns_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const void *value,

@@ -605,7 +605,7 @@ static int do_setattr(struct receiver *r)
 		mask = BUTTER_SET_ATIME | BUTTER_SET_MTIME;
 		break;
 	}
-	return ret ? ret : ns_setattr(r->fs, ino, &st, mask);
+	return ret ? ret : ns_setattr(r->fs, ino, &st, mask, NULL);
 }
 
 static int apply(struct receiver *r)

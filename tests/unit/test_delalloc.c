@@ -11,6 +11,7 @@
  * On 512 MiB images made by butter_mkfs() in $TMPDIR; BUTTER_TEST_SEED picks
  * another sequence of random steps.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -163,13 +164,34 @@ static void step(void)
 		}
 		do_write(m, off, len);
 	} else if (op < 65) {
-		/* truncate, down or up */
-		struct butter_stat st;
+		/*
+		 * truncate, down or up; half of them by butter_setattr_stat(), whose
+		 * answer is what butter_stat() says then, and half of those keeping
+		 * the times (BUTTER_SET_KEEP_FILE_TIMES)
+		 */
+		struct butter_stat st, before, after, now;
 		uint64_t size = rnd(MAX_SIZE);
+		unsigned how = rnd(4);
 
 		memset(&st, 0, sizeof(st));
 		st.size = size;
-		CHECK(butter_setattr(fs, m->ino, &st, BUTTER_SET_SIZE) == 0);
+		if (how < 2) {
+			CHECK(butter_setattr(fs, m->ino, &st, BUTTER_SET_SIZE) == 0);
+		} else {
+			unsigned keep = how == 3 ? BUTTER_SET_KEEP_FILE_TIMES : 0;
+
+			CHECK(butter_stat(fs, m->ino, &before) == 0);
+			CHECK(butter_setattr_stat(fs, m->ino, &st, BUTTER_SET_SIZE | keep, &after) == 0);
+			CHECK(butter_stat(fs, m->ino, &now) == 0);
+			CHECK(memcmp(&after, &now, sizeof(now)) == 0);
+			CHECK_EQ_U64(after.size, size);
+			if (keep) {
+				CHECK(after.mtime.tv_sec == before.mtime.tv_sec &&
+				      after.mtime.tv_nsec == before.mtime.tv_nsec);
+				CHECK(after.ctime.tv_sec == before.ctime.tv_sec &&
+				      after.ctime.tv_nsec == before.ctime.tv_nsec);
+			}
+		}
 		if (size < m->size)
 			memset(m->data + size, 0, m->size - size);
 		m->size = size;
@@ -283,11 +305,24 @@ static void test_model(void)
 	/* what the close wrote back is on disk */
 	CHECK(butter_open(img, NULL, &fs) == 0);
 	for (i = 0; i < NFILES; i++) {
+		butter_ino_t again;
+		unsigned type = 0;
+
 		if (!files[i].exists)
 			continue;
 		CHECK(butter_lookup(fs, root, files[i].name, strlen(files[i].name),
 				    &files[i].ino) == 0);
+		CHECK(butter_lookup_type(fs, root, files[i].name, strlen(files[i].name), &again,
+					 &type) == 0);
+		CHECK(again.ino == files[i].ino.ino && type == DT_REG);
 		CHECK(verify(&files[i]));
+	}
+	{
+		butter_ino_t again;
+		unsigned type = 0;
+
+		CHECK(butter_lookup_type(fs, root, "..", 2, &again, &type) == 0);
+		CHECK(type == DT_DIR);
 	}
 	memset(&res, 0, sizeof(res));
 	CHECK(butter_check(fs, &res) == 0);
