@@ -14,7 +14,7 @@
 #include "format/checksum.h"
 #include "tree/tree.h"
 
-#define HASH_SIZE 4096
+#define MIN_HASH_SIZE 4096
 
 const char node_stale_generation[] = "generation differs from what the parent expects (stale copy)";
 
@@ -25,7 +25,11 @@ int node_cache_init(struct node_cache *cache, struct btrfs_volumes *vol, u64 lim
 	cache->log = vol->log;
 	cache->nodesize = vol->nodesize;
 	cache->limit = limit_bytes;
-	cache->hash_size = HASH_SIZE;
+	/* a bucket per node the bound holds, a power of two (hash_of() masks) */
+	cache->hash_size = MIN_HASH_SIZE;
+	while (vol->nodesize && cache->hash_size < limit_bytes / vol->nodesize &&
+	       cache->hash_size < ((size_t)1 << 24))
+		cache->hash_size <<= 1;
 	cache->hash = calloc(cache->hash_size, sizeof(*cache->hash));
 	if (!cache->hash)
 		return -ENOMEM;
@@ -61,7 +65,8 @@ void node_cache_destroy(struct node_cache *cache)
 
 static size_t hash_of(const struct node_cache *cache, u64 bytenr)
 {
-	return (size_t)((bytenr >> 12) * 0x9E3779B97F4A7C15ULL >> 20) % cache->hash_size;
+	/* a mask, not a division: this runs for every node of every search */
+	return (size_t)((bytenr >> 12) * 0x9E3779B97F4A7C15ULL >> 20) & (cache->hash_size - 1);
 }
 
 static void lru_unlink(struct tree_node *n)

@@ -47,7 +47,7 @@ struct node_cache {
 	u32 nodesize;
 	pthread_mutex_t lock;
 	struct tree_node **hash;        /* protected by lock */
-	size_t hash_size;
+	size_t hash_size;               /* a power of two */
 	struct tree_node lru;           /* sentinel; most recent at lru.lru_next */
 	u64 bytes, limit;               /* protected by lock */
 	u64 hits, misses;               /* protected by lock */
