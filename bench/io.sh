@@ -37,12 +37,17 @@
 # and the FUSE requests each common operation costs on butter and on nullfs, as the
 # kernel counts them (bench/fusereqs.py; kernels with fuse trace events, 6.14+).
 #
-# Usage: sudo bench/io.sh [-s SIZE] [-t RUNTIME] [-n FILES] [-r RUNS] [--meta-only] [--keep]
+# Usage: sudo bench/io.sh [-s SIZE] [-t RUNTIME] [-n FILES] [-r RUNS] [--meta-only] [--pin CPU] [--keep]
 #   -s SIZE     sequential file size for fio (default 1G; fio syntax: 256M, 1G)
 #   -t SECONDS  random I/O runtime per target (default 30)
 #   -n FILES    metadata run file count (default 100000; a multiple of 100 is used)
 #   -r RUNS     metadata runs per target, best of each phase counts (default 1)
 #   --meta-only the metadata workload alone (no fio, no dd)
+#   --pin CPU   run the FUSE daemons and the metadata runs on CPU alone (taskset): each
+#               request then runs between the caller's steps on one CPU, and a rate is
+#               the work the caller, the kernel and the daemon do, without the
+#               scheduler's placement and the wake-ups of idle CPUs, which on a VM
+#               swing unpinned rates by a quarter from run to run
 #   --keep      keep $BENCH_DIR's images and logs afterwards
 # Environment: BENCH_DIR (default /tmp/butter-io-bench), BUTTER (a butter binary instead
 #   of building $REPO/build-bench, release, no sanitizers), BUTTER_OPTS (-o options).
@@ -54,7 +59,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 BENCH_DIR=${BENCH_DIR:-/tmp/butter-io-bench}
 BUTTER=${BUTTER:-}
 BUTTER_OPTS=${BUTTER_OPTS:-}
-SIZE=1G RUNTIME=30 NFILES=100000 META_RUNS=1 KEEP=0 META_ONLY=0
+SIZE=1G RUNTIME=30 NFILES=100000 META_RUNS=1 KEEP=0 META_ONLY=0 PIN=
 
 die() { echo "io.sh: $*" >&2; exit 2; }
 # shellcheck source=bench/lib.sh
@@ -68,6 +73,7 @@ while (($#)); do
 	-r) [[ $# -ge 2 ]] || die "-r needs a number"; META_RUNS=$2; shift 2 ;;
 	--keep) KEEP=1; shift ;;
 	--meta-only) META_ONLY=1; shift ;;
+	--pin) [[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] || die "--pin needs a CPU number"; PIN=$2; shift 2 ;;
 	-h|--help) sed -n '2,/^# python3; fio/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument: $1 (try --help)" ;;
 	esac
@@ -130,7 +136,7 @@ setup() {
 	case $t in
 	butter)
 		mkfs.btrfs -q -f "$img" >/dev/null
-		"$BUTTER" mount -f ${BUTTER_OPTS:+-o "$BUTTER_OPTS"} "$img" "${MNT[$t]}" >"$LOGS/daemon.log" 2>&1 &
+		pinned "$BUTTER" mount -f ${BUTTER_OPTS:+-o "$BUTTER_OPTS"} "$img" "${MNT[$t]}" >"$LOGS/daemon.log" 2>&1 &
 		DAEMON_PID=$!
 		for _ in $(seq 200); do mountpoint -q "${MNT[$t]}" && break; sleep 0.05; done
 		mountpoint -q "${MNT[$t]}" || { cat "$LOGS/daemon.log" >&2; die "butter mount failed"; }
@@ -154,11 +160,11 @@ setup() {
 		nokill=()
 		[[ ,$BUTTER_OPTS, == *,no_killpriv_v2,* ]] && nokill=(-K)
 		if [[ ,$BUTTER_OPTS, == *,uring,* ]]; then
-			"$NULLFS" "${nokill[@]}" -u "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
+			pinned "$NULLFS" "${nokill[@]}" -u "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
 		elif ((spin)); then
-			"$NULLFS" "${nokill[@]}" -p "$spin" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
+			pinned "$NULLFS" "${nokill[@]}" -p "$spin" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
 		else
-			"$NULLFS" "${nokill[@]}" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
+			pinned "$NULLFS" "${nokill[@]}" "${MNT[$t]}" >"$LOGS/nullfs.log" 2>&1 &
 		fi
 		NULL_PID=$!
 		for _ in $(seq 200); do mountpoint -q "${MNT[$t]}" && break; sleep 0.05; done
@@ -168,6 +174,11 @@ setup() {
 }
 
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+
+# pinned CMD...: CMD on CPU $PIN with --pin, else as it is
+pinned() {
+	if [[ -n $PIN ]]; then taskset -c "$PIN" "$@"; else "$@"; fi
+}
 
 # ---- measurements ----------------------------------------------------------------
 declare -A RESULT    # RESULT[workload,target] = number
@@ -204,7 +215,7 @@ sys.exit(0 if (v < old if k.endswith('-s') else v > old) else 1)" "$k" "$v" "${R
 
 # meta_once DIR LOG: one metadata run in the new directory DIR, results in LOG
 meta_once() {
-	python3 - "$1" "$NFILES" >"$2" <<'PY'
+	pinned python3 - "$1" "$NFILES" >"$2" <<'PY'
 import os, sys, time
 root, n = sys.argv[1], int(sys.argv[2])
 dirs, per = 100, max(1, int(sys.argv[2]) // 100)
@@ -242,6 +253,7 @@ PY
 bench_butter_line
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== size $SIZE, random runtime ${RUNTIME}s, metadata $(( NFILES / 100 * 100 )) files x $META_RUNS run(s), $BENCH_DIR on $(df --output=source "$BENCH_DIR" | tail -1)"
+[[ -n $PIN ]] && echo "== FUSE daemons and metadata runs pinned to CPU $PIN"
 
 for t in "${TARGETS[@]}"; do
 	setup "$t"

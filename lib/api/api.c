@@ -278,7 +278,7 @@ int butter_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size
 int butter_lookup_type(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 	butter_ino_t *out, unsigned *dtype)
 {
-	LOCKED(fs, HOLD_SHARED, int, inode_lookup_type(fs, dir, name, namelen, out, dtype));
+	LOCKED(fs, HOLD_SHARED, int, inode_lookup_full(fs, dir, name, namelen, out, dtype, NULL));
 }
 
 int butter_root(struct butter_fs *fs, uint64_t subvolid, butter_ino_t *out)

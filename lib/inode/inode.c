@@ -315,10 +315,10 @@ static int lookup_parent(struct butter_fs *fs, butter_ino_t dir, butter_ino_t *o
 	return ret;
 }
 
-int inode_lookup_type(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
-		      butter_ino_t *out, unsigned *dtype)
+int inode_lookup_full(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		      butter_ino_t *out, unsigned *dtype, struct btrfs_inode_item *dir_item)
 {
-	struct btrfs_inode_item item;
+	struct btrfs_inode_item own, *item = dir_item ? dir_item : &own;
 	struct name_match m = { name, namelen, { 0, 0, 0 }, 0, 0 };
 	struct btrfs_key key;
 	struct tree_path path;
@@ -331,10 +331,10 @@ int inode_lookup_type(struct butter_fs *fs, butter_ino_t dir, const char *name, 
 		return -ENAMETOOLONG;
 	if (dir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return -ENOENT;
-	ret = inode_read(fs, dir, &item);
+	ret = inode_read(fs, dir, item);
 	if (ret)
 		return ret;
-	if (!S_ISDIR(btrfs_inode_mode(&item)))
+	if (!S_ISDIR(btrfs_inode_mode(item)))
 		return -ENOTDIR;
 	if (dtype)
 		*dtype = DT_DIR;
@@ -376,5 +376,5 @@ int inode_lookup_type(struct butter_fs *fs, butter_ino_t dir, const char *name, 
 int inode_lookup(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
 		 butter_ino_t *out)
 {
-	return inode_lookup_type(fs, dir, name, namelen, out, NULL);
+	return inode_lookup_full(fs, dir, name, namelen, out, NULL, NULL);
 }

@@ -197,8 +197,14 @@ int inode_stat(struct butter_fs *fs, butter_ino_t ino, struct butter_stat *st);
 /* What butter_stat() says of @ino from its inode item @item alone (no buffered data). */
 void inode_item_stat(struct butter_fs *fs, butter_ino_t ino, const struct btrfs_inode_item *item,
 		     struct butter_stat *st);
-/* inode_lookup(), and the entry's type as DT_* (what the directory entry says). */
-int inode_lookup_type(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
-		      butter_ino_t *out, unsigned *dtype);
+/*
+ * inode_lookup(), and (where not NULL) the entry's type as DT_* (what the
+ * directory entry says) and the directory's own inode item, read on the way:
+ * that one is filled whenever the call gets past reading it (it returns 0,
+ * or -ENOENT for a name that is not there), but for the placeholder
+ * directory of a missing subvolume, which has no item.
+ */
+int inode_lookup_full(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t namelen,
+		      butter_ino_t *out, unsigned *dtype, struct btrfs_inode_item *dir_item);
 
 #endif

@@ -71,13 +71,10 @@ static void dec_nlink(struct btrfs_inode_item *ii, void *arg)
  * chattr +i or +a on @dir or on the inode @ii that a name of @dir names
  * keep that name (-EPERM), as the kernel's may_delete() rules.
  */
-static int may_remove(struct butter_fs *fs, butter_ino_t dir, const struct btrfs_inode_item *ii)
+static int may_remove(const struct btrfs_inode_item *dii, const struct btrfs_inode_item *ii)
 {
-	struct btrfs_inode_item dii;
-	int ret = inode_read(fs, dir, &dii);
+	int ret = inode_may_change(dii, INODE_FIXED);
 
-	if (ret == 0)
-		ret = inode_may_change(&dii, INODE_FIXED);
 	return ret ? ret : inode_may_change(ii, INODE_FIXED);
 }
 
@@ -85,18 +82,19 @@ static int may_remove(struct butter_fs *fs, butter_ino_t dir, const struct btrfs
 static int check_old_name(struct butter_fs *fs, butter_ino_t dir, const char *name, size_t len,
 			  butter_ino_t *target, struct btrfs_inode_item *ii, struct subvol **svp)
 {
+	struct btrfs_inode_item dii;
 	int ret, err = 0;
 
 	if ((len == 1 && name[0] == '.') || (len == 2 && !memcmp(name, "..", 2)))
 		return -EINVAL;
-	ret = inode_lookup(fs, dir, name, len, target);
+	ret = inode_lookup_full(fs, dir, name, len, target, NULL, &dii);
 	if (ret)
 		return ret;
 	if (target->subvol != dir.subvol || target->ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return -EPERM; /* a subvolume: use subvolume delete */
 	ret = inode_read(fs, *target, ii);
 	if (ret == 0)
-		ret = may_remove(fs, dir, ii);
+		ret = may_remove(&dii, ii);
 	if (ret)
 		return ret;
 	*svp = fs_subvol_mut(fs, dir.subvol, &err);
@@ -245,7 +243,7 @@ static int is_ancestor(struct butter_fs *fs, butter_ino_t anc, butter_ino_t dir)
 int ns_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, size_t oldlen,
 	      butter_ino_t newdir, const char *newname, size_t newlen, unsigned flags)
 {
-	struct btrfs_inode_item src_ii, dst_ii;
+	struct btrfs_inode_item src_ii, dst_ii, ndii;
 	struct fs_write_state *w;
 	butter_ino_t src, dst;
 	struct subvol *sv;
@@ -267,7 +265,9 @@ int ns_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, si
 	ret = check_old_name(fs, olddir, oldname, oldlen, &src, &src_ii, &sv);
 	if (ret)
 		return fs_end_change(w, ret, 0);
-	ret = inode_lookup(fs, newdir, newname, newlen, &dst);
+	/* the placeholder of a missing subvolume has no item: read below, as it fails */
+	ret = inode_lookup_full(fs, newdir, newname, newlen, &dst, NULL,
+				newdir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID ? NULL : &ndii);
 	have_dst = ret == 0;
 	if (ret && ret != -ENOENT)
 		return fs_end_change(w, ret, 0);
@@ -280,13 +280,11 @@ int ns_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, si
 			return fs_end_change(w, -EPERM, 0);
 		ret = inode_read(fs, dst, &dst_ii);
 		if (ret == 0) /* the name replaced goes as an unlink's would */
-			ret = may_remove(fs, newdir, &dst_ii);
+			ret = may_remove(&ndii, &dst_ii);
 		if (ret)
 			return fs_end_change(w, ret, 0);
 	} else {
-		struct btrfs_inode_item ndii;
-
-		ret = inode_read(fs, newdir, &ndii);
+		ret = newdir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID ? inode_read(fs, newdir, &ndii) : 0;
 		if (ret == 0) /* a new name: not in an immutable directory */
 			ret = inode_may_change(&ndii, BTRFS_INODE_IMMUTABLE_FLAG);
 		if (ret)
