@@ -184,7 +184,7 @@ int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat 
 	struct btrfs_inode_item ii;
 	struct fs_write_state *w;
 	struct subvol *sv;
-	int ret, err = 0;
+	int ret, err = 0, stat_err = 0;
 
 	ret = fs_begin_change(fs, &w);
 	if (ret)
@@ -223,10 +223,10 @@ int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat 
 	if (ret == 0 && out) {
 		/* before a commit the change may end with: what butter_stat() says now */
 		inode_item_stat(fs, ino, &ii, out);
-		err = data_stat_buffered(fs, ino, out); /* a read: the change stands */
+		stat_err = data_stat_buffered(fs, ino, out); /* a read: the change stands */
 	}
 	ret = fs_end_change(w, ret, 1);
-	return ret ? ret : err;
+	return ret ? ret : stat_err;
 }
 
 struct xname {
