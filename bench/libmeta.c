@@ -39,25 +39,100 @@ static int fail(const char *what, int ret)
 	return 1;
 }
 
+/* One operation on file @i of directory @dir: 0 or a negative errno. */
+typedef int (*file_op)(struct butter_fs *fs, butter_ino_t dir, unsigned long i);
+
+static int create_one(struct butter_fs *fs, butter_ino_t dir, unsigned long i)
+{
+	struct butter_new_inode a = { .mode = S_IFREG | 0644 };
+	char name[32], data[100];
+	butter_ino_t ino;
+	ssize_t n;
+	int ret;
+
+	snprintf(name, sizeof(name), "f%06lu", i);
+	ret = butter_create(fs, dir, name, strlen(name), &a, &ino);
+	if (ret)
+		return ret;
+	memset(data, 'x', sizeof(data));
+	n = butter_write(fs, ino, data, sizeof(data), 0);
+	return n < 0 ? (int)n : 0;
+}
+
+static int lookup_one(struct butter_fs *fs, butter_ino_t dir, unsigned long i)
+{
+	char name[32];
+	butter_ino_t ino;
+
+	snprintf(name, sizeof(name), "f%06lu", i);
+	return butter_lookup(fs, dir, name, strlen(name), &ino);
+}
+
+static int rename_one(struct butter_fs *fs, butter_ino_t dir, unsigned long i)
+{
+	char name[32], other[32];
+
+	snprintf(name, sizeof(name), "f%06lu", i);
+	snprintf(other, sizeof(other), "g%06lu", i);
+	return butter_rename(fs, dir, name, strlen(name), dir, other, strlen(other), 0);
+}
+
+static int unlink_one(struct butter_fs *fs, butter_ino_t dir, unsigned long i)
+{
+	char name[32];
+
+	snprintf(name, sizeof(name), "g%06lu", i);
+	return butter_unlink(fs, dir, name, strlen(name));
+}
+
+static int stat_dir(struct butter_fs *fs, butter_ino_t dir, unsigned long i)
+{
+	struct butter_stat st;
+
+	(void)i;
+	return butter_stat(fs, dir, &st);
+}
+
+/* @op on every file, directory by directory as io.sh's rounds go; report the time per file. */
+static int phase(struct butter_fs *fs, const butter_ino_t *dirs, unsigned long per, const char *what,
+		 file_op op)
+{
+	double start = seconds();
+	int ret = 0;
+
+	for (int d = 0; d < DIRS && ret == 0; d++)
+		for (unsigned long i = 0; i < per && ret == 0; i++)
+			ret = op(fs, dirs[d], i);
+	if (ret)
+		return fail(what, ret);
+	report(what, start, per * DIRS);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	static const struct {
+		const char *what;
+		file_op op;
+	} phases[] = {
+		{ "create+write", create_one }, { "stat (dir)", stat_dir }, { "lookup", lookup_one },
+		{ "rename", rename_one }, { "unlink", unlink_one },
+	};
 	const char *devs[1];
 	struct butter_mkfs_opts mo;
 	struct butter_fs *fs;
-	butter_ino_t root, dirs[DIRS], ino;
-	struct butter_stat st;
-	unsigned long per, files;
-	char name[32], other[32], data[100];
-	double t;
+	butter_ino_t root, dirs[DIRS];
+	unsigned long per;
+	char name[32];
 	int ret;
 
 	if (argc < 2 || argc > 3) {
 		fprintf(stderr, "usage: butter-libmeta IMAGE [FILES]\n");
 		return 2;
 	}
-	files = argc == 3 ? strtoul(argv[2], NULL, 10) : 20000;
-	per = files / DIRS ? files / DIRS : 1;
-	files = per * DIRS;
+	per = (argc == 3 ? strtoul(argv[2], NULL, 10) : 20000) / DIRS;
+	if (per == 0)
+		per = 1;
 	devs[0] = argv[1];
 	memset(&mo, 0, sizeof(mo));
 	mo.devices = devs;
@@ -80,62 +155,8 @@ int main(int argc, char **argv)
 	}
 	if (ret)
 		return fail("mkdir", ret);
-	memset(data, 'x', sizeof(data));
-
-	t = seconds();
-	for (int d = 0; d < DIRS && ret == 0; d++)
-		for (unsigned long i = 0; i < per && ret == 0; i++) {
-			struct butter_new_inode a = { .mode = S_IFREG | 0644 };
-			ssize_t n;
-
-			snprintf(name, sizeof(name), "f%06lu", i);
-			ret = butter_create(fs, dirs[d], name, strlen(name), &a, &ino);
-			n = ret ? 0 : butter_write(fs, ino, data, sizeof(data), 0);
-			if (n < 0)
-				ret = (int)n;
-		}
-	if (ret)
-		return fail("create", ret);
-	report("create+write", t, files);
-
-	t = seconds();
-	for (unsigned long k = 0; k < files && ret == 0; k++)
-		ret = butter_stat(fs, dirs[k % DIRS], &st);
-	if (ret)
-		return fail("stat", ret);
-	report("stat (dir)", t, files);
-
-	t = seconds();
-	for (int d = 0; d < DIRS && ret == 0; d++)
-		for (unsigned long i = 0; i < per && ret == 0; i++) {
-			snprintf(name, sizeof(name), "f%06lu", i);
-			ret = butter_lookup(fs, dirs[d], name, strlen(name), &ino);
-		}
-	if (ret)
-		return fail("lookup", ret);
-	report("lookup", t, files);
-
-	t = seconds();
-	for (int d = 0; d < DIRS && ret == 0; d++)
-		for (unsigned long i = 0; i < per && ret == 0; i++) {
-			snprintf(name, sizeof(name), "f%06lu", i);
-			snprintf(other, sizeof(other), "g%06lu", i);
-			ret = butter_rename(fs, dirs[d], name, strlen(name), dirs[d], other,
-					    strlen(other), 0);
-		}
-	if (ret)
-		return fail("rename", ret);
-	report("rename", t, files);
-
-	t = seconds();
-	for (int d = 0; d < DIRS && ret == 0; d++)
-		for (unsigned long i = 0; i < per && ret == 0; i++) {
-			snprintf(name, sizeof(name), "g%06lu", i);
-			ret = butter_unlink(fs, dirs[d], name, strlen(name));
-		}
-	if (ret)
-		return fail("unlink", ret);
-	report("unlink", t, files);
+	for (size_t k = 0; k < sizeof(phases) / sizeof(phases[0]) && ret == 0; k++)
+		ret = phase(fs, dirs, per, phases[k].what, phases[k].op);
 	butter_close(fs);
-	return 0;
+	return ret;
 }
