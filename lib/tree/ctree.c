@@ -22,13 +22,14 @@ void tree_path_init(struct tree_path *path)
 	memset(path, 0, sizeof(*path));
 }
 
+/* Runs after every search: no call for the empty levels above the root. */
 void tree_path_release(struct node_cache *cache, struct tree_path *path)
 {
-	int i;
-
-	for (i = 0; i < BTRFS_MAX_LEVEL; i++) {
-		node_put(cache, path->nodes[i]);
-		path->nodes[i] = NULL;
+	for (int i = 0; i < BTRFS_MAX_LEVEL; i++) {
+		if (path->nodes[i]) {
+			node_put(cache, path->nodes[i]);
+			path->nodes[i] = NULL;
+		}
 		path->slots[i] = 0;
 	}
 }
