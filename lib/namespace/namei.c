@@ -265,9 +265,7 @@ int ns_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, si
 	ret = check_old_name(fs, olddir, oldname, oldlen, &src, &src_ii, &sv);
 	if (ret)
 		return fs_end_change(w, ret, 0);
-	/* the placeholder of a missing subvolume has no item: read below, as it fails */
-	ret = inode_lookup_full(fs, newdir, newname, newlen, &dst, NULL,
-				newdir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID ? NULL : &ndii);
+	ret = inode_lookup_full(fs, newdir, newname, newlen, &dst, NULL, &ndii);
 	have_dst = ret == 0;
 	if (ret && ret != -ENOENT)
 		return fs_end_change(w, ret, 0);
@@ -284,6 +282,7 @@ int ns_rename(struct butter_fs *fs, butter_ino_t olddir, const char *oldname, si
 		if (ret)
 			return fs_end_change(w, ret, 0);
 	} else {
+		/* the lookup read ndii, but for a missing subvolume's placeholder (no item) */
 		ret = newdir.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID ? inode_read(fs, newdir, &ndii) : 0;
 		if (ret == 0) /* a new name: not in an immutable directory */
 			ret = inode_may_change(&ndii, BTRFS_INODE_IMMUTABLE_FLAG);
