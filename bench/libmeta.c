@@ -2,7 +2,8 @@
  * bench/libmeta.c — what butter's library spends on the metadata operations
  * of bench/io.sh's rounds, with no FUSE in the way: on a fresh image file,
  * 100 directories, then N files in them (create plus a 100-byte write),
- * stat of each directory, lookup, rename and unlink of each file, all on
+ * stat of each directory, lookup, rename, lookup plus a ctime SETATTR (what
+ * the kernel sends after a rename) and unlink of each file, all on
  * one thread with hot caches. Prints microseconds per operation: the floor
  * of what a request of that kind costs the daemon (bench/RESULTS.md, "what a
  * metadata request costs butter").
@@ -77,6 +78,23 @@ static int rename_one(struct butter_fs *fs, butter_ino_t dir, unsigned long i)
 	return butter_rename(fs, dir, name, strlen(name), dir, other, strlen(other), 0);
 }
 
+/* The SETATTR the kernel sends after a rename: the ctime it set, as op_setattr passes it. */
+static int setattr_one(struct butter_fs *fs, butter_ino_t dir, unsigned long i)
+{
+	struct butter_stat st, out;
+	char name[32];
+	butter_ino_t ino;
+	int ret;
+
+	snprintf(name, sizeof(name), "g%06lu", i);
+	ret = butter_lookup(fs, dir, name, strlen(name), &ino);
+	if (ret)
+		return ret;
+	memset(&st, 0, sizeof(st));
+	clock_gettime(CLOCK_REALTIME, &st.ctime);
+	return butter_setattr_stat(fs, ino, &st, BUTTER_SET_CTIME | BUTTER_SET_KEEP_FILE_TIMES, &out);
+}
+
 static int unlink_one(struct butter_fs *fs, butter_ino_t dir, unsigned long i)
 {
 	char name[32];
@@ -116,7 +134,7 @@ int main(int argc, char **argv)
 		file_op op;
 	} phases[] = {
 		{ "create+write", create_one }, { "stat (dir)", stat_dir }, { "lookup", lookup_one },
-		{ "rename", rename_one }, { "unlink", unlink_one },
+		{ "rename", rename_one }, { "lookup+setattr", setattr_one }, { "unlink", unlink_one },
 	};
 	const char *devs[1];
 	struct butter_mkfs_opts mo;
