@@ -102,6 +102,13 @@ int ns_setxattr(struct butter_fs *fs, butter_ino_t ino, const char *name, const 
 struct attr_update {
 	const struct butter_stat *st;
 	unsigned mask;
+	/*
+	 * BUTTER_SET_KEEP_FILE_TIMES on a regular file: the mtime and ctime it
+	 * had before the change, which the times the mask does not give keep
+	 * (a truncate's too).
+	 */
+	bool keep_times;
+	struct btrfs_timespec mtime, ctime;
 };
 
 static void set_ts(struct btrfs_timespec *t, const struct timespec *ts)
@@ -127,8 +134,12 @@ static void apply_attr(struct btrfs_inode_item *ii, void *arg)
 		set_ts(&ii->atime, &st->atime);
 	if (a->mask & BUTTER_SET_MTIME)
 		set_ts(&ii->mtime, &st->mtime);
+	else if (a->keep_times)
+		ii->mtime = a->mtime;
 	if (a->mask & BUTTER_SET_CTIME)
 		set_ts(&ii->ctime, &st->ctime);
+	else if (a->keep_times)
+		ii->ctime = a->ctime;
 	else
 		fs_now_ts(&ii->ctime);
 }
@@ -179,8 +190,7 @@ static int setattr_allowed(const struct btrfs_inode_item *ii, unsigned mask)
 int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat *st,
 	       unsigned mask, struct butter_stat *out)
 {
-	struct butter_stat kept, cur;
-	struct attr_update a = { st, mask };
+	struct attr_update a = { .st = st, .mask = mask };
 	struct btrfs_inode_item ii;
 	struct fs_write_state *w;
 	struct subvol *sv;
@@ -193,15 +203,9 @@ int ns_setattr(struct butter_fs *fs, butter_ino_t ino, const struct butter_stat 
 	if (ret == 0)
 		ret = setattr_allowed(&ii, mask);
 	if (ret == 0 && (mask & BUTTER_SET_KEEP_FILE_TIMES) && S_ISREG(btrfs_inode_mode(&ii))) {
-		/* the times not given stay as they are now, a truncate's too */
-		inode_item_stat(fs, ino, &ii, &cur);
-		kept = *st;
-		if (!(mask & BUTTER_SET_MTIME))
-			kept.mtime = cur.mtime;
-		if (!(mask & BUTTER_SET_CTIME))
-			kept.ctime = cur.ctime;
-		a.st = st = &kept;
-		a.mask = mask |= BUTTER_SET_MTIME | BUTTER_SET_CTIME;
+		a.keep_times = true;
+		a.mtime = ii.mtime;
+		a.ctime = ii.ctime;
 	}
 	if (ret == 0 && (mask & BUTTER_SET_SIZE) && !S_ISREG(btrfs_inode_mode(&ii)))
 		ret = S_ISDIR(btrfs_inode_mode(&ii)) ? -EISDIR : -EINVAL;
